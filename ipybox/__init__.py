@@ -1,0 +1,58 @@
+"""ipybox: a sandboxed, stateful Python code-execution environment with programmatic MCP tool calling.
+
+The public names are imported lazily, so that processes which only need a small part of the package
+(the kernel gateway launcher, generated tool modules inside a kernel) do not pay for the rest.
+
+Example:
+    ```python
+    from ipybox import CodeExecutor
+
+    async with CodeExecutor() as executor:
+        result = await executor.execute("print('hello')")
+        assert result.text == "hello"
+    ```
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ipybox.code_exec.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
+    from ipybox.facade import CodeExecutor
+    from ipybox.mcp_apigen import generate_mcp_sources
+    from ipybox.tool_exec.approval.request import ApprovalRequest
+
+__version__ = "0.10.0.dev0"
+
+_EXPORTS: dict[str, str] = {
+    "CodeExecutor": "ipybox.facade",
+    "CodeExecutionResult": "ipybox.code_exec.result",
+    "CodeExecutionChunk": "ipybox.code_exec.result",
+    "CodeExecutionError": "ipybox.code_exec.result",
+    "generate_mcp_sources": "ipybox.mcp_apigen",
+    "ApprovalRequest": "ipybox.tool_exec.approval.request",
+}
+
+__all__ = [
+    "ApprovalRequest",
+    "CodeExecutionChunk",
+    "CodeExecutionError",
+    "CodeExecutionResult",
+    "CodeExecutor",
+    "generate_mcp_sources",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ipybox' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

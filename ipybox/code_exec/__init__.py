@@ -1,0 +1,1 @@
+"""Code execution: the kernel gateway, kernels on it, and the client that runs code in them."""

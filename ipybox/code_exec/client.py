@@ -1,0 +1,364 @@
+"""`KernelClient`: stateful code execution in an IPython kernel on a kernel gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import aiohttp
+
+from ipybox.code_exec.connection import GatewayError, KernelConnection, KernelDied, KernelMessage, Request
+from ipybox.code_exec.output import OutputCollector, strip_ansi
+from ipybox.code_exec.result import (
+    CodeExecutionChunk,
+    CodeExecutionError,
+    CodeExecutionResult,
+    KernelDiedError,
+    StreamName,
+)
+from ipybox.code_exec.server import GatewayEndpoint
+from ipybox.code_exec.timer import ExecutionTimer
+
+__all__ = [
+    "CodeExecutionChunk",
+    "CodeExecutionError",
+    "CodeExecutionResult",
+    "ExecutionError",
+    "ExecutionResult",
+    "ExecutionTimeoutError",
+    "KernelClient",
+    "KernelDiedError",
+]
+
+logger = logging.getLogger(__name__)
+
+# Names of ipybox 0.9's kernel client module.
+ExecutionResult = CodeExecutionResult
+ExecutionError = CodeExecutionError
+
+DEFAULT_MAX_OUTPUT_CHARS = 4_000_000
+
+
+class ExecutionTimeoutError(TimeoutError):
+    """An execution ran past its timeout.
+
+    Attributes:
+        kernel_restarted: `False` when the interrupt stopped the code and the kernel kept its state; `True`
+            when the code ignored the interrupt and the kernel had to be replaced (its state is lost).
+        result: The output produced before the timeout.
+    """
+
+    def __init__(self, message: str, *, kernel_restarted: bool, result: CodeExecutionResult) -> None:
+        super().__init__(message)
+        self.kernel_restarted = kernel_restarted
+        self.result = result
+
+
+def _default_output_dir() -> Path:
+    return Path(tempfile.gettempdir()) / "ipybox-output"
+
+
+class KernelClient:
+    """Executes code in an IPython kernel on a kernel gateway; state persists across executions.
+
+    Executions on one client run one at a time, in call order. Output is complete: the client waits for
+    both the kernel's reply and its idle status. A warm spare kernel (on by default) makes `reset()` and
+    recovery from a dead or stuck kernel a swap instead of a kernel start.
+
+    Args:
+        gateway: The gateway's endpoint, or (as in ipybox 0.9) its host name, with `port` and `token`.
+        port: The gateway's port, when `gateway` is a host name.
+        token: The gateway's auth token, when `gateway` is a host name.
+        images_dir: Where displayed images are saved (default: `images` in the working directory).
+        output_dir: Where an output larger than `max_output_chars` is saved in full.
+        max_output_chars: Output kept in memory per execution; more is saved to a file and shortened.
+        kernel_name: Kernelspec to start (default: the gateway's default).
+        kernel_env: Environment for kernels, sent with the kernel start request. An external gateway passes
+            only variables named `KERNEL_*` or whitelisted in its `env_whitelist`.
+        spare_kernel: Keep a started kernel in reserve for fast `reset()` and recovery.
+        interrupt_grace: Seconds a timed-out execution gets to stop after an interrupt before the kernel is
+            replaced.
+        ready_timeout: Seconds a new kernel gets to answer.
+
+    Example:
+        ```python
+        async with KernelGateway() as gateway, KernelClient(gateway.endpoint) as client:
+            await client.execute("x = 2")
+            assert (await client.execute("print(x ** 10)")).text == "1024"
+        ```
+    """
+
+    def __init__(
+        self,
+        gateway: GatewayEndpoint | str = "localhost",
+        port: int = 8888,
+        *,
+        token: str = "",
+        images_dir: Path | None = None,
+        output_dir: Path | None = None,
+        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        kernel_name: str | None = None,
+        kernel_env: dict[str, str] | None = None,
+        spare_kernel: bool = True,
+        interrupt_grace: float = 2.0,
+        ready_timeout: float = 60,
+    ) -> None:
+        if isinstance(gateway, str):
+            gateway = GatewayEndpoint(f"http://{gateway}:{port}", token)
+        self.endpoint = gateway
+        self.images_dir = images_dir or Path("images")
+        self.output_dir = output_dir or _default_output_dir()
+        self.max_output_chars = max_output_chars
+        self.kernel_name = kernel_name
+        self.kernel_env = kernel_env
+        self.spare_kernel = spare_kernel
+        self.interrupt_grace = interrupt_grace
+        self.ready_timeout = ready_timeout
+        self._http: aiohttp.ClientSession | None = None
+        self._kernel: KernelConnection | None = None
+        self._spare: asyncio.Task[KernelConnection] | None = None
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()
+        self._timer: ExecutionTimer | None = None
+
+    async def __aenter__(self) -> Self:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.disconnect()
+
+    @property
+    def kernel_id(self) -> str:
+        """The ID of the current kernel. Raises RuntimeError when not connected."""
+        if self._kernel is None:
+            raise RuntimeError("not connected to a kernel")
+        return self._kernel.kernel_id
+
+    @property
+    def timer(self) -> ExecutionTimer | None:
+        """The running execution's timer (to pause it while the execution waits on something else)."""
+        return self._timer
+
+    async def connect(self) -> None:
+        """Start a kernel and connect to it (and start the spare in the background)."""
+        if self._http is not None:
+            raise RuntimeError("already connected")
+        connector: aiohttp.BaseConnector | None = None
+        if self.endpoint.unix_socket is not None:
+            connector = aiohttp.UnixConnector(path=str(self.endpoint.unix_socket))
+        headers = {"Authorization": f"token {self.endpoint.token}"} if self.endpoint.token else {}
+        self._http = aiohttp.ClientSession(connector=connector, headers=headers)
+        try:
+            self._kernel = await self._open_kernel()
+        except BaseException:
+            await self.disconnect()
+            raise
+        self._start_spare()
+
+    async def disconnect(self, shutdown_kernels: bool = True) -> None:
+        """Shut down this client's kernels and close its connections.
+
+        Args:
+            shutdown_kernels: Delete the kernels on the gateway. Pass `False` when the gateway itself is about
+                to stop (it ends all its kernels at once, which is faster than one by one).
+        """
+        kernels: list[KernelConnection] = []
+        if self._kernel is not None:
+            kernels.append(self._kernel)
+            self._kernel = None
+        if self._spare is not None:
+            spare, self._spare = self._spare, None
+            if spare.done() and not spare.cancelled() and spare.exception() is None:
+                kernels.append(spare.result())
+            else:
+                spare.cancel()
+                with contextlib.suppress(BaseException):
+                    kernels.append(await spare)
+        await asyncio.gather(
+            *(k.shutdown(delete=shutdown_kernels) for k in kernels), *self._retiring, return_exceptions=True
+        )
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    async def _open_kernel(self) -> KernelConnection:
+        assert self._http is not None
+        try:
+            return await KernelConnection.open(
+                self._http,
+                self.endpoint,
+                kernel_name=self.kernel_name,
+                env=self.kernel_env,
+                ready_timeout=self.ready_timeout,
+            )
+        except aiohttp.ClientConnectionError as e:
+            raise GatewayError(f"cannot reach the kernel gateway at {self.endpoint.url}: {e}") from None
+        except TimeoutError:
+            raise TimeoutError(f"the kernel did not become ready within {self.ready_timeout:g} s") from None
+
+    def _start_spare(self) -> None:
+        if self.spare_kernel and self._spare is None and self._http is not None:
+            self._spare = asyncio.create_task(self._open_kernel(), name="ipybox-spare-kernel")
+
+    async def _fresh_kernel(self) -> KernelConnection:
+        spare, self._spare = self._spare, None
+        kernel: KernelConnection | None = None
+        if spare is not None:
+            try:
+                kernel = await spare
+            except Exception as e:
+                logger.warning("the spare kernel failed to start (%s); starting another", e)
+            if kernel is not None and kernel.dead:
+                self._retire(kernel)
+                kernel = None
+        if kernel is None:
+            kernel = await self._open_kernel()
+        self._start_spare()
+        return kernel
+
+    def _retire(self, kernel: KernelConnection) -> None:
+        task = asyncio.create_task(kernel.shutdown())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _replace_kernel(self) -> None:
+        old, self._kernel = self._kernel, None
+        if old is not None:
+            self._retire(old)
+        self._kernel = await self._fresh_kernel()
+
+    async def reset(self) -> None:
+        """Replace the kernel with a fresh one: all variables, imports and definitions are gone."""
+        async with self._lock:
+            await self._replace_kernel()
+
+    async def interrupt(self) -> None:
+        """Interrupt the running execution (it fails with KeyboardInterrupt)."""
+        if self._kernel is not None:
+            await self._kernel.interrupt()
+
+    async def execute(self, code: str, timeout: float | None = 120) -> CodeExecutionResult:
+        """Execute code and return its result.
+
+        Raises:
+            CodeExecutionError: The code raised an exception (`str(e)` is the traceback).
+            KernelDiedError: The kernel died; it was replaced by a fresh one.
+            ExecutionTimeoutError: The code ran past `timeout` (a `TimeoutError`).
+        """
+        result: CodeExecutionResult | None = None
+        async for item in self.stream(code, timeout):
+            if isinstance(item, CodeExecutionResult):
+                result = item
+        assert result is not None
+        return result
+
+    async def stream(
+        self, code: str, timeout: float | None = 120
+    ) -> AsyncIterator[CodeExecutionChunk | CodeExecutionResult]:
+        """Execute code, yielding output chunks as they arrive and the result last.
+
+        Raises:
+            CodeExecutionError: The code raised an exception.
+            KernelDiedError: The kernel died; it was replaced by a fresh one.
+            ExecutionTimeoutError: The code ran past `timeout`.
+        """
+        async with self._lock:
+            if self._http is None:
+                raise RuntimeError("not connected: use 'async with KernelClient(...)' or call connect()")
+            if self._kernel is None or self._kernel.dead:
+                logger.warning("the kernel died while idle; continuing on a fresh kernel (its state is lost)")
+                await self._replace_kernel()
+            assert self._kernel is not None
+            kernel = self._kernel
+            collector = OutputCollector(self.max_output_chars, self.images_dir, self.output_dir)
+            timer = self._timer = ExecutionTimer(timeout)
+            try:
+                request = kernel.execute(code)
+            except KernelDied:
+                await self._replace_kernel()
+                request = (kernel := self._kernel).execute(code)
+            error: dict[str, Any] | None = None
+            try:
+                while not request.done:
+                    try:
+                        message = await request.next(timer.remaining())
+                    except TimeoutError:
+                        if not timer.expired():
+                            continue
+                        await self._stop_timed_out(kernel, request, collector, timeout)
+                        raise AssertionError("unreachable") from None
+                    chunk, failure = self._handle(message, collector)
+                    error = failure or error
+                    if chunk is not None:
+                        yield chunk
+            except KernelDied:
+                await self._replace_kernel()
+                raise KernelDiedError(
+                    "The kernel died while running this code (its process exited: os._exit(), a crash or "
+                    "running out of memory). It was replaced by a fresh kernel: all state is lost.",
+                    ename="KernelDied",
+                    result=collector.result(),
+                ) from None
+            finally:
+                kernel.finish(request)
+                self._timer = None
+            result = collector.result()
+            if error is not None:
+                traceback = strip_ansi("\n".join(error.get("traceback", [])))
+                ename, evalue = error.get("ename", ""), error.get("evalue", "")
+                raise CodeExecutionError(
+                    traceback or f"{ename}: {evalue}", ename=ename, evalue=evalue, result=result
+                )
+            yield result
+
+    @staticmethod
+    def _handle(
+        message: KernelMessage, collector: OutputCollector
+    ) -> tuple[CodeExecutionChunk | None, dict[str, Any] | None]:
+        content = message.content
+        match message.msg_type:
+            case "stream":
+                name: StreamName = "stderr" if content.get("name") == "stderr" else "stdout"
+                text = collector.add_text(content.get("text", ""), name)
+                return (CodeExecutionChunk(text, name) if text else None), None
+            case "execute_result" | "display_data":
+                added = collector.add_result(content.get("data", {}))
+                return (CodeExecutionChunk(added) if added else None), None
+            case "error":
+                return None, content
+            case "execute_reply" if content.get("status") == "error":
+                return None, content
+        return None, None
+
+    async def _stop_timed_out(
+        self, kernel: KernelConnection, request: Request, collector: OutputCollector, timeout: float | None
+    ) -> None:
+        """Interrupt a timed-out execution; replace the kernel if that does not stop it. Always raises."""
+        with contextlib.suppress(GatewayError, aiohttp.ClientError):
+            await kernel.interrupt()
+        try:
+            async with asyncio.timeout(self.interrupt_grace):
+                while not request.done:
+                    self._handle(await request.next(None), collector)
+        except (TimeoutError, KernelDied):
+            await self._replace_kernel()
+            raise ExecutionTimeoutError(
+                f"Execution timed out after {timeout:g} s and did not stop when interrupted: the kernel was "
+                "replaced by a fresh one and its state is lost.",
+                kernel_restarted=True,
+                result=collector.result(),
+            ) from None
+        raise ExecutionTimeoutError(
+            f"Execution timed out after {timeout:g} s: it was interrupted; the kernel keeps its state.",
+            kernel_restarted=False,
+            result=collector.result(),
+        )

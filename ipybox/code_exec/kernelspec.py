@@ -1,0 +1,63 @@
+"""The Jupyter kernelspec ipybox's gateway starts kernels from.
+
+A kernelspec is where a kernel's command line is decided, so it is also the seam where a sandbox wraps the
+kernel (and, through it, everything the kernel starts).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+KERNEL_NAME = "ipybox"
+
+
+def default_kernel_argv(python: str | None = None) -> list[str]:
+    """The command line of a plain IPython kernel running on `python` (default: this interpreter)."""
+    return [
+        python or sys.executable,
+        "-m",
+        "ipybox.code_exec.kernel_main",
+        "-f",
+        "{connection_file}",
+        # Output is read by programs: no ANSI colours in tracebacks.
+        "--InteractiveShell.colors=nocolor",
+        # Kernels come and go (warm spares, resets); an on-disk history would make them contend for one
+        # SQLite file in ~/.ipython.
+        "--HistoryManager.hist_file=:memory:",
+    ]
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """How the gateway launches a kernel.
+
+    Attributes:
+        argv: The kernel's command line, with `{connection_file}` where the connection file goes.
+        interrupt_mode: `signal` (SIGINT to the kernel) or `message` (an interrupt request on the control
+            channel, needed when the kernel runs under a process that must not receive SIGINT).
+        env: Extra environment variables, merged by jupyter_client into the kernel's environment.
+    """
+
+    argv: list[str] = field(default_factory=default_kernel_argv)
+    interrupt_mode: Literal["signal", "message"] = "signal"
+    env: dict[str, str] = field(default_factory=dict)
+    display_name: str = "Python 3 (ipybox)"
+
+    def write(self, data_dir: Path, name: str = KERNEL_NAME) -> Path:
+        """Write `kernels/<name>/kernel.json` under a Jupyter data dir and return its directory."""
+        spec_dir = data_dir / "kernels" / name
+        spec_dir.mkdir(parents=True, exist_ok=True)
+        spec = {
+            "argv": self.argv,
+            "display_name": self.display_name,
+            "language": "python",
+            "interrupt_mode": self.interrupt_mode,
+            "env": self.env,
+            "metadata": {"debugger": False},
+        }
+        (spec_dir / "kernel.json").write_text(json.dumps(spec, indent=2))
+        return spec_dir

@@ -1,0 +1,63 @@
+"""`generate_mcp_sources`: connect to an MCP server, list its tools and generate their Python API."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ipybox.mcp_apigen.package import check_server_name, write_mcp_sources
+from ipybox.mcp_client.connection import MCPConnection
+from ipybox.tool_exec.registry import ServerRegistry
+
+
+async def generate_mcp_sources(
+    server_name: str,
+    server_params: Mapping[str, Any],
+    root_dir: Path,
+    *,
+    connect_timeout: float = 30,
+    dotenv_path: Path | None = Path(".env"),
+    registry: ServerRegistry | None = None,
+) -> list[str]:
+    """Generate a typed Python tool API for an MCP server.
+
+    Connects to the server, lists its tools and writes the package `root_dir/server_name`: one module
+    per tool with a pydantic `Params` class, a `Result` class (tools with an output schema; others
+    return `str`), and `run()`/`arun()` functions that call the tool through the ipybox tool server.
+    The package's `__init__.py` indexes the tools. An existing package of that name is replaced.
+
+    The server's parameters (with `${VAR}` placeholders unresolved) are recorded in the host's server
+    registry under `root_dir`, so a `CodeExecutor` whose `mcptools_dir` is `root_dir` can run the tools
+    later, in this process or another. Generated code only ever names the server.
+
+    Args:
+        server_name: Package name, and the name generated code uses for the server.
+        server_params: `{"command", "args", "env"}` for a stdio server, or `{"url", "headers", "type"}`
+            for an HTTP server; `${VAR}` placeholders are replaced from the environment or `dotenv_path`.
+        root_dir: Directory the package is created in (e.g. `Path("mcptools")`).
+        connect_timeout: Seconds allowed for starting the server and completing the MCP handshake.
+        dotenv_path: `.env` file consulted for placeholders missing from the environment.
+        registry: Where the server's parameters are recorded (default: the user's registry file).
+
+    Returns:
+        The module names (sanitized tool names), in the order the server lists its tools.
+
+    Raises:
+        ValueError: `server_name` is not a valid package name.
+        MCPServerError: The server could not be started or reached (see `ipybox.mcp_client`).
+
+    Example:
+        ```python
+        await generate_mcp_sources("fetch", {"command": "uvx", "args": ["mcp-server-fetch"]}, Path("mcptools"))
+        ```
+    """
+    check_server_name(server_name)
+    connection = MCPConnection(
+        server_name, server_params, connect_timeout=connect_timeout, dotenv_path=dotenv_path
+    )
+    async with connection:
+        tools = await connection.list_tools()
+    names = write_mcp_sources(server_name, tools, Path(root_dir))
+    (registry or ServerRegistry()).register(Path(root_dir), server_name, server_params)
+    return names

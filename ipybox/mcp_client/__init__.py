@@ -1,0 +1,31 @@
+"""The MCP client layer: server parameters, long-lived connections over stdio, streamable HTTP and SSE,
+and turning tool results into the values sent to a kernel."""
+
+from ipybox.mcp_client.connection import MCPConnection
+from ipybox.mcp_client.errors import (
+    MCPServerError,
+    ServerConnectError,
+    ServerNotRunningError,
+    ServerParamsError,
+    ServerStartError,
+    ServerTimeoutError,
+    ToolCallError,
+)
+from ipybox.mcp_client.params import HttpServerParams, ServerParams, StdioServerParams, parse_server_params
+from ipybox.mcp_client.results import tool_result_value
+
+__all__ = [
+    "HttpServerParams",
+    "MCPConnection",
+    "MCPServerError",
+    "ServerConnectError",
+    "ServerNotRunningError",
+    "ServerParams",
+    "ServerParamsError",
+    "ServerStartError",
+    "ServerTimeoutError",
+    "StdioServerParams",
+    "ToolCallError",
+    "parse_server_params",
+    "tool_result_value",
+]

@@ -1,0 +1,61 @@
+"""The one exception hierarchy for everything that can go wrong with an MCP server.
+
+Every message is a single line that names the server, so it can be shown to a user or an agent as is.
+"""
+
+from __future__ import annotations
+
+
+def one_line(text: str, limit: int = 2000) -> str:
+    """Collapse `text` to one line of at most `limit` characters."""
+    line = " | ".join(part.strip() for part in text.splitlines() if part.strip())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+class MCPServerError(Exception):
+    """Base class: something went wrong with MCP server `server_name`.
+
+    Attributes:
+        server_name: Name of the server, as given by the application.
+        detail: What went wrong, without the server name.
+    """
+
+    def __init__(self, server_name: str, detail: str) -> None:
+        self.server_name = server_name
+        self.detail = one_line(detail)
+        super().__init__(f"MCP server {server_name!r}: {self.detail}")
+
+
+class ServerParamsError(MCPServerError):
+    """The server parameters are invalid, or reference an environment variable that is not set."""
+
+
+class ServerStartError(MCPServerError):
+    """A stdio server could not be started: the command was not found, or it exited at once."""
+
+
+class ServerConnectError(MCPServerError):
+    """The server could not be reached, refused the connection, answered with an HTTP error, or the
+    connection was lost."""
+
+
+class ServerTimeoutError(MCPServerError):
+    """The server did not complete the MCP handshake, or answer a request, in time."""
+
+
+class ServerNotRunningError(MCPServerError):
+    """A request was made on a connection that was never started, or was already stopped."""
+
+
+class ToolCallError(MCPServerError):
+    """A tool call failed: the tool reported an error, or the server rejected the call.
+
+    Attributes:
+        tool_name: Name of the tool.
+        message: The server's own error message, unchanged (it may span several lines).
+    """
+
+    def __init__(self, server_name: str, tool_name: str, message: str) -> None:
+        self.tool_name = tool_name
+        self.message = message
+        super().__init__(server_name, f"tool {tool_name!r} failed: {message or 'no error message'}")

@@ -1,0 +1,306 @@
+"""`ToolServer`: runs MCP tools for code in kernels, after approval.
+
+Endpoints (every one requires `Authorization: Bearer <token>`, else 401):
+
+- `POST /run` with `{"server", "tool", "args"}`: approve, then run the tool; answers
+  `{"result": ...}` or `{"error": {"type", "message"}}` (HTTP 200 either way: the error is the tool's).
+- `PUT /reset`: stop all started MCP servers (they start again on their next call).
+- `WS /approval`: where an [ApprovalClient][ipybox.tool_exec.approval.client.ApprovalClient] connects.
+
+It listens on a Unix socket in a private directory by default (or on a loopback TCP port).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocket
+
+from ipybox.mcp_client import MCPServerError, ToolCallError, tool_result_value
+from ipybox.tool_exec.approval.server import ApprovalChannel
+from ipybox.tool_exec.servers import MCPServers, UnknownServerError
+
+logger = logging.getLogger(__name__)
+
+
+def _error(kind: str, message: str) -> dict[str, Any]:
+    return {"error": {"type": kind, "message": message}}
+
+
+class _RunEndpoint:
+    """`POST /run` as a bare ASGI app: it is on every tool call's path, and starlette's request and response
+    objects would cost a tenth of a millisecond per call."""
+
+    def __init__(self, run: Callable[[Any], Awaitable[dict[str, Any]]]) -> None:
+        self.run = run
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            await JSONResponse({"error": {"type": "bad_request", "message": "use POST"}}, 405)(
+                scope, receive, send
+            )
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        try:
+            body = json.loads(b"".join(chunks))
+        except ValueError:
+            body = None
+        payload = json.dumps(await self.run(body), separators=(",", ":")).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+
+class _BearerAuth:
+    """Rejects every HTTP request and websocket without the server's token."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            supplied = dict(scope["headers"]).get(b"authorization", b"")
+            if not secrets.compare_digest(supplied, self.expected):
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 4401, "reason": "unauthorized"})
+                else:
+                    await JSONResponse({"error": {"type": "unauthorized", "message": "bad token"}}, 401)(
+                        scope, receive, send
+                    )
+                return
+        await self.app(scope, receive, send)
+
+
+class _EmbeddedServer(uvicorn.Server):
+    # Signals belong to the application embedding ipybox: uvicorn must not capture Ctrl-C.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+class ToolServer:
+    """Executes MCP tools on behalf of kernels, each call approved first.
+
+    Args:
+        host: Loopback host for TCP (`port` given); ignored for a Unix socket.
+        port: TCP port to listen on; `None` (default) listens on a Unix socket instead.
+        approval_required: Ask the approval channel before each call (else every call is approved).
+        approval_timeout: Seconds a call waits for a decision before it fails.
+        connect_timeout: Seconds an MCP server gets to start.
+        log_to_stderr: Kept for ipybox 0.9 compatibility (ipybox logs through `logging`).
+        log_level: Log level of the tool server's logger.
+        servers: MCP server parameters by name (more can be added with `servers.register()`).
+        unix_socket: Listen on this socket path (default: `tools.sock` in a private temporary directory).
+        media_dir: Where images and binary resources returned by tools are saved.
+        environ: Environment for `${VAR}` placeholders in server parameters (default: the host's).
+        dotenv_path: `.env` file for placeholders missing from `environ`.
+        lookup: Consulted for a server name not in `servers` (e.g. a registry read on demand).
+
+    Example:
+        ```python
+        async with ToolServer(servers={"time": {"command": "uvx", "args": ["mcp-server-time"]}}) as server:
+            kernel_env = server.kernel_env  # lets ToolRunner in a kernel reach this server
+        ```
+    """
+
+    def __init__(
+        self,
+        host: str = "localhost",
+        port: int | None = None,
+        approval_required: bool = False,
+        approval_timeout: float = 60,
+        connect_timeout: float = 30,
+        log_to_stderr: bool = False,
+        log_level: str = "INFO",
+        *,
+        servers: Mapping[str, Mapping[str, Any]] | None = None,
+        unix_socket: Path | None = None,
+        media_dir: Path | None = None,
+        environ: Mapping[str, str] | None = None,
+        dotenv_path: Path | None = None,
+        lookup: Callable[[str], Mapping[str, Any] | None] | None = None,
+    ) -> None:
+        if host == "localhost":
+            host = "127.0.0.1"
+        if port is not None and host not in ("127.0.0.1", "::1"):
+            raise ValueError(f"ToolServer binds to loopback only (127.0.0.1 or ::1), not {host!r}")
+        self.host = host
+        self.port = port
+        self.unix_socket = unix_socket
+        self.token = secrets.token_urlsafe(32)
+        self.media_dir = media_dir or Path("images")
+        self.approval = ApprovalChannel(approval_required, approval_timeout)
+        self.servers = MCPServers(
+            servers, connect_timeout=connect_timeout, environ=environ, dotenv_path=dotenv_path, lookup=lookup
+        )
+        self.log_level = log_level.upper()
+        self.approval_wait: Callable[[], Callable[[], None]] | None = None
+        self._private_dir: Path | None = None
+        self._server: _EmbeddedServer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    @property
+    def address(self) -> str:
+        """`unix:/path/to.sock` or `http://127.0.0.1:PORT`, as `ToolRunner` and `ApprovalClient` take it."""
+        if self.port is not None:
+            return f"http://{self.host}:{self.port}"
+        if self.unix_socket is None:
+            raise RuntimeError("the tool server is not running")
+        return f"unix:{self.unix_socket}"
+
+    @property
+    def kernel_env(self) -> dict[str, str]:
+        """Environment variables that point a kernel's `ToolRunner` at this server."""
+        from ipybox.tool_exec.client import SERVER_ENV, TOKEN_ENV
+
+        return {SERVER_ENV: self.address, TOKEN_ENV: self.token}
+
+    def app(self) -> ASGIApp:
+        """The ASGI application (authenticated)."""
+        routes = [
+            Route("/run", _RunEndpoint(self._run)),
+            Route("/reset", self._reset, methods=["PUT"]),
+            WebSocketRoute("/approval", self._approval),
+        ]
+        return _BearerAuth(Starlette(routes=routes), self.token)
+
+    async def start(self) -> None:
+        """Start listening.
+
+        Raises:
+            RuntimeError: The server is already running.
+        """
+        if self._task is not None:
+            raise RuntimeError("the tool server is already running")
+        if self.port is None and self.unix_socket is None:
+            self._private_dir = Path(tempfile.mkdtemp(prefix="ipybox-tools-"))
+            self.unix_socket = self._private_dir / "tools.sock"
+        config = uvicorn.Config(
+            self.app(),
+            host=self.host,
+            port=self.port or 0,
+            uds=str(self.unix_socket) if self.port is None else None,
+            # uvicorn's INFO lines (startup, shutdown) are noise inside an application.
+            log_level="debug" if self.log_level == "DEBUG" else "warning",
+            access_log=False,
+            lifespan="off",
+            ws_ping_interval=None,
+        )
+        self._server = _EmbeddedServer(config)
+        self._task = asyncio.create_task(self._server.serve(), name="ipybox-tool-server")
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raises what stopped it
+                raise RuntimeError("the tool server stopped while starting")
+            await asyncio.sleep(0.002)
+        if self.port == 0:
+            self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        if self.unix_socket is not None and self.port is None:
+            self.unix_socket.chmod(0o600)
+
+    async def join(self) -> None:
+        """Wait for the server to stop."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def reset(self) -> None:
+        """Stop all started MCP servers; they start again on their next call."""
+        await self.servers.stop()
+
+    async def stop(self) -> None:
+        """Stop listening and stop all MCP servers."""
+        await self.approval.disconnect()
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            with contextlib.suppress(Exception):
+                await self._task
+        self._server, self._task = None, None
+        await self.servers.stop()
+        if self._private_dir is not None:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
+            self._private_dir = None
+            self.unix_socket = None
+
+    async def _run(self, body: Any) -> dict[str, Any]:
+        try:
+            server_name, tool_name, args = body["server"], body["tool"], body.get("args") or {}
+            if not (isinstance(server_name, str) and isinstance(tool_name, str) and isinstance(args, dict)):
+                raise TypeError
+        except (KeyError, TypeError, AttributeError):
+            return _error("bad_request", "expected JSON {'server': str, 'tool': str, 'args': object}")
+        try:
+            tool = await self.servers.tool(server_name, tool_name)
+        except UnknownServerError as e:
+            return _error("unknown_server", str(e))
+        except MCPServerError as e:
+            return _error("server_error", str(e))
+        annotations = (
+            tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool and tool.annotations else {}
+        )
+        done = self.approval_wait() if self.approval_wait else None
+        try:
+            accepted = await self.approval.request(server_name, tool_name, args, annotations)
+        except TimeoutError:
+            return _error(
+                "approval_timeout",
+                f"no decision on {server_name}.{tool_name} within {self.approval.approval_timeout:g} s",
+            )
+        except RuntimeError as e:
+            return _error("approval_rejected", f"{server_name}.{tool_name} was not approved: {e}")
+        finally:
+            if done is not None:
+                done()
+        if not accepted:
+            return _error("approval_rejected", f"{server_name}.{tool_name} was rejected")
+        try:
+            result = await self.servers.call(server_name, tool_name, args)
+            value = tool_result_value(
+                result,
+                server_name=server_name,
+                tool_name=tool_name,
+                has_output_schema=bool(tool and tool.output_schema),
+                media_dir=self.media_dir,
+            )
+        except ToolCallError as e:
+            return _error("tool_error", str(e))
+        except MCPServerError as e:
+            return _error("server_error", str(e))
+        return {"result": value}
+
+    async def _reset(self, request: Request) -> Response:
+        await self.reset()
+        return JSONResponse({"reset": True})
+
+    async def _approval(self, websocket: WebSocket) -> None:
+        await self.approval.connect(websocket)

@@ -1,0 +1,85 @@
+"""Fixtures shared by the whole suite. Expensive ones (gateways, executors, generated packages) are shared
+per session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ipybox import CodeExecutor, generate_mcp_sources
+from tests.servers import params
+
+# Registrations made by generate_mcp_sources during the tests go to a private state dir, not the user's.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="ipybox-test-state-")
+
+
+@pytest.fixture(scope="session")
+async def executor(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[CodeExecutor]:
+    """One executor for the tests that only need a working kernel (they must not rely on a fresh state)."""
+    workspace = tmp_path_factory.mktemp("workspace")
+    async with CodeExecutor(
+        working_dir=workspace,
+        images_dir=workspace / "images",
+        output_dir=workspace / "outputs",
+        kernel_env={"IPYBOX_TEST_VAR": "test-value"},
+    ) as ex:
+        yield ex
+
+
+@pytest.fixture
+def workspace(executor: CodeExecutor) -> Path:
+    return executor.working_dir
+
+
+@pytest.fixture(scope="session")
+def tools_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace with files for the filesystem server and a git repository for the git server."""
+    workspace = tmp_path_factory.mktemp("tools-workspace")
+    (workspace / "data").mkdir()
+    (workspace / "data" / "notes.txt").write_text("hello from the filesystem\n")
+    (workspace / ".env").write_text("SECRET_TOKEN=never-in-the-kernel\n")
+    repo = workspace / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "README.md").write_text("# repo\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "initial"], check=True)
+    return workspace
+
+
+@pytest.fixture(scope="session")
+def tool_servers(tools_workspace: Path) -> dict[str, dict[str, Any]]:
+    """Real MCP servers by the names the generated packages use."""
+    return {
+        "everything": params.everything(),
+        "filesystem": params.filesystem(tools_workspace / "data"),
+        "time": params.time_server(),
+        "git": params.git(tools_workspace / "repo"),
+    }
+
+
+@pytest.fixture(scope="session")
+async def mcptools(tools_workspace: Path, tool_servers: dict[str, dict[str, Any]]) -> Path:
+    """Generated packages for the real servers, under `<tools_workspace>/mcptools`."""
+    root = tools_workspace / "mcptools"
+    for name, server_params in tool_servers.items():
+        await generate_mcp_sources(name, server_params, root)
+    return root
+
+
+@pytest.fixture(scope="session")
+async def tool_executor(
+    tools_workspace: Path, mcptools: Path, tool_servers: dict[str, dict[str, Any]]
+) -> AsyncIterator[CodeExecutor]:
+    """An executor whose kernel can call the real servers through the generated API."""
+    async with CodeExecutor(
+        working_dir=tools_workspace, mcp_servers=tool_servers, approval_timeout=5, spare_kernel=False
+    ) as ex:
+        yield ex

@@ -1,0 +1,149 @@
+"""ToolServer over its Unix socket with the real server-everything: auth, routing, restarts, cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from ipybox import process
+from ipybox.tool_exec.client import ApprovalRejectedError, ToolRunner, ToolRunnerError
+from ipybox.tool_exec.server import ToolServer
+from tests.servers import params
+from tests.servers.processes import pids, tagged
+from tests.tool_exec.conftest import TAG
+
+
+def runner(server: ToolServer, name: str = "everything", token: str | None = None) -> ToolRunner:
+    return ToolRunner(name, address=server.address, token=token if token is not None else server.token)
+
+
+async def call(server: ToolServer, tool: str, args: dict[str, object], **kw: object) -> object:
+    return await asyncio.to_thread(runner(server, **kw).run_sync, tool, args)  # type: ignore[arg-type]
+
+
+async def test_socket_is_private(tool_server: ToolServer) -> None:
+    assert tool_server.unix_socket is not None
+    assert stat.S_IMODE(tool_server.unix_socket.stat().st_mode) == 0o600
+    assert stat.S_IMODE(tool_server.unix_socket.parent.stat().st_mode) == 0o700
+
+
+async def test_runs_a_tool(tool_server: ToolServer) -> None:
+    assert await call(tool_server, "echo", {"message": "hi"}) == "Echo: hi"
+
+
+async def test_structured_content_comes_back_as_dict(tool_server: ToolServer) -> None:
+    result = await call(tool_server, "get-structured-content", {"location": "New York"})
+    assert isinstance(result, dict) and "temperature" in result
+
+
+async def test_images_are_saved_and_referenced(tool_server: ToolServer) -> None:
+    result = await call(tool_server, "get-tiny-image", {})
+    assert isinstance(result, str)
+    paths = [word.strip("[]()") for word in result.split() if word.strip("[]()").endswith(".png")]
+    assert paths
+    assert (await asyncio.to_thread(Path(paths[0]).read_bytes)).startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("token", ["", "wrong"])
+async def test_requests_without_the_token_are_refused(tool_server: ToolServer, token: str) -> None:
+    connector = aiohttp.UnixConnector(path=str(tool_server.unix_socket))
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with aiohttp.ClientSession(connector=connector) as http:
+        body = {"server": "everything", "tool": "echo", "args": {"message": "x"}}
+        async with http.post("http://localhost/run", json=body, headers=headers) as response:
+            assert response.status == 401
+        async with http.put("http://localhost/reset", headers=headers) as response:
+            assert response.status == 401
+        with pytest.raises(aiohttp.WSServerHandshakeError):
+            await http.ws_connect("http://localhost/approval", headers=headers)
+    with pytest.raises(ToolRunnerError, match="rejected this kernel's token"):
+        await call(tool_server, "echo", {"message": "x"}, token=token)
+
+
+async def test_unknown_server_is_refused_and_no_command_can_be_smuggled(
+    tool_server: ToolServer, tmp_path: Path
+) -> None:
+    canary = tmp_path / "pwned"
+    with pytest.raises(ToolRunnerError, match="no MCP server named 'evil' is registered"):
+        await call(tool_server, "echo", {"message": "x"}, name="evil")
+    # The published ipybox let the kernel send server_params: they are ignored here.
+    smuggler = ToolRunner(
+        "evil",
+        {"command": "touch", "args": [str(canary)]},
+        address=tool_server.address,
+        token=tool_server.token,
+    )
+    with pytest.raises(ToolRunnerError, match="is registered with this ipybox"):
+        await asyncio.to_thread(smuggler.run_sync, "x", {})
+    assert not canary.exists()
+
+
+async def test_bad_request(tool_server: ToolServer) -> None:
+    connector = aiohttp.UnixConnector(path=str(tool_server.unix_socket))
+    headers = {"Authorization": f"Bearer {tool_server.token}"}
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as http:
+        async with http.post("http://localhost/run", data=b"not json") as response:
+            assert (await response.json())["error"]["type"] == "bad_request"
+        async with http.post("http://localhost/run", json={"server": 1}) as response:
+            assert (await response.json())["error"]["type"] == "bad_request"
+
+
+async def test_tool_errors_carry_the_servers_message(tool_server: ToolServer) -> None:
+    with pytest.raises(ToolRunnerError, match="echo"):
+        await call(tool_server, "echo", {})  # missing required argument
+
+
+async def test_concurrent_calls_share_one_server(tool_server: ToolServer) -> None:
+    results = await asyncio.gather(*(call(tool_server, "echo", {"message": str(i)}) for i in range(20)))
+    assert results == [f"Echo: {i}" for i in range(20)]
+    assert len(pids(TAG)) == 1
+
+
+async def test_a_crashed_server_is_restarted_on_the_next_call(tool_server: ToolServer) -> None:
+    assert await call(tool_server, "echo", {"message": "before"}) == "Echo: before"
+    [pid] = pids(TAG)
+    os.kill(pid, signal.SIGKILL)
+    await asyncio.sleep(0.2)
+    try:
+        first = await call(tool_server, "echo", {"message": "during"})
+    except ToolRunnerError as e:  # the call that finds the connection broken may fail, clearly
+        assert "everything" in str(e)
+    else:
+        assert first == "Echo: during"
+    assert await call(tool_server, "echo", {"message": "after"}) == "Echo: after"
+    assert pids(TAG) != [pid]
+
+
+async def test_reset_stops_servers_and_they_start_again(tool_server: ToolServer) -> None:
+    await call(tool_server, "echo", {"message": "x"})
+    [pid] = pids(TAG)
+    await tool_server.reset()
+    assert not process.is_alive(pid)
+    assert await call(tool_server, "echo", {"message": "again"}) == "Echo: again"
+
+
+async def test_approval_required_without_a_client_rejects(tmp_path: Path) -> None:
+    async with ToolServer(servers={"everything": params.everything()}, approval_required=True) as server:
+        with pytest.raises(ApprovalRejectedError, match="no approval client"):
+            await call(server, "echo", {"message": "x"})
+
+
+async def test_tcp_loopback_and_stop_leaves_nothing() -> None:
+    server = ToolServer(port=0, servers={"everything": tagged(params.everything(), "tool-exec-tcp")})
+    await server.start()
+    assert server.address.startswith("http://127.0.0.1:")
+    assert await call(server, "echo", {"message": "tcp"}) == "Echo: tcp"
+    started = pids("tool-exec-tcp")
+    await server.stop()
+    assert started and not any(process.is_alive(pid) for pid in started)
+
+
+async def test_refuses_non_loopback_hosts() -> None:
+    with pytest.raises(ValueError, match="loopback"):
+        ToolServer(host="0.0.0.0", port=8900)
