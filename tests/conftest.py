@@ -14,6 +14,7 @@ import pytest
 
 from ipybox import CodeExecutor, generate_mcp_sources
 from tests.servers import params
+from tests.servers.processes import tagged
 
 # Registrations made by generate_mcp_sources during the tests go to a private state dir, not the user's.
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="ipybox-test-state-")
@@ -58,10 +59,12 @@ def tools_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tool_servers(tools_workspace: Path) -> dict[str, dict[str, Any]]:
     """Real MCP servers by the names the generated packages use."""
     return {
-        "everything": params.everything(),
+        "everything": tagged(params.everything(), "facade-everything"),
         "filesystem": params.filesystem(tools_workspace / "data"),
         "time": params.time_server(),
         "git": params.git(tools_workspace / "repo"),
+        # `${SECRET_TOKEN}` comes from the workspace's `.env`: resolved for the server, never in the kernel.
+        "edge": {**params.edge(), "env": {"EDGE_SECRET": "${SECRET_TOKEN}"}},
     }
 
 
@@ -70,7 +73,7 @@ async def mcptools(tools_workspace: Path, tool_servers: dict[str, dict[str, Any]
     """Generated packages for the real servers, under `<tools_workspace>/mcptools`."""
     root = tools_workspace / "mcptools"
     for name, server_params in tool_servers.items():
-        await generate_mcp_sources(name, server_params, root)
+        await generate_mcp_sources(name, server_params, root, dotenv_path=tools_workspace / ".env")
     return root
 
 
