@@ -1,0 +1,40 @@
+"""The tools suite: MCP tool calls from the kernel, approval, and the direct mcp client as the floor."""
+
+from bench.registry import Job, Metric, Side, Suite, Target, register
+
+register(
+    Suite(
+        name="tools",
+        description="programmatic MCP tool calls (tool server, approval)",
+        jobs=(
+            Job(
+                "tool_floor.py",
+                (Side.FLOOR,),
+                runs=100,
+                metrics=(
+                    Metric("floor.tools.echo", "mcp ClientSession everything.echo"),
+                    Metric("floor.tools.list_directory", "mcp ClientSession filesystem.list_directory"),
+                ),
+            ),
+            Job(
+                "tool_calls.py",
+                (Side.OURS, Side.PEER),
+                runs=100,
+                metrics=(
+                    Metric(
+                        "tools.echo",
+                        "in-kernel everything.echo",
+                        Target(max_floor_ratio=1.3, floor_metric="floor.tools.echo"),
+                    ),
+                    Metric(
+                        "tools.list_directory",
+                        "in-kernel filesystem.list_directory",
+                        Target(max_floor_ratio=1.3, floor_metric="floor.tools.list_directory"),
+                    ),
+                    Metric("tools.approval_added", "stream()+accept() minus execute()", Target(max_ms=0.5)),
+                    Metric("tools.first_call_fresh_kernel", "first call, fresh kernel", Target(max_ms=100)),
+                ),
+            ),
+        ),
+    )
+)
