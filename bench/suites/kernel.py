@@ -67,6 +67,7 @@ register(
                 metrics=(
                     Metric("kernel.reset", "reset()", Target(max_ms=150)),
                     Metric("kernel.first_execute_after_reset", "first execute after reset"),
+                    Metric("kernel.reset_back_to_back", "reset() right after reset() (waits for the spare)"),
                 ),
             ),
             *(_print_job(mb, runs) for mb, runs in ((1, 10), (5, 3), (10, 3))),

@@ -9,27 +9,49 @@ from pathlib import Path
 
 from ipybox import __version__
 
+EXIT_ERROR = 1
+EXIT_TIMEOUT = 124
 
-async def _exec(code: str, workspace: Path, timeout: float) -> int:
-    from ipybox.code_exec.result import CodeExecutionError
+
+async def _decide(request: object, approve: str) -> bool:
+    from ipybox.tool_exec.approval.request import ApprovalRequest
+    from ipybox.utils import arun
+
+    assert isinstance(request, ApprovalRequest)
+    call = f"{request.server_name}.{request.tool_name}({request.tool_args})"
+    if approve == "all":
+        return True
+    if approve == "ask":
+        answer = await arun(input, f"ipybox: run tool call {call}? [y/N] ")
+        return answer.strip().lower() in ("y", "yes")
+    print(f"ipybox: rejected tool call {call} (pass --approve all or --approve ask)", file=sys.stderr)
+    return False
+
+
+async def _exec(code: str, workspace: Path, timeout: float, approve: str) -> int:
+    from ipybox.code_exec.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
     from ipybox.facade import CodeExecutor
+    from ipybox.tool_exec.approval.request import ApprovalRequest
 
     async with CodeExecutor(working_dir=workspace, spare_kernel=False) as executor:
         try:
             async for item in executor.stream(code, timeout=timeout, chunks=True):
-                from ipybox.code_exec.result import CodeExecutionChunk, CodeExecutionResult
-
-                if isinstance(item, CodeExecutionChunk):
+                if isinstance(item, ApprovalRequest):
+                    await (item.accept() if await _decide(item, approve) else item.reject())
+                elif isinstance(item, CodeExecutionChunk):
                     (sys.stderr if item.stream == "stderr" else sys.stdout).write(item.text)
+                    (sys.stderr if item.stream == "stderr" else sys.stdout).flush()
                 elif isinstance(item, CodeExecutionResult):
                     for image in item.images:
                         print(f"[image: {image}]")
+                    if item.output_file is not None:
+                        print(f"[complete output: {item.output_file}]")
         except CodeExecutionError as e:
             print(str(e), file=sys.stderr)
-            return 1
+            return EXIT_ERROR
         except TimeoutError as e:
             print(f"ipybox: {e}", file=sys.stderr)
-            return 124
+            return EXIT_TIMEOUT
     return 0
 
 
@@ -44,11 +66,23 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("code", nargs="?", help="the code (default: read from standard input)")
     run.add_argument("--workspace", type=Path, default=Path("."), help="working directory of the kernel")
     run.add_argument("--timeout", type=float, default=120, help="seconds the code may run (default: 120)")
+    run.add_argument(
+        "--approve",
+        choices=("ask", "all", "none"),
+        default=None,
+        help="MCP tool calls from the code: ask on the terminal (default when the code is an argument and "
+        "standard input is a terminal), approve all, or reject all (default otherwise)",
+    )
     args = parser.parse_args(argv)
     if args.command == "exec":
+        if not args.workspace.is_dir():
+            parser.error(f"--workspace {args.workspace}: no such directory")
         code = args.code if args.code is not None else sys.stdin.read()
+        approve = args.approve or ("ask" if args.code is not None and sys.stdin.isatty() else "none")
+        if approve == "ask" and (args.code is None or not sys.stdin.isatty()):
+            parser.error("--approve ask needs the code as an argument and a terminal on standard input")
         try:
-            return asyncio.run(_exec(code, args.workspace.resolve(), args.timeout))
+            return asyncio.run(_exec(code, args.workspace.resolve(), args.timeout, approve))
         except KeyboardInterrupt:
             return 130
     parser.print_help()

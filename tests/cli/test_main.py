@@ -1,0 +1,55 @@
+"""The `ipybox` command, run as users run it (the installed console script)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+IPYBOX = Path(sys.executable).parent / "ipybox"
+
+
+def ipybox(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(IPYBOX), *args], input=stdin, capture_output=True, text=True, timeout=120, cwd=cwd, check=False
+    )
+
+
+def test_exec_prints_output_and_exits_0(tmp_path: Path) -> None:
+    done = ipybox("exec", "--workspace", str(tmp_path), "import os\nprint(1 + 1, os.getcwd())")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"2 {tmp_path}\n"
+
+
+def test_exec_reads_code_from_stdin(tmp_path: Path) -> None:
+    done = ipybox("exec", "--workspace", str(tmp_path), stdin="import sys\nprint('err', file=sys.stderr)\n")
+    assert done.returncode == 0
+    assert done.stderr == "err\n" and done.stdout == ""
+
+
+def test_exec_error_exits_1_with_the_traceback(tmp_path: Path) -> None:
+    done = ipybox("exec", "--workspace", str(tmp_path), "1 / 0")
+    assert done.returncode == 1
+    assert "ZeroDivisionError" in done.stderr and "Traceback" not in done.stdout
+
+
+def test_exec_timeout_exits_124(tmp_path: Path) -> None:
+    done = ipybox("exec", "--workspace", str(tmp_path), "--timeout", "0.5", "while True: pass")
+    assert done.returncode == 124
+    assert "timeout" in done.stderr.lower() or "timed out" in done.stderr.lower()
+
+
+def test_missing_workspace_is_one_clear_error(tmp_path: Path) -> None:
+    done = ipybox("exec", "--workspace", str(tmp_path / "nope"), "1")
+    assert done.returncode == 2
+    assert "no such directory" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_tool_calls_are_rejected_unless_approved(tools_workspace: Path, mcptools: Path) -> None:
+    code = "from mcptools.everything import echo\nprint(echo.run(echo.Params(message='cli')))"
+    rejected = ipybox("exec", "--workspace", str(tools_workspace), code, stdin="")
+    assert rejected.returncode == 1
+    assert "rejected tool call everything.echo" in rejected.stderr and "--approve" in rejected.stderr
+    approved = ipybox("exec", "--workspace", str(tools_workspace), "--approve", "all", code)
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout == "Echo: cli\n"
