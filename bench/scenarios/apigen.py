@@ -19,6 +19,16 @@ from _servers import SERVER_NAMES, server_params
 from ipybox import generate_mcp_sources
 
 
+async def servers_stopped() -> None:
+    """Ours stops the server in the background after generating; untimed, let it finish before the next
+    sample so samples don't overlap."""
+    try:
+        from ipybox.mcp_apigen.sources import wait_for_stopped_servers
+    except ImportError:  # the peer stops it before returning
+        return
+    await wait_for_stopped_servers()
+
+
 async def measure_total(name: str, params: dict[str, object], scratch: Path, runs: int, warmup: int) -> None:
     watch = Stopwatch()
     tools: list[str] = []
@@ -26,6 +36,7 @@ async def measure_total(name: str, params: dict[str, object], scratch: Path, run
         root = scratch / f"total-{i}"
         with watch.measure(keep=i >= warmup):
             tools = await generate_mcp_sources(name, params, root)
+        await servers_stopped()
     emit(f"apigen.{name}.total", watch.samples_ms, info={"tools": len(tools)})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -56,8 +57,34 @@ async def generate_mcp_sources(
     connection = MCPConnection(
         server_name, server_params, connect_timeout=connect_timeout, dotenv_path=dotenv_path
     )
-    async with connection:
+    await connection.start()
+    try:
         tools = await connection.list_tools()
-    names = write_mcp_sources(server_name, tools, Path(root_dir))
-    (registry or ServerRegistry()).register(Path(root_dir), server_name, server_params)
+        names = write_mcp_sources(server_name, tools, Path(root_dir))
+        (registry or ServerRegistry()).register(Path(root_dir), server_name, server_params)
+    except BaseException:
+        await connection.stop()
+        raise
+    _stop_in_background(connection)
     return names
+
+
+# MCP's stdio shutdown (close stdin, let the server exit, SIGTERM after a grace period) takes some servers
+# hundreds of milliseconds, which would more than double a generation. The sources are complete by then,
+# so the server is stopped while the caller goes on (typically to start a CodeExecutor). The stop is
+# shielded: `asyncio.run()` ending, or a cancellation, still waits for it, so no process is left behind.
+_stopping: set[asyncio.Task[None]] = set()
+
+
+def _stop_in_background(connection: MCPConnection) -> None:
+    task = asyncio.get_running_loop().create_task(
+        connection.stop(), name=f"mcp-stop-{connection.server_name}"
+    )
+    _stopping.add(task)
+    task.add_done_callback(_stopping.discard)
+
+
+async def wait_for_stopped_servers() -> None:
+    """Wait until the servers `generate_mcp_sources` started have all exited."""
+    if _stopping:
+        await asyncio.gather(*_stopping, return_exceptions=True)

@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 
 from ipybox.mcp_apigen import ToolSchema, generate_mcp_sources, render_sources, write_mcp_sources
 from ipybox.mcp_apigen.literals import doc_text, docstring, py_str
+from ipybox.mcp_apigen.sources import wait_for_stopped_servers
 from ipybox.mcp_client import ServerStartError
 from tests.servers import params
 from tests.servers.edge_server import CANARY_CODE, INJECTION_WITH_CODE, RAW_TOOLS
+from tests.servers.processes import TAG_ENV, pids, tagged
 
 TOOL = {
     "name": "add",
@@ -142,3 +144,33 @@ def test_generated_modules_import_only_pydantic_and_stdlib(tmp_path: Path) -> No
     modules = set(ast.literal_eval(listed))
     assert not modules & {"ipybox", "mcp", "mcp_types", "jinja2", "httpx2", "anyio"}, modules
     assert float(elapsed) < 0.25, f"importing three generated modules took {elapsed} s"
+
+
+async def test_the_server_is_stopped_after_generation(tmp_path: Path) -> None:
+    await generate_mcp_sources("edge", tagged(params.edge(), "apigen-stop"), tmp_path / "mcptools")
+    await wait_for_stopped_servers()
+    assert pids("apigen-stop") == []
+
+
+def test_no_server_outlives_a_program_that_generates_and_exits(tmp_path: Path) -> None:
+    # The server's stop runs in the background; asyncio.run() ending must still wait for it.
+    script = (
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "from ipybox import generate_mcp_sources\n"
+        f"asyncio.run(generate_mcp_sources('edge', {tagged(params.edge(), 'apigen-exit')!r}, Path(sys.argv[1])))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "mcptools")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "mcptools" / "edge" / "echo.py").exists()
+    tag = f"{TAG_ENV}=apigen-exit".encode()
+    survivors = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if tag in environ.read_bytes().split(b"\0"):
+                survivors.append(environ.parent.name)
+        except OSError:
+            continue
+    assert survivors == []
