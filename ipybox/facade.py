@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from ipybox.code_exec.client import DEFAULT_MAX_OUTPUT_CHARS, KernelClient
+from ipybox.code_exec.kernelspec import KernelSpec
 from ipybox.code_exec.result import CodeExecutionChunk, CodeExecutionResult
 from ipybox.code_exec.server import GatewayEndpoint, KernelGateway
 from ipybox.tool_exec.approval.request import ApprovalRequest
@@ -48,8 +49,11 @@ class CodeExecutor:
         images_dir: Where images displayed by code (plots) are saved; default `images` in the working dir.
         approval_timeout: Seconds an MCP tool call waits for `accept()`/`reject()` before it fails.
         connect_timeout: Seconds an MCP server gets to start.
-        sandbox: Run kernels in a sandbox.
-        sandbox_config: Sandbox policy file.
+        sandbox: Run kernels (and all they start) in a bubblewrap sandbox: no network, writes only to the
+            working dir and a private /tmp, `.env` files and credentials unreadable (see
+            `ipybox.sandbox.SandboxPolicy`). Fails with `SandboxUnavailableError` when the machine can't
+            sandbox; never runs unsandboxed instead.
+        sandbox_config: Sandbox policy file (JSON, sandbox-runtime format) extending the default policy.
         log_level: Log level of ipybox and its gateway (DEBUG, INFO, WARNING, ERROR, CRITICAL).
         working_dir: The kernel's working directory (default: the current directory).
         kernel_gateway_url: Use this running gateway (e.g. Jupyter Enterprise Gateway) instead of an
@@ -96,10 +100,15 @@ class CodeExecutor:
         mcp_servers: Mapping[str, Mapping[str, Any]] | None = None,
         mcptools_dir: str | Path | None = None,
     ) -> None:
-        if sandbox:
-            # Fail closed: never pretend to sandbox.
-            raise NotImplementedError(
-                "sandbox=True is not available in this version of ipybox yet; run with sandbox=False"
+        if sandbox and kernel_gateway_url is not None:
+            raise ValueError(
+                "sandbox=True sandboxes kernels of the embedded gateway; a gateway at kernel_gateway_url "
+                "runs kernels its own way: drop one of the two"
+            )
+        if sandbox and tool_server_port is not None:
+            raise ValueError(
+                "sandbox=True needs the tool server on a Unix socket (a sandboxed kernel has no network): "
+                "leave tool_server_port unset"
             )
         self.tool_server_host = tool_server_host
         self.tool_server_port = tool_server_port
@@ -174,6 +183,7 @@ class CodeExecutor:
                     port=self.kernel_gateway_port,
                     env=env,
                     working_dir=self.working_dir,
+                    kernel_spec=self._kernel_spec(),
                     log_level=self.log_level,
                 )
                 await self._gateway.start()
@@ -190,6 +200,17 @@ class CodeExecutor:
         except BaseException:
             await self.stop()
             raise
+
+    def _kernel_spec(self) -> KernelSpec | None:
+        if not self.sandbox:
+            return None
+        from ipybox.sandbox import SandboxPolicy, sandboxed_kernel_spec
+
+        policy = SandboxPolicy.from_file(self.sandbox_config) if self.sandbox_config else SandboxPolicy()
+        socket = self.tool_server.unix_socket
+        return sandboxed_kernel_spec(
+            policy, self.working_dir, tool_server_dir=socket.parent if socket is not None else None
+        )
 
     def _create_tool_server(self) -> ToolServer:
         registry = ServerRegistry()

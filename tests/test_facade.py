@@ -226,11 +226,6 @@ async def test_without_spare_kernel(tmp_path: Path) -> None:
             await ex.execute("a")
 
 
-async def test_sandbox_is_not_faked() -> None:
-    with pytest.raises(NotImplementedError, match="sandbox"):
-        CodeExecutor(sandbox=True)
-
-
 async def test_not_started() -> None:
     with pytest.raises(RuntimeError, match="not running"):
         await CodeExecutor().execute("1")

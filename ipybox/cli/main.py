@@ -55,6 +55,23 @@ async def _exec(code: str, workspace: Path, timeout: float, approve: str) -> int
     return 0
 
 
+def _doctor(as_json: bool) -> int:
+    import json
+
+    from ipybox.sandbox.doctor import run_checks, sandbox_ready
+
+    checks = run_checks()
+    ready = sandbox_ready(checks)
+    if as_json:
+        print(json.dumps({"sandbox": ready, "checks": [check.as_dict() for check in checks]}, indent=2))
+    else:
+        for check in checks:
+            mark = "ok" if check.ok else ("MISSING" if check.required else "no")
+            print(f"{mark:>7}  {check.name}: {check.detail}")
+        print(f"\nsandbox=True {'works' if ready else 'is not available'} on this machine")
+    return 0 if ready else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the `ipybox` command."""
     parser = argparse.ArgumentParser(
@@ -73,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         help="MCP tool calls from the code: ask on the terminal (default when the code is an argument and "
         "standard input is a terminal), approve all, or reject all (default otherwise)",
     )
+    doctor = commands.add_parser("doctor", help="report what this machine supports for sandboxing")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
+    if args.command == "doctor":
+        return _doctor(as_json=args.json)
     if args.command == "exec":
         if not args.workspace.is_dir():
             parser.error(f"--workspace {args.workspace}: no such directory")

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Literal
 
 KERNEL_NAME = "ipybox"
+# Stands for the gateway's private runtime directory in a kernelspec's argv; filled in by `write()`.
+RUNTIME_DIR = "{ipybox_runtime_dir}"
 
 
 def default_kernel_argv(python: str | None = None) -> list[str]:
@@ -47,12 +49,18 @@ class KernelSpec:
     env: dict[str, str] = field(default_factory=dict)
     display_name: str = "Python 3 (ipybox)"
 
-    def write(self, data_dir: Path, name: str = KERNEL_NAME) -> Path:
-        """Write `kernels/<name>/kernel.json` under a Jupyter data dir and return its directory."""
+    def write(self, data_dir: Path, name: str = KERNEL_NAME, runtime_dir: Path | None = None) -> Path:
+        """Write `kernels/<name>/kernel.json` under a Jupyter data dir and return its directory.
+
+        `RUNTIME_DIR` in the argv is replaced by `runtime_dir`.
+        """
         spec_dir = data_dir / "kernels" / name
         spec_dir.mkdir(parents=True, exist_ok=True)
+        argv = self.argv
+        if runtime_dir is not None:
+            argv = [arg.replace(RUNTIME_DIR, str(runtime_dir)) for arg in argv]
         spec = {
-            "argv": self.argv,
+            "argv": argv,
             "display_name": self.display_name,
             "language": "python",
             "interrupt_mode": self.interrupt_mode,

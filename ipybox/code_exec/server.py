@@ -192,7 +192,7 @@ class KernelGateway:
         data_dir = self._runtime_dir / "data"
         config_dir.mkdir()
         (self._runtime_dir / "ipc").mkdir(mode=0o700)
-        self.kernel_spec.write(data_dir)
+        self.kernel_spec.write(data_dir, runtime_dir=self._runtime_dir)
         config = {
             "KernelGatewayApp": {
                 "ip": self.host,

@@ -53,3 +53,15 @@ def test_tool_calls_are_rejected_unless_approved(tools_workspace: Path, mcptools
     approved = ipybox("exec", "--workspace", str(tools_workspace), "--approve", "all", code)
     assert approved.returncode == 0, approved.stderr
     assert approved.stdout == "Echo: cli\n"
+
+
+def test_doctor_reports_what_the_machine_supports() -> None:
+    import json
+
+    done = ipybox("doctor", "--json")
+    report = json.loads(done.stdout)
+    names = [check["name"] for check in report["checks"]]
+    assert names[:2] == ["bubblewrap", "namespaces (user, pid, net, mount)"]
+    assert done.returncode == (0 if report["sandbox"] else 1)
+    human = ipybox("doctor")
+    assert "bubblewrap" in human.stdout and "sandbox=True" in human.stdout

@@ -1,0 +1,158 @@
+"""The bubblewrap command line a sandboxed kernel is started with, and the check that it can run here.
+
+The kernel gateway stays on the host and drives the kernel over ZMQ `ipc://` sockets in a directory
+bind-mounted into the sandbox; the kernel reaches the tool server through its Unix socket, also
+bind-mounted. Everything else on the network is gone: the kernel gets its own network namespace, which
+has only a loopback interface, and its own PID namespace, so it can neither see nor signal host processes.
+Because the sandbox wraps the kernel process, `!` commands and subprocesses are inside it too.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from ipybox.code_exec.kernelspec import RUNTIME_DIR, KernelSpec, default_kernel_argv
+from ipybox.sandbox.errors import SandboxUnavailableError
+from ipybox.sandbox.policy import SandboxPolicy
+
+# Set inside the sandbox (the host's values point to places that are read-only or hidden there).
+_SANDBOX_ENV = {"TMPDIR": "/tmp", "IPYTHONDIR": "/tmp/.ipython", "MPLCONFIGDIR": "/tmp/.matplotlib"}
+
+
+def bwrap_path() -> str:
+    """The bubblewrap executable.
+
+    Raises:
+        SandboxUnavailableError: Not on Linux, or bubblewrap is not installed.
+    """
+    if platform.system() != "Linux":
+        raise SandboxUnavailableError(
+            f"sandbox=True uses bubblewrap, which needs Linux (this is {platform.system()}); "
+            "run with sandbox=False, or run ipybox in a Linux container"
+        )
+    found = shutil.which("bwrap")
+    if found is None:
+        raise SandboxUnavailableError(
+            "sandbox=True needs bubblewrap, which is not installed: install it "
+            "(Debian/Ubuntu: 'sudo apt-get install bubblewrap'; Fedora: 'sudo dnf install bubblewrap')"
+        )
+    return found
+
+
+@functools.cache
+def check_sandbox() -> str:
+    """Check once per process that bubblewrap can create the namespaces a kernel sandbox needs.
+
+    Returns:
+        The bubblewrap executable.
+
+    Raises:
+        SandboxUnavailableError: It can't, with the reason and the remedy.
+    """
+    bwrap = bwrap_path()
+    probe = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc"]
+    probe += ["--dev", "/dev", "--cap-drop", "ALL", "true"]
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SandboxUnavailableError(f"bubblewrap ({bwrap}) could not be run: {e}") from None
+    if done.returncode != 0:
+        reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+        raise SandboxUnavailableError(
+            f"bubblewrap cannot create a sandbox here ({reason}). Unprivileged user namespaces are "
+            "probably disabled: allow them (e.g. 'sudo sysctl kernel.unprivileged_userns_clone=1', or on "
+            "Ubuntu 23.10+ 'sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0'), or in a container "
+            "run it with user namespaces allowed; `ipybox doctor` shows what this machine supports"
+        )
+    return bwrap
+
+
+def bwrap_args(
+    policy: SandboxPolicy,
+    workspace: Path,
+    *,
+    writable: Sequence[Path] = (),
+    readable: Sequence[Path] = (),
+    home: Path | None = None,
+) -> list[str]:
+    """bubblewrap options (without the executable and the command) for a process confined by `policy`.
+
+    Args:
+        policy: The sandbox policy.
+        workspace: The working directory, writable.
+        writable: More directories to bind read-write at the same path (e.g. the kernel's ipc dir).
+        readable: Directories under `/tmp` to bind read-only (the private `/tmp` hides them otherwise).
+        home: The home directory `~` in the policy stands for (default: the current user's).
+    """
+    if policy.network.allowed_domains:
+        raise SandboxUnavailableError(
+            "network.allowedDomains is not supported by this version of ipybox: sandboxed kernels have no "
+            "network; remove the setting (tool calls through MCP servers still work)"
+        )
+    home = home or Path.home()
+    args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for path in readable:
+        args += ["--ro-bind", str(path), str(path)]
+    for path in (*policy.allow_write_paths(workspace, home), *writable):
+        args += ["--bind", str(path), str(path)]
+    # Read-only and hidden paths last: a later mount wins over an earlier one at the same place.
+    for path in policy.deny_write_paths(workspace, home):
+        args += ["--ro-bind", str(path), str(path)]
+    for path in policy.deny_read_paths(workspace, home):
+        if path.is_dir():
+            args += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        else:
+            args += ["--ro-bind", "/dev/null", str(path)]
+    # ipykernel exits when the pid in JPY_PARENT_PID (the gateway, outside the PID namespace) is gone.
+    args += ["--unsetenv", "JPY_PARENT_PID"]
+    for key, value in _SANDBOX_ENV.items():
+        args += ["--setenv", key, value]
+    args += ["--chdir", str(workspace)]
+    return args
+
+
+def sandboxed_kernel_spec(
+    policy: SandboxPolicy,
+    workspace: Path,
+    *,
+    tool_server_dir: Path | None = None,
+    home: Path | None = None,
+) -> KernelSpec:
+    """A kernelspec whose kernels run inside bubblewrap, confined by `policy`.
+
+    Args:
+        policy: The sandbox policy.
+        workspace: The kernels' working directory (writable).
+        tool_server_dir: The directory of the tool server's Unix socket, made reachable.
+        home: What `~` in the policy stands for.
+
+    Raises:
+        SandboxUnavailableError: bubblewrap is missing or can't create namespaces here.
+    """
+    bwrap = check_sandbox()
+    workspace = workspace.resolve()
+    # The gateway's runtime dir is only known when it starts: kernelspec.write() fills it in. Connection
+    # files are read there; the kernel creates its ipc sockets in `ipc/`.
+    readable = [Path(RUNTIME_DIR) / "runtime"]
+    if tool_server_dir is not None:
+        readable.append(tool_server_dir)
+    writable = [Path(RUNTIME_DIR) / "ipc"]
+    args = bwrap_args(policy, workspace, readable=readable, writable=writable, home=home)
+    argv = [bwrap, *args, "--", *default_kernel_argv()]
+    # The default SIGINT would reach bwrap, not the kernel: interrupt with a control message instead.
+    return KernelSpec(argv=argv, interrupt_mode="message", display_name="Python 3 (ipybox, sandboxed)")
+
+
+def sandbox_supported() -> bool:
+    """Whether `check_sandbox()` passes (for reports; use `check_sandbox()` to get the reason)."""
+    try:
+        check_sandbox()
+    except SandboxUnavailableError:
+        return False
+    return True

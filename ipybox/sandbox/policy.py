@@ -1,0 +1,135 @@
+"""`SandboxPolicy`: what a sandboxed kernel may read, write and reach.
+
+The default: read the whole filesystem except `.env` files (in the workspace and its parent directories)
+and the usual credential stores in the home directory; write only the workspace (minus the files that
+control the host: git hooks and config, ipybox's own configuration) and a private `/tmp`; no network.
+
+A policy file in the format of Anthropic's sandbox-runtime (as used by ipybox 0.9) is accepted:
+
+```json
+{"filesystem": {"denyRead": ["~/.ssh"], "allowWrite": ["/data/out"], "denyWrite": ["secrets/"]},
+ "network": {"allowedDomains": ["pypi.org"], "deniedDomains": []}}
+```
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+DEFAULT_DENY_READ = (
+    "~/.ssh",
+    "~/.aws",
+    "~/.gnupg",
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.docker/config.json",
+    "~/.config/gh",
+    "~/.config/gcloud",
+    "~/.kube",
+    "~/.pypirc",
+    "~/.npmrc",
+)
+# Files through which code could make the host run something later: git runs hooks and honours
+# `core.hooksPath`/`core.fsmonitor` from the repository's config; ipybox.toml and .ipybox/ hold the
+# workspace's own policy, rules and tokens.
+DEFAULT_DENY_WRITE = (".git/hooks", ".git/config", "ipybox.toml", ".ipybox")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class FilesystemPolicy(_Strict):
+    """Paths: absolute, `~/...`, or relative to the workspace."""
+
+    deny_read: list[str] = Field(default_factory=list, alias="denyRead")
+    allow_write: list[str] = Field(default_factory=list, alias="allowWrite")
+    deny_write: list[str] = Field(default_factory=list, alias="denyWrite")
+
+
+class NetworkPolicy(_Strict):
+    allowed_domains: list[str] = Field(default_factory=list, alias="allowedDomains")
+    denied_domains: list[str] = Field(default_factory=list, alias="deniedDomains")
+
+
+class SandboxPolicy(_Strict):
+    """What a sandboxed kernel may do, on top of the defaults (which a policy can only extend).
+
+    Attributes:
+        filesystem: Extra paths to hide (`deny_read`), to make writable (`allow_write`) or read-only
+            (`deny_write`).
+        network: `allowed_domains` the kernel may reach through ipybox's filtering proxy (none by default).
+    """
+
+    filesystem: FilesystemPolicy = Field(default_factory=FilesystemPolicy)
+    network: NetworkPolicy = Field(default_factory=NetworkPolicy)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> SandboxPolicy:
+        """Read a policy file (JSON, sandbox-runtime format).
+
+        Raises:
+            ValueError: The file is missing, not JSON, or has unknown or mistyped keys (named in the message).
+        """
+        path = Path(path)
+        try:
+            data: Any = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ValueError(f"sandbox policy {path}: no such file") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"sandbox policy {path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in error['loc']) or '(top level)'}: {error['msg']}"
+                for error in e.errors()
+            )
+            raise ValueError(f"sandbox policy {path}: {problems}") from None
+
+    def deny_read_paths(self, workspace: Path, home: Path) -> list[Path]:
+        """Existing files and directories to hide: `.env` files in the workspace and its parents, the
+        credential stores in `home`, and what the policy names."""
+        found: list[Path] = []
+        for directory in (workspace, *workspace.parents):
+            found.extend(sorted(directory.glob(".env*")))
+        for entry in (*DEFAULT_DENY_READ, *self.filesystem.deny_read):
+            found.extend(_matches(entry, workspace, home))
+        return _existing_unique(found)
+
+    def allow_write_paths(self, workspace: Path, home: Path) -> list[Path]:
+        paths = [workspace]
+        for entry in self.filesystem.allow_write:
+            paths.extend(_matches(entry, workspace, home))
+        return _existing_unique(paths)
+
+    def deny_write_paths(self, workspace: Path, home: Path) -> list[Path]:
+        paths: list[Path] = []
+        for entry in (*DEFAULT_DENY_WRITE, *self.filesystem.deny_write):
+            paths.extend(_matches(entry, workspace, home))
+        return _existing_unique(paths)
+
+
+def _matches(entry: str, workspace: Path, home: Path) -> list[Path]:
+    if entry.startswith("~/") or entry == "~":
+        path = home / entry[2:]
+    else:
+        path = Path(entry)
+        if not path.is_absolute():
+            path = workspace / path
+    if any(char in str(path) for char in "*?["):
+        anchor = Path(path.anchor)
+        return sorted(anchor.glob(str(path.relative_to(anchor))))
+    return [path]
+
+
+def _existing_unique(paths: list[Path]) -> list[Path]:
+    seen: dict[Path, None] = {}
+    for path in paths:
+        if path.exists() or path.is_symlink():
+            seen.setdefault(path.resolve() if path.is_symlink() else path, None)
+    return list(seen)

@@ -1,0 +1,78 @@
+"""A sandboxed executor over a workspace full of things it must not touch, shared by the module."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ipybox import CodeExecutor, generate_mcp_sources
+from tests.servers import params
+
+
+@dataclass
+class Sandboxed:
+    executor: CodeExecutor
+    workspace: Path
+    outside: Path  # a host directory outside the workspace and /tmp: readable, not writable
+    secret_file: Path  # outside the workspace, hidden by the policy file
+    host_port: int  # a TCP server on the host's 127.0.0.1
+
+    async def run(self, code: str) -> str:
+        result = await self.executor.execute(code, timeout=60)
+        return (result.text or "").strip()
+
+
+@pytest.fixture(scope="session")
+def host_tcp_server() -> Iterator[int]:
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.sendall(b"host secret\n")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+
+
+@pytest.fixture(scope="session")
+async def sandboxed(
+    tmp_path_factory: pytest.TempPathFactory, host_tcp_server: int
+) -> AsyncIterator[Sandboxed]:
+    base = tmp_path_factory.mktemp("sandbox")
+    workspace = base / "workspace"
+    workspace.mkdir()
+    (workspace / ".env").write_text("API_KEY=sandbox-secret-in-dotenv\n")
+    (workspace / ".env.local").write_text("OTHER=sandbox-secret-local\n")
+    (workspace / "ipybox.toml").write_text("# the workspace's own policy\n")
+    (workspace / "data.txt").write_text("ordinary data\n")
+    os.symlink(workspace / ".env", workspace / "innocent.txt")
+    git = ["git", "-C", str(workspace), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    # The workspace is under /tmp, which the sandbox replaces with its own: the host directory for
+    # "outside" tests is this one.
+    outside = Path(__file__).resolve().parent
+    secrets_dir = base / "secrets"
+    secrets_dir.mkdir()
+    secret_file = secrets_dir / "token.txt"
+    secret_file.write_text("sandbox-secret-named-by-policy\n")
+    policy = base / "policy.json"
+    policy.write_text(json.dumps({"filesystem": {"denyRead": [str(secrets_dir)]}}))
+    await generate_mcp_sources("everything", params.everything(), workspace / "mcptools")
+    async with CodeExecutor(
+        working_dir=workspace, sandbox=True, sandbox_config=policy, approval_timeout=10
+    ) as executor:
+        yield Sandboxed(executor, workspace, outside, secret_file, host_tcp_server)

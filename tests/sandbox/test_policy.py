@@ -1,0 +1,94 @@
+"""Sandbox policies: files in the sandbox-runtime format, the paths they protect, and the schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ipybox.sandbox import SandboxPolicy, SandboxUnavailableError
+from ipybox.sandbox.bwrap import bwrap_args
+from ipybox.sandbox.schema import SCHEMA_FILE, render
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_policy_file_in_the_published_format(tmp_path: Path) -> None:
+    path = tmp_path / "policy.json"
+    path.write_text(
+        json.dumps(
+            {
+                "filesystem": {"denyRead": ["~/.secret"], "allowWrite": ["/data"], "denyWrite": ["locked/"]},
+                "network": {"allowedDomains": [], "deniedDomains": ["evil.example"]},
+            }
+        )
+    )
+    policy = SandboxPolicy.from_file(path)
+    assert policy.filesystem.deny_read == ["~/.secret"]
+    assert policy.filesystem.allow_write == ["/data"]
+    assert policy.network.denied_domains == ["evil.example"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{", r"policy\.json:1:2: not valid JSON"),
+        ('{"filesystem": {"denyReads": []}}', r"filesystem\.denyReads: Extra inputs are not permitted"),
+        (
+            '{"network": {"allowedDomains": "pypi.org"}}',
+            r"network\.allowedDomains: Input should be a valid list",
+        ),
+    ],
+)
+def test_bad_policy_files_get_one_clear_error(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "policy.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        SandboxPolicy.from_file(path)
+
+
+def test_missing_policy_file(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no such file"):
+        SandboxPolicy.from_file(tmp_path / "nope.json")
+
+
+def test_protected_paths(tmp_path: Path) -> None:
+    home, workspace = tmp_path / "home", tmp_path / "parent" / "ws"
+    (home / ".ssh").mkdir(parents=True)
+    workspace.mkdir(parents=True)
+    (workspace / ".env").write_text("A=1")
+    (tmp_path / "parent" / ".env.production").write_text("B=2")  # a parent's .env too
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    (workspace / "ipybox.toml").write_text("")
+    (workspace / "keys").mkdir()
+    (workspace / "keys" / "a.pem").write_text("")
+    policy = SandboxPolicy.model_validate({"filesystem": {"denyRead": ["keys/*.pem"]}})
+    assert set(policy.deny_read_paths(workspace, home)) == {
+        workspace / ".env",
+        tmp_path / "parent" / ".env.production",
+        home / ".ssh",
+        workspace / "keys" / "a.pem",
+    }
+    assert set(policy.deny_write_paths(workspace, home)) == {
+        workspace / ".git" / "hooks",
+        workspace / "ipybox.toml",
+    }
+    args = bwrap_args(policy, workspace, home=home)
+    # Protections are mounted after the writable workspace, so they win.
+    assert args.index(str(workspace / ".env")) > args.index("--bind")
+    assert ["--tmpfs", str(home / ".ssh"), "--remount-ro", str(home / ".ssh")] == args[
+        args.index(str(home / ".ssh")) - 1 : args.index(str(home / ".ssh")) + 3
+    ]
+    assert "--unshare-all" in args and "--share-net" not in args
+
+
+def test_allowed_domains_fail_closed(tmp_path: Path) -> None:
+    policy = SandboxPolicy.model_validate({"network": {"allowedDomains": ["pypi.org"]}})
+    with pytest.raises(SandboxUnavailableError, match="allowedDomains is not supported"):
+        bwrap_args(policy, tmp_path)
+
+
+def test_schema_file_is_current() -> None:
+    path = ROOT / "schemas" / SCHEMA_FILE
+    assert path.read_text() == render(), "schemas/ drifted: run `python -m ipybox.sandbox.schema`"
