@@ -28,30 +28,43 @@ async def _decide(request: object, approve: str) -> bool:
     return False
 
 
-async def _exec(code: str, workspace: Path, timeout: float, approve: str) -> int:
+async def _exec(
+    code: str, workspace: Path, timeout: float, approve: str, sandbox: bool, sandbox_config: Path | None
+) -> int:
     from ipybox.code_exec.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
     from ipybox.facade import CodeExecutor
+    from ipybox.sandbox import SandboxUnavailableError
     from ipybox.tool_exec.approval.request import ApprovalRequest
 
-    async with CodeExecutor(working_dir=workspace, spare_kernel=False) as executor:
-        try:
-            async for item in executor.stream(code, timeout=timeout, chunks=True):
-                if isinstance(item, ApprovalRequest):
-                    await (item.accept() if await _decide(item, approve) else item.reject())
-                elif isinstance(item, CodeExecutionChunk):
-                    (sys.stderr if item.stream == "stderr" else sys.stdout).write(item.text)
-                    (sys.stderr if item.stream == "stderr" else sys.stdout).flush()
-                elif isinstance(item, CodeExecutionResult):
-                    for image in item.images:
-                        print(f"[image: {image}]")
-                    if item.output_file is not None:
-                        print(f"[complete output: {item.output_file}]")
-        except CodeExecutionError as e:
-            print(str(e), file=sys.stderr)
-            return EXIT_ERROR
-        except TimeoutError as e:
-            print(f"ipybox: {e}", file=sys.stderr)
-            return EXIT_TIMEOUT
+    executor = CodeExecutor(
+        working_dir=workspace, spare_kernel=False, sandbox=sandbox, sandbox_config=sandbox_config
+    )
+    try:
+        await executor.start()
+    except (SandboxUnavailableError, ValueError) as e:
+        print(f"ipybox: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        async for item in executor.stream(code, timeout=timeout, chunks=True):
+            if isinstance(item, ApprovalRequest):
+                await (item.accept() if await _decide(item, approve) else item.reject())
+            elif isinstance(item, CodeExecutionChunk):
+                out = sys.stderr if item.stream == "stderr" else sys.stdout
+                out.write(item.text)
+                out.flush()
+            elif isinstance(item, CodeExecutionResult):
+                for image in item.images:
+                    print(f"[image: {image}]")
+                if item.output_file is not None:
+                    print(f"[complete output: {item.output_file}]")
+    except CodeExecutionError as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_ERROR
+    except TimeoutError as e:
+        print(f"ipybox: {e}", file=sys.stderr)
+        return EXIT_TIMEOUT
+    finally:
+        await executor.stop()
     return 0
 
 
@@ -83,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("code", nargs="?", help="the code (default: read from standard input)")
     run.add_argument("--workspace", type=Path, default=Path("."), help="working directory of the kernel")
     run.add_argument("--timeout", type=float, default=120, help="seconds the code may run (default: 120)")
+    run.add_argument("--sandbox", action="store_true", help="run the kernel in the sandbox (Linux)")
+    run.add_argument("--sandbox-config", type=Path, help="sandbox policy file (JSON) extending the default")
     run.add_argument(
         "--approve",
         choices=("ask", "all", "none"),
@@ -103,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         if approve == "ask" and (args.code is None or not sys.stdin.isatty()):
             parser.error("--approve ask needs the code as an argument and a terminal on standard input")
         try:
-            return asyncio.run(_exec(code, args.workspace.resolve(), args.timeout, approve))
+            return asyncio.run(
+                _exec(
+                    code, args.workspace.resolve(), args.timeout, approve, args.sandbox, args.sandbox_config
+                )
+            )
         except KeyboardInterrupt:
             return 130
     parser.print_help()

@@ -65,3 +65,20 @@ def test_doctor_reports_what_the_machine_supports() -> None:
     assert done.returncode == (0 if report["sandbox"] else 1)
     human = ipybox("doctor")
     assert "bubblewrap" in human.stdout and "sandbox=True" in human.stdout
+
+
+def test_exec_in_the_sandbox(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("KEY=cli-secret\n")
+    code = "try:\n    open('.env').read()\nexcept PermissionError:\n    print('hidden')"
+    done = ipybox("exec", "--sandbox", "--workspace", str(tmp_path), code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "hidden\n"
+
+
+def test_exec_with_a_bad_sandbox_policy_is_one_clear_error(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.json"
+    policy.write_text('{"filesystem": {"denyReed": []}}')
+    done = ipybox("exec", "--sandbox", "--sandbox-config", str(policy), "--workspace", str(tmp_path), "1")
+    assert done.returncode == 1
+    assert "filesystem.denyReed: Extra inputs are not permitted" in done.stderr
+    assert "Traceback" not in done.stderr
