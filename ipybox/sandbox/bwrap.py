@@ -13,6 +13,7 @@ import functools
 import platform
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -95,6 +96,8 @@ def bwrap_args(
             "network; remove the setting (tool calls through MCP servers still work)"
         )
     home = home or Path.home()
+    # The private /tmp would hide an interpreter or a checkout that lives under /tmp: keep them visible.
+    readable = [*_python_dirs_under_tmp(), *readable]
     args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for path in readable:
@@ -115,6 +118,16 @@ def bwrap_args(
         args += ["--setenv", key, value]
     args += ["--chdir", str(workspace)]
     return args
+
+
+def _python_dirs_under_tmp() -> list[Path]:
+    candidates = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent}
+    candidates.update(Path(entry) for entry in sys.path if entry)
+    tmp = Path("/tmp")
+    found = {path.resolve() for path in candidates if path.is_dir() and path.resolve().is_relative_to(tmp)}
+    # Outermost first, and only those not inside another one.
+    ordered = sorted(found, key=lambda path: len(path.parts))
+    return [path for i, path in enumerate(ordered) if not any(path.is_relative_to(p) for p in ordered[:i])]
 
 
 def sandboxed_kernel_spec(
