@@ -49,3 +49,12 @@ def server_params(name: str, workdir: Path) -> dict[str, Any]:
             subprocess.run(["git", "init", "-q", str(repo)], check=True)
         return {"command": command, "args": ["--repository", str(repo)]}
     raise ValueError(f"unknown server {name!r}; known: {', '.join(SERVER_NAMES)}")
+
+
+def populate_fs_root(workdir: Path, files: int = 5) -> Path:
+    """The filesystem server's allowed directory under `workdir`, with `files` small files to list."""
+    root = workdir / "fs-root"
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        (root / f"file{i}.txt").write_text("x")
+    return root

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from _protocol import emit, log, parse_args
-from _servers import server_params
+from _servers import populate_fs_root, server_params
 
 from ipybox import ApprovalRequest, CodeExecutionResult, CodeExecutor, generate_mcp_sources
 
@@ -81,9 +81,7 @@ async def main() -> None:
     args = parse_args(__doc__ or "", default_runs=100, default_warmup=20)
     with tempfile.TemporaryDirectory(prefix="bench-tools-") as tmp:
         workdir = Path(tmp)
-        (workdir / "fs-root").mkdir()
-        for i in range(5):
-            (workdir / "fs-root" / f"file{i}.txt").write_text("x")
+        populate_fs_root(workdir)
         mcptools = Path("mcptools")  # in the scratch working dir, where the kernel starts
         for server in ("everything", "filesystem"):
             await generate_mcp_sources(server, server_params(server, workdir), mcptools)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from _protocol import Stopwatch, emit, parse_args
-from _servers import server_params
+from _servers import populate_fs_root, server_params
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -38,9 +38,7 @@ async def main() -> None:
     args = parse_args(__doc__ or "", default_runs=100, default_warmup=20)
     with tempfile.TemporaryDirectory(prefix="bench-tools-") as tmp:
         workdir = Path(tmp)
-        (workdir / "fs-root").mkdir()
-        for i in range(5):
-            (workdir / "fs-root" / f"file{i}.txt").write_text("x")
+        populate_fs_root(workdir)
         for metric in CALLS:
             await measure(metric, workdir, args.runs, args.warmup)
 
