@@ -287,3 +287,14 @@ def test_generated_sources_work_from_another_process(tools_workspace: Path, mcpt
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == "Echo: other"
+
+
+async def test_an_interrupted_call_does_not_answer_the_next_one(tool_executor: CodeExecutor) -> None:
+    slow = "from mcptools.edge import slow\nslow.run(slow.Params(seconds=1.5))"
+    with pytest.raises(asyncio.TimeoutError):
+        await tool_executor.execute(slow, timeout=0.3)
+    # The slow call's late answer must not be taken as the answer to this one.
+    code = "from mcptools.edge import echo\nprint(echo.run(echo.Params(text='fresh')))"
+    assert (await tool_executor.execute(code)).text == "fresh"
+    await asyncio.sleep(1.5)
+    assert (await tool_executor.execute(code)).text == "fresh"

@@ -1,25 +1,24 @@
 """`ToolServer`: runs MCP tools for code in kernels, after approval.
 
-Endpoints (every one requires `Authorization: Bearer <token>`, else 401):
+Kernels send their calls to its [CallChannel][ipybox.tool_exec.channel.CallChannel] (JSON lines, the
+fast path). Applications use its HTTP endpoints (every one requires `Authorization: Bearer <token>`, else
+401):
 
-- `POST /run` with `{"server", "tool", "args"}`: approve, then run the tool; answers
-  `{"result": ...}` or `{"error": {"type", "message"}}` (HTTP 200 either way: the error is the tool's).
 - `PUT /reset`: stop all started MCP servers (they start again on their next call).
 - `WS /approval`: where an [ApprovalClient][ipybox.tool_exec.approval.client.ApprovalClient] connects.
 
-It listens on a Unix socket in a private directory by default (or on a loopback TCP port).
+Both listen on Unix sockets in a private directory by default (or on loopback TCP ports).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import secrets
 import shutil
 import tempfile
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -34,42 +33,10 @@ from starlette.websockets import WebSocket
 
 from ipybox.mcp_client import MCPServerError, ToolCallError, tool_result_value
 from ipybox.tool_exec.approval.server import ApprovalChannel
+from ipybox.tool_exec.channel import CallChannel, error
 from ipybox.tool_exec.servers import MCPServers, UnknownServerError
 
 logger = logging.getLogger(__name__)
-
-
-def _error(kind: str, message: str) -> dict[str, Any]:
-    return {"error": {"type": kind, "message": message}}
-
-
-class _RunEndpoint:
-    """`POST /run` as a bare ASGI app: it is on every tool call's path, and starlette's request and response
-    objects would cost a tenth of a millisecond per call."""
-
-    def __init__(self, run: Callable[[Any], Awaitable[dict[str, Any]]]) -> None:
-        self.run = run
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] != "POST":
-            await JSONResponse({"error": {"type": "bad_request", "message": "use POST"}}, 405)(
-                scope, receive, send
-            )
-            return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        try:
-            body = json.loads(b"".join(chunks))
-        except ValueError:
-            body = None
-        payload = json.dumps(await self.run(body), separators=(",", ":")).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
 
 
 class _BearerAuth:
@@ -112,7 +79,8 @@ class ToolServer:
         log_to_stderr: Kept for ipybox 0.9 compatibility (ipybox logs through `logging`).
         log_level: Log level of the tool server's logger.
         servers: MCP server parameters by name (more can be added with `servers.register()`).
-        unix_socket: Listen on this socket path (default: `tools.sock` in a private temporary directory).
+        unix_socket: Listen on this socket path (default: `tools.sock` in a private temporary directory);
+            kernels' calls go to a second socket next to it, `<name>.calls.sock`.
         media_dir: Where images and binary resources returned by tools are saved.
         environ: Environment for `${VAR}` placeholders in server parameters (default: the host's).
         dotenv_path: `.env` file for placeholders missing from `environ`.
@@ -158,6 +126,7 @@ class ToolServer:
         self.log_level = log_level.upper()
         self.approval_wait: Callable[[], Callable[[], None]] | None = None
         self._private_dir: Path | None = None
+        self.calls = CallChannel(self.token, {"run": self._run, "reset": self._reset_op})
         self._server: _EmbeddedServer | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -180,16 +149,22 @@ class ToolServer:
         return f"unix:{self.unix_socket}"
 
     @property
+    def calls_address(self) -> str:
+        """Where kernels send tool calls: `unix:/path/to.calls.sock` or `tcp://127.0.0.1:PORT`."""
+        if self.calls.address is None:
+            raise RuntimeError("the tool server is not running")
+        return self.calls.address
+
+    @property
     def kernel_env(self) -> dict[str, str]:
         """Environment variables that point a kernel's `ToolRunner` at this server."""
         from ipybox.tool_exec.client import SERVER_ENV, TOKEN_ENV
 
-        return {SERVER_ENV: self.address, TOKEN_ENV: self.token}
+        return {SERVER_ENV: self.calls_address, TOKEN_ENV: self.token}
 
     def app(self) -> ASGIApp:
         """The ASGI application (authenticated)."""
         routes = [
-            Route("/run", _RunEndpoint(self._run)),
             Route("/reset", self._reset, methods=["PUT"]),
             WebSocketRoute("/approval", self._approval),
         ]
@@ -228,6 +203,9 @@ class ToolServer:
             self.port = self._server.servers[0].sockets[0].getsockname()[1]
         if self.unix_socket is not None and self.port is None:
             self.unix_socket.chmod(0o600)
+            await self.calls.start(unix_socket=self.unix_socket.with_suffix(".calls.sock"))
+        else:
+            await self.calls.start(host=self.host)
 
     async def join(self) -> None:
         """Wait for the server to stop."""
@@ -241,6 +219,7 @@ class ToolServer:
     async def stop(self) -> None:
         """Stop listening and stop all MCP servers."""
         await self.approval.disconnect()
+        await self.calls.stop()
         if self._server is not None and self._task is not None:
             self._server.should_exit = True
             with contextlib.suppress(Exception):
@@ -252,19 +231,16 @@ class ToolServer:
             self._private_dir = None
             self.unix_socket = None
 
-    async def _run(self, body: Any) -> dict[str, Any]:
-        try:
-            server_name, tool_name, args = body["server"], body["tool"], body.get("args") or {}
-            if not (isinstance(server_name, str) and isinstance(tool_name, str) and isinstance(args, dict)):
-                raise TypeError
-        except (KeyError, TypeError, AttributeError):
-            return _error("bad_request", "expected JSON {'server': str, 'tool': str, 'args': object}")
+    async def _run(self, request: dict[str, Any]) -> dict[str, Any]:
+        server_name, tool_name, args = request.get("server"), request.get("tool"), request.get("args") or {}
+        if not (isinstance(server_name, str) and isinstance(tool_name, str) and isinstance(args, dict)):
+            return error("bad_request", "expected {'server': str, 'tool': str, 'args': object}")
         try:
             tool = await self.servers.tool(server_name, tool_name)
         except UnknownServerError as e:
-            return _error("unknown_server", str(e))
+            return error("unknown_server", str(e))
         except MCPServerError as e:
-            return _error("server_error", str(e))
+            return error("server_error", str(e))
         annotations = (
             tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool and tool.annotations else {}
         )
@@ -272,17 +248,17 @@ class ToolServer:
         try:
             accepted = await self.approval.request(server_name, tool_name, args, annotations)
         except TimeoutError:
-            return _error(
+            return error(
                 "approval_timeout",
                 f"no decision on {server_name}.{tool_name} within {self.approval.approval_timeout:g} s",
             )
         except RuntimeError as e:
-            return _error("approval_rejected", f"{server_name}.{tool_name} was not approved: {e}")
+            return error("approval_rejected", f"{server_name}.{tool_name} was not approved: {e}")
         finally:
             if done is not None:
                 done()
         if not accepted:
-            return _error("approval_rejected", f"{server_name}.{tool_name} was rejected")
+            return error("approval_rejected", f"{server_name}.{tool_name} was rejected")
         try:
             result = await self.servers.call(server_name, tool_name, args)
             value = tool_result_value(
@@ -293,10 +269,14 @@ class ToolServer:
                 media_dir=self.media_dir,
             )
         except ToolCallError as e:
-            return _error("tool_error", str(e))
+            return error("tool_error", str(e))
         except MCPServerError as e:
-            return _error("server_error", str(e))
+            return error("server_error", str(e))
         return {"result": value}
+
+    async def _reset_op(self, request: dict[str, Any]) -> dict[str, Any]:
+        await self.reset()
+        return {"reset": True}
 
     async def _reset(self, request: Request) -> Response:
         await self.reset()

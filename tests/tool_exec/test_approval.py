@@ -13,7 +13,7 @@ from tests.servers import params
 
 
 async def call(server: ToolServer, message: str) -> object:
-    runner = ToolRunner("everything", address=server.address, token=server.token)
+    runner = ToolRunner("everything", address=server.calls_address, token=server.token)
     return await asyncio.to_thread(runner.run_sync, "echo", {"message": message})
 
 
