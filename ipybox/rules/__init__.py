@@ -1,0 +1,20 @@
+"""Rule-based approval of tool calls: `allow`, `deny` or `ask`, decided on the host before a call runs."""
+
+from ipybox.rules.audit import AuditEntry, AuditLog, DecidedBy
+from ipybox.rules.calls import Decision, ToolCall, Verdict
+from ipybox.rules.models import ApprovalPolicy, ArgCondition, ExampleCall, Rule
+from ipybox.rules.tool_annotations import ANNOTATION_DEFAULTS
+
+__all__ = [
+    "ANNOTATION_DEFAULTS",
+    "ApprovalPolicy",
+    "ArgCondition",
+    "AuditEntry",
+    "AuditLog",
+    "DecidedBy",
+    "Decision",
+    "ExampleCall",
+    "Rule",
+    "ToolCall",
+    "Verdict",
+]

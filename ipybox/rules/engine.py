@@ -1,0 +1,72 @@
+"""The decision on a tool call: among the rules that apply, the strongest wins; otherwise the default."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+from ipybox.rules.calls import Decision, ToolCall, Verdict
+from ipybox.rules.matching import RuleMatcher
+
+if TYPE_CHECKING:
+    from ipybox.rules.models import Rule
+
+SEVERITY: Final[dict[Decision, int]] = {"allow": 0, "ask": 1, "deny": 2}
+"""At equal priority the more cautious decision wins."""
+
+
+def rule_id(rule: Rule, index: int) -> str:
+    """How verdicts and messages name a rule: its `id`, or `rules[<index>]` (0-based, in file order)."""
+    return rule.id if rule.id is not None else f"rules[{index}]"
+
+
+class RuleEngine:
+    """Rules compiled once, for deciding many calls.
+
+    Rules are tried from strongest to weakest (highest `priority` first; at equal priority deny, then
+    ask, then allow; then file order), so the first rule that applies is the verdict and the rest are
+    never evaluated.
+
+    Args:
+        rules: The rules, in file order.
+        default: The decision when no rule applies.
+    """
+
+    __slots__ = ("_default", "_ordered", "default", "matchers", "rules")
+
+    def __init__(self, rules: Sequence[Rule], default: Decision) -> None:
+        self.rules = rules
+        self.default = default
+        ids = [rule_id(rule, index) for index, rule in enumerate(rules)]
+        self.matchers: tuple[RuleMatcher, ...] = tuple(
+            RuleMatcher(rule, id_) for rule, id_ in zip(rules, ids, strict=True)
+        )
+        """One matcher per rule, in file order."""
+        order = sorted(range(len(rules)), key=lambda i: (-rules[i].priority, -SEVERITY[rules[i].decision]))
+        self._ordered = tuple(
+            (
+                self.matchers[i].applies,
+                Verdict(rules[i].decision, ids[i], f"{self.matchers[i].label} applies"),
+            )
+            for i in order
+        )
+        self._default = Verdict(default, None, f"no rule applies; the default is {default}")
+
+    # An engine is a function of its rules and default: equal (so that policies holding one compare by
+    # their fields) and picklable (recompiled on load) on those alone.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RuleEngine):
+            return NotImplemented
+        return self.default == other.default and list(self.rules) == list(other.rules)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[type[RuleEngine], tuple[Sequence[Rule], Decision]]:
+        return RuleEngine, (self.rules, self.default)
+
+    def decide(self, call: ToolCall) -> Verdict:
+        """The verdict on `call`."""
+        for applies, verdict in self._ordered:
+            if applies(call):
+                return verdict
+        return self._default

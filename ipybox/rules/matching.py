@@ -1,0 +1,254 @@
+"""One approval rule compiled for matching: does it apply to a tool call, and if not, why not.
+
+Globs and regexes are compiled once, when the policy loads, so matching a call costs a few dictionary
+look-ups and regex matches. The semantics are documented on `Rule` and `ArgCondition`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from ipybox.rules.calls import ToolCall
+from ipybox.rules.tool_annotations import annotation_value
+
+if TYPE_CHECKING:
+    from ipybox.rules.models import ArgCondition, Rule
+
+
+class _Absent:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+ABSENT: Final = _Absent()
+"""What `lookup` returns for an argument the call does not have (`None` is a value: JSON null)."""
+
+
+def lookup(args: Mapping[str, Any], path: Sequence[str]) -> Any:
+    """The argument at `path` (keys into nested objects), or `ABSENT`.
+
+    A dot always separates keys: a literal top-level key `"a.b"` is not consulted for the path `a.b`,
+    otherwise a call could pass both `{"a.b": harmless, "a": {"b": harmful}}` and have rules judge the
+    value the server ignores.
+    """
+    value: Any = args
+    for key in path:
+        if not isinstance(value, Mapping):
+            return ABSENT
+        value = value.get(key, ABSENT)
+        if value is ABSENT:
+            return ABSENT
+    return value
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Equality of JSON values, except that booleans equal only booleans (Python has `True == 1`)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple | Mapping) or isinstance(b, list | tuple | Mapping):
+        return False
+    return bool(a == b)
+
+
+def compile_globs(patterns: Sequence[str]) -> Callable[[str], object] | None:
+    """A case-sensitive matcher for "any of these fnmatch globs" (truthy result: a match), or `None` if they
+    match every string."""
+    if "*" in patterns:
+        return None
+    if not any(char in pattern for pattern in patterns for char in "*?["):
+        return frozenset(patterns).__contains__
+    # fnmatch.translate anchors each pattern with \Z, so the alternation needs no extra grouping.
+    regex = re.compile("|".join(fnmatch.translate(pattern) for pattern in patterns))
+    return regex.match
+
+
+def show(value: Any) -> str:
+    """A value as a person editing TOML reads it: strings quoted, booleans lower-case."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return repr(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _ArgCheck:
+    path: tuple[str, ...]
+    key: str
+    text: str
+    holds: Callable[[Any], bool]
+    strings_only: bool
+
+
+def _equals(expected: Any) -> Callable[[Any], bool]:
+    return lambda value: value is not ABSENT and json_equal(value, expected)
+
+
+def _one_of(options: Sequence[Any], *, negate: bool) -> Callable[[Any], bool]:
+    def holds(value: Any) -> bool:
+        if value is ABSENT:
+            return False
+        return any(json_equal(value, option) for option in options) is not negate
+
+    return holds
+
+
+def _string(match: Callable[[str], object], *, negate: bool, on_non_string: bool) -> Callable[[Any], bool]:
+    def holds(value: Any) -> bool:
+        if isinstance(value, str):
+            return bool(match(value)) is not negate
+        return value is not ABSENT and on_non_string
+
+    return holds
+
+
+def _exists(expected: bool) -> Callable[[Any], bool]:
+    return lambda value: (value is not ABSENT) is expected
+
+
+def _always(_: str) -> bool:
+    return True
+
+
+def _arg_checks(key: str, condition: ArgCondition, *, on_non_string: bool) -> Iterator[_ArgCheck]:
+    path = tuple(key.split("."))
+    if "equals" in condition.model_fields_set:
+        yield _ArgCheck(path, key, f"equals = {show(condition.equals)}", _equals(condition.equals), False)
+    if condition.one_of is not None:
+        yield _ArgCheck(
+            path, key, f"in = {show(condition.one_of)}", _one_of(condition.one_of, negate=False), False
+        )
+    if condition.not_in is not None:
+        yield _ArgCheck(
+            path, key, f"not_in = {show(condition.not_in)}", _one_of(condition.not_in, negate=True), False
+        )
+    for name, pattern, negate in (("glob", condition.glob, False), ("not_glob", condition.not_glob, True)):
+        if pattern is not None:
+            match = compile_globs([pattern]) or _always
+            holds = _string(match, negate=negate, on_non_string=on_non_string)
+            yield _ArgCheck(path, key, f"{name} = {show(pattern)}", holds, True)
+    if condition.regex is not None:
+        regex = re.compile(condition.regex)
+        holds = _string(regex.fullmatch, negate=False, on_non_string=on_non_string)
+        yield _ArgCheck(path, key, f"regex = {show(condition.regex)}", holds, True)
+    if condition.exists is not None:
+        yield _ArgCheck(path, key, f"exists = {show(condition.exists)}", _exists(condition.exists), False)
+
+
+class RuleMatcher:
+    """A `Rule` compiled for matching.
+
+    Args:
+        rule: The rule.
+        rule_id: How verdicts and messages name the rule: its `id`, or `rules[<index>]`.
+    """
+
+    __slots__ = (
+        "_annotations",
+        "_args",
+        "_server",
+        "_server_text",
+        "_tool",
+        "_tool_text",
+        "decision",
+        "label",
+    )
+
+    def __init__(self, rule: Rule, rule_id: str) -> None:
+        self.decision = rule.decision
+        self.label = f"rule {rule_id!r}" if rule.id is not None else rule_id
+        self._server = compile_globs([rule.server] if isinstance(rule.server, str) else rule.server)
+        self._tool = compile_globs([rule.tool] if isinstance(rule.tool, str) else rule.tool)
+        self._server_text = show(rule.server)
+        self._tool_text = show(rule.tool)
+        self._annotations = tuple(rule.annotations.items())
+        # Glob and regex conditions cannot judge a non-string; resolve that toward caution (see ArgCondition).
+        on_non_string = rule.decision != "allow"
+        self._args = tuple(
+            check
+            for key, condition in rule.args.items()
+            for check in _arg_checks(key, condition, on_non_string=on_non_string)
+        )
+
+    def applies(self, call: ToolCall) -> bool:
+        """Whether every condition of the rule holds for `call`."""
+        if self._server is not None and not self._server(call.server):
+            return False
+        if self._tool is not None and not self._tool(call.tool):
+            return False
+        for name, expected in self._annotations:
+            if annotation_value(call.annotations, name) is not expected:
+                return False
+        args = call.args
+        for check in self._args:
+            path = check.path
+            # Most arguments are top-level: skip the general walk for them.
+            value = args.get(path[0], ABSENT) if len(path) == 1 else lookup(args, path)
+            if not check.holds(value):
+                return False
+        return True
+
+    def mismatch(self, call: ToolCall) -> str | None:
+        """Why the rule does not apply to `call` (its first condition that fails), or `None` if it applies."""
+        if self._server is not None and not self._server(call.server):
+            return f"the server glob {self._server_text} does not match {call.server!r}"
+        if self._tool is not None and not self._tool(call.tool):
+            return f"the tool glob {self._tool_text} does not match {call.tool!r}"
+        for name, expected in self._annotations:
+            value = annotation_value(call.annotations, name)
+            if value is not expected:
+                return (
+                    f"the rule requires {name} = {show(expected)} and {_annotation_text(call, name, value)}"
+                )
+        for check in self._args:
+            value = lookup(call.args, check.path)
+            if check.holds(value):
+                continue
+            if value is ABSENT:
+                return f"argument {check.key!r} is absent, so {check.text} does not hold"
+            if check.strings_only and not isinstance(value, str):
+                return (
+                    f"argument {check.key!r} = {show(value)} is not a string, and {check.text} "
+                    "never holds for a non-string in an allow rule"
+                )
+            return f"argument {check.key!r} = {show(value)} does not satisfy {check.text}"
+        return None
+
+    def why_it_applies(self, call: ToolCall) -> str:
+        """The conditions that make the rule apply to `call` (which it must), for error messages."""
+        reasons = []
+        if self._server is not None:
+            reasons.append(f"the server glob {self._server_text} matches {call.server!r}")
+        if self._tool is not None:
+            reasons.append(f"the tool glob {self._tool_text} matches {call.tool!r}")
+        for name, _ in self._annotations:
+            reasons.append(_annotation_text(call, name, annotation_value(call.annotations, name)))
+        for check in self._args:
+            value = lookup(call.args, check.path)
+            if value is ABSENT:
+                reasons.append(f"argument {check.key!r} is absent ({check.text})")
+            elif check.strings_only and not isinstance(value, str):
+                reasons.append(
+                    f"argument {check.key!r} = {show(value)} is not a string, which counts as satisfying "
+                    f"{check.text} in a {self.decision} rule"
+                )
+            else:
+                reasons.append(f"argument {check.key!r} = {show(value)} satisfies {check.text}")
+        if not reasons:
+            return "the rule has no conditions, so it applies to every call"
+        return "; ".join(reasons)
+
+
+def _annotation_text(call: ToolCall, name: str, value: bool) -> str:
+    declared = isinstance(call.annotations.get(name), bool)
+    return f"the tool's {name} is {show(value)}" + ("" if declared else " (not declared, so the MCP default)")

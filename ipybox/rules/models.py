@@ -1,0 +1,349 @@
+"""The `[approval]` table of `ipybox.toml`: a default decision and rules that allow, deny or ask.
+
+```toml
+[approval]
+default = "ask"        # what happens to a call no rule matches
+ask_timeout = 60       # seconds an `ask` waits for the application; then the call is denied
+
+[[approval.rules]]
+id = "read-only"
+server = "filesystem"                  # glob (or list of globs) on the server name
+tool = ["read_*", "list_*"]            # glob (or list of globs) on the tool name
+annotations = { readOnlyHint = true }  # MCP tool annotations the tool must declare
+decision = "allow"
+match = [{ server = "filesystem", tool = "read_file", args = { path = "notes.md" }, annotations = { readOnlyHint = true } }]
+not_match = [{ server = "filesystem", tool = "read_file" }]   # undeclared readOnlyHint counts as false
+
+[[approval.rules]]
+id = "no-writes-outside-out"
+server = "filesystem"
+tool = "write_file"
+args = { path = { not_glob = "out/**" } }  # argument conditions, all must hold
+decision = "deny"
+```
+
+Loading the table validates it completely: unknown keys, invalid regexes, unknown annotations and rules
+whose `match`/`not_match` examples disagree with them are errors that name the rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from ipybox.rules.calls import Decision, ToolCall, Verdict
+from ipybox.rules.engine import RuleEngine
+from ipybox.rules.matching import show
+from ipybox.rules.tool_annotations import ANNOTATION_DEFAULTS, check_annotation_names
+
+__all__ = ["ApprovalPolicy", "ArgCondition", "Decision", "ExampleCall", "Rule"]
+
+_CONDITION_KEYS = frozenset({"equals", "in", "one_of", "not_in", "glob", "not_glob", "regex", "exists"})
+
+
+# Lets editors flag a misspelt annotation as the loader does.
+_ANNOTATION_NAMES_SCHEMA: dict[str, Any] = {"propertyNames": {"enum": sorted(ANNOTATION_DEFAULTS)}}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ArgCondition(_Strict):
+    """A condition on one argument; every condition given must hold. A bare value in TOML means `equals`.
+
+    An absent argument fails every condition except `exists = false` (which cannot be combined with
+    others). `glob`, `not_glob` and `regex` cannot judge a value that is not a string (a number, list,
+    object...), so they resolve toward caution: in an `allow` rule they fail, so a permission is never
+    granted on a value it was not written for; in `deny` and `ask` rules they hold, so a guard such as
+    `path = { not_glob = "out/**" }` cannot be slipped by passing `path = ["../secret"]`. For the same
+    reason prefer positive conditions (`in`, `glob`) in allow rules and negative ones in deny rules.
+
+    Attributes:
+        equals: The value equals this JSON value (`true` equals only booleans, not `1`). A condition only
+            when given: `equals = null` (in JSON) is one, an omitted `equals` is not.
+        in: The value is one of these (Python attribute: `one_of`).
+        not_in: The value is none of these.
+        glob: The value is a string matching this fnmatch glob (case-sensitive; `*` also matches `/`).
+            Globs match the text, not a resolved path: `out/*` matches `out/../secret`; add a `regex` to
+            refuse `..`.
+        not_glob: The value is a string not matching this glob.
+        regex: The value is a string this regex matches in full.
+        exists: `true`: the argument is present (with any value, even null); `false`: it is absent.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_by_name=True, validate_by_alias=True)
+
+    equals: Any = None
+    one_of: list[Any] | None = Field(default=None, validation_alias="in", serialization_alias="in")
+    not_in: list[Any] | None = None
+    glob: str | None = None
+    not_glob: str | None = None
+    regex: str | None = None
+    exists: bool | None = None
+
+    @field_validator("regex")
+    @classmethod
+    def _regex_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as e:
+                raise ValueError(f"invalid regex {value!r}: {e}") from None
+        return value
+
+    @field_validator("one_of")
+    @classmethod
+    def _in_is_not_empty(cls, value: list[Any] | None) -> list[Any] | None:
+        if value == []:
+            raise ValueError("`in = []` can never hold; list at least one value")
+        return value
+
+    @model_validator(mode="after")
+    def _names_a_condition(self) -> ArgCondition:
+        given = self.conditions()
+        if not given:
+            raise ValueError(
+                "an argument condition needs at least one of: equals, in, not_in, glob, not_glob, regex, exists"
+            )
+        if self.exists is False and given != ["exists"]:
+            others = ", ".join(name for name in given if name != "exists")
+            raise ValueError(
+                f"`exists = false` cannot be combined with {others}: those fail on an absent argument, "
+                "so the condition could never hold"
+            )
+        return self
+
+    def conditions(self) -> list[str]:
+        """The names (as written in TOML) of the conditions this object sets."""
+        names = ["equals"] if "equals" in self.model_fields_set else []
+        for name, value in (
+            ("in", self.one_of),
+            ("not_in", self.not_in),
+            ("glob", self.glob),
+            ("not_glob", self.not_glob),
+            ("regex", self.regex),
+            ("exists", self.exists),
+        ):
+            if value is not None:
+                names.append(name)
+        return names
+
+    @model_serializer(mode="wrap")
+    def _only_conditions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Dump only the conditions set, so that a dumped policy loads back the same (`equals = null` stays).
+        data: dict[str, Any] = handler(self)
+        return {
+            k: v
+            for k, v in data.items()
+            if v is not None or (k == "equals" and "equals" in self.model_fields_set)
+        }
+
+
+class ExampleCall(_Strict):
+    """A tool call a rule must (`match`) or must not (`not_match`) apply to, checked when the file loads.
+
+    Attributes:
+        server: The server name.
+        tool: The tool name.
+        args: The call's arguments.
+        annotations: The MCP annotations the tool declares; undeclared ones take the MCP defaults.
+    """
+
+    server: str
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    annotations: dict[str, bool] = Field(default_factory=dict, json_schema_extra=_ANNOTATION_NAMES_SCHEMA)
+
+    @field_validator("annotations")
+    @classmethod
+    def _known_annotations(cls, value: dict[str, bool]) -> dict[str, bool]:
+        check_annotation_names(value)
+        return value
+
+    def to_call(self) -> ToolCall:
+        """The example as a `ToolCall`."""
+        return ToolCall(self.server, self.tool, self.args, self.annotations)
+
+    def __str__(self) -> str:
+        """The example as error messages show it: `{server='fs', tool='read_file', args={...}}`."""
+        parts = [f"server={self.server!r}", f"tool={self.tool!r}"]
+        if self.args:
+            parts.append(f"args={show(self.args)}")
+        if self.annotations:
+            parts.append(
+                "annotations={" + ", ".join(f"{k}={show(v)}" for k, v in self.annotations.items()) + "}"
+            )
+        return "{" + ", ".join(parts) + "}"
+
+
+def _bare_values_in_schema(schema: dict[str, Any]) -> None:
+    # Editors validate against the JSON Schema: it must accept the bare values `args` turns into `equals`.
+    condition = schema["additionalProperties"]
+    schema["additionalProperties"] = {
+        "anyOf": [condition, {"type": "string"}, {"type": "number"}, {"type": "boolean"}]
+    }
+
+
+class Rule(_Strict):
+    """One approval rule. It applies to a call when every condition it names holds.
+
+    Attributes:
+        id: Names the rule in verdicts, the audit log and error messages; a rule without one is
+            `rules[<index>]` (0-based, in file order).
+        server: fnmatch glob on the server name (case-sensitive), or a list of globs any of which may match.
+        tool: fnmatch glob on the tool name (case-sensitive), or a list of globs any of which may match.
+        args: Conditions on arguments, keyed by name or by a dotted path into nested objects
+            (`"options.mode"`); all must hold. A bare value means `equals`.
+        annotations: MCP tool annotations and the value each must have. A tool that does not declare one is
+            judged by the MCP default (`readOnlyHint = false`, `destructiveHint = true`,
+            `idempotentHint = false`, `openWorldHint = true`), so `{ destructiveHint = true }` also catches
+            tools that declare nothing. Annotations are the server's hints about its tools, not guarantees.
+        decision: `allow`, `deny` or `ask`.
+        priority: Among the rules that apply, the highest priority wins; at equal priority deny beats ask
+            beats allow.
+        match: Example calls the rule must apply to, checked when the file loads.
+        not_match: Example calls the rule must not apply to, checked when the file loads.
+    """
+
+    id: str | None = None
+    server: str | list[str] = "*"
+    tool: str | list[str] = "*"
+    args: dict[str, ArgCondition] = Field(default_factory=dict, json_schema_extra=_bare_values_in_schema)
+    annotations: dict[str, bool] = Field(default_factory=dict, json_schema_extra=_ANNOTATION_NAMES_SCHEMA)
+    decision: Decision
+    priority: int = 0
+    match: list[ExampleCall] = Field(default_factory=list)
+    not_match: list[ExampleCall] = Field(default_factory=list)
+
+    @field_validator("id")
+    @classmethod
+    def _id_names_one_rule(cls, value: str | None) -> str | None:
+        if value == "":
+            raise ValueError("a rule id must not be empty; leave `id` out for an unnamed rule")
+        if value is not None and re.fullmatch(r"rules\[\d+\]", value):
+            raise ValueError(f"{value!r} is how rules without an id are named; choose another id")
+        return value
+
+    @field_validator("server", "tool")
+    @classmethod
+    def _globs_given(cls, value: str | list[str]) -> str | list[str]:
+        if value == []:
+            raise ValueError("an empty list of globs matches nothing; use '*' to match any name")
+        return value
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _bare_values_mean_equals(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        normalized: dict[Any, Any] = {}
+        for key, condition in value.items():
+            if isinstance(condition, list):
+                raise ValueError(
+                    f"args.{key}: a bare list is ambiguous; write {{ in = {show(condition)} }} for any of "
+                    f"these values or {{ equals = {show(condition)} }} for this exact list"
+                )
+            if isinstance(condition, Mapping) and condition and not condition.keys() & _CONDITION_KEYS:
+                inner = next(iter(condition))
+                raise ValueError(
+                    f"args.{key}: {{ {inner} = ... }} is not a condition (conditions are equals, in, not_in, "
+                    f'glob, not_glob, regex, exists); to match a nested argument use a dotted key ("{key}.{inner}" '
+                    "= ...), to match a whole object use { equals = { ... } }"
+                )
+            is_condition = isinstance(condition, Mapping | ArgCondition)
+            normalized[key] = condition if is_condition else {"equals": condition}
+        return normalized
+
+    @field_validator("args")
+    @classmethod
+    def _paths_well_formed(cls, value: dict[str, ArgCondition]) -> dict[str, ArgCondition]:
+        for key in value:
+            if "" in key.split("."):
+                raise ValueError(f"args: {key!r} is not a valid argument path (empty name between dots)")
+        return value
+
+    @field_validator("annotations")
+    @classmethod
+    def _known_annotations(cls, value: dict[str, bool]) -> dict[str, bool]:
+        check_annotation_names(value)
+        return value
+
+
+class ApprovalPolicy(_Strict):
+    """The `[approval]` table: rules, the default decision, and how long `ask` waits.
+
+    Attributes:
+        default: The decision when no rule applies.
+        ask_timeout: Seconds an `ask` waits for the application's answer; then the call is denied.
+        rules: The rules, in file order.
+
+    Example:
+        ```python
+        verdict = policy.decide(ToolCall("filesystem", "read_file", {"path": "notes.md"}))
+        ```
+    """
+
+    default: Decision = "ask"
+    ask_timeout: float = Field(default=60, gt=0)
+    rules: list[Rule] = Field(default_factory=list)
+
+    _engine: RuleEngine | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _compile_and_check_examples(self) -> ApprovalPolicy:
+        counts = Counter(rule.id for rule in self.rules if rule.id is not None)
+        duplicates = sorted(id_ for id_, count in counts.items() if count > 1)
+        if duplicates:
+            raise ValueError(f"rule ids must be unique; duplicated: {', '.join(map(repr, duplicates))}")
+        engine = RuleEngine(self.rules, self.default)
+        problems = []
+        for rule, matcher in zip(self.rules, engine.matchers, strict=True):
+            label = matcher.label
+            for example in rule.match:
+                why_not = matcher.mismatch(example.to_call())
+                if why_not is not None:
+                    problems.append(f"{label}: example {example} is listed under match but {why_not}")
+            for example in rule.not_match:
+                call = example.to_call()
+                if matcher.applies(call):
+                    problems.append(
+                        f"{label}: example {example} is listed under not_match but the rule applies to it: "
+                        + matcher.why_it_applies(call)
+                    )
+        if problems:
+            raise ValueError("\n".join(problems))
+        self._engine = engine
+        return self
+
+    def decide(self, call: ToolCall) -> Verdict:
+        """Decide `call`: the strongest rule that applies, or the default if none does.
+
+        Args:
+            call: The tool call.
+
+        Returns:
+            The decision, the rule that made it (`None` for the default) and a short reason.
+        """
+        # Read the slot directly: pydantic's attribute lookup for private attributes costs more than
+        # the decision itself.
+        engine: RuleEngine | None = self.__pydantic_private__["_engine"]  # type: ignore[index]
+        if engine is None or engine.rules is not self.rules or engine.default != self.default:
+            # model_construct() or model_copy(update=...) bypassed validation: compile what is there now,
+            # never decide by the rules of the policy this one was copied from.
+            engine = RuleEngine(self.rules, self.default)
+            self._engine = engine
+        return engine.decide(call)
