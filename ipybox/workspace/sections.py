@@ -1,0 +1,131 @@
+"""The simple tables of `ipybox.toml`: `[workspace]`, `[kernel]`, `[sandbox]` and `[endpoints]`.
+
+```toml
+[workspace]
+name = "demo"                 # default: the workspace directory's name
+mcptools_dir = "mcptools"     # generated tool packages, relative to the workspace
+
+[kernel]
+env = { API_BASE = "http://localhost:8000", TOKEN = "${API_TOKEN}" }
+warm_pool = 1
+timeout = 120
+
+[sandbox]
+enabled = true
+[sandbox.filesystem]
+denyRead = ["~/.config/secrets"]
+[sandbox.network]
+allowedDomains = []
+
+[endpoints]
+mcp = true
+host = "127.0.0.1"
+port = 0
+```
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ipybox.sandbox.policy import SandboxPolicy
+
+LOOPBACK_HOSTS = ("127.0.0.1", "::1")
+
+
+class _Table(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class WorkspaceSection(_Table):
+    """`[workspace]`: the workspace's name and where its files go. Relative paths are relative to the
+    directory of `ipybox.toml`.
+
+    Attributes:
+        name: Name of the workspace, shown to agents and in logs (default: the directory's name; see
+            `WorkspaceConfig.name`).
+        mcptools_dir: Where the generated Python tool packages are written, one per server.
+        images_dir: Where images displayed by code (plots) are saved.
+        state_dir: ipybox's own files for this workspace (runtime state, tokens, logs), which sandboxed
+            kernels can't write.
+    """
+
+    name: str | None = Field(default=None, min_length=1)
+    mcptools_dir: str = Field(default="mcptools", min_length=1)
+    images_dir: str = Field(default="images", min_length=1)
+    state_dir: str = Field(default=".ipybox", min_length=1)
+
+
+class KernelSection(_Table):
+    """`[kernel]`: the IPython kernels code runs in.
+
+    Attributes:
+        env: Environment variables for kernels, which do not inherit the host's environment. Values may
+            contain `${VAR}` placeholders, filled from the host's environment or the workspace's `.env`
+            when a kernel starts.
+        warm_pool: Started kernels kept in reserve, so a new session or a reset does not wait for a
+            kernel to start (about 0.5 s); each costs an idle kernel's memory (about 50 MB). 0 disables it.
+        timeout: Default time limit of one execution, in seconds.
+    """
+
+    env: dict[str, str] = Field(default_factory=dict)
+    warm_pool: int = Field(default=1, ge=0)
+    timeout: float = Field(default=120, gt=0)
+
+
+class SandboxSection(SandboxPolicy):
+    """`[sandbox]`: whether kernels run sandboxed, and the policy they run under.
+
+    The policy keys are those of `SandboxPolicy` (the sandbox-runtime format, camelCase; snake_case is
+    accepted too), and extend its defaults.
+
+    Attributes:
+        enabled: Run kernels (and everything they start) in a sandbox. When the machine can't sandbox,
+            starting fails rather than running unsandboxed.
+        filesystem: Paths (absolute, `~/...` or relative to the workspace; globs allowed) to hide
+            (`denyRead`), to make writable (`allowWrite`) or to keep read-only (`denyWrite`), on top of the
+            defaults: everything readable except `.env` files and credential stores in the home directory,
+            only the workspace and a private `/tmp` writable.
+        network: Hosts kernels may reach through ipybox's filtering proxy (`allowedDomains`; none by
+            default) and hosts they never may (`deniedDomains`, which wins).
+
+    Example:
+        ```python
+        section = SandboxSection.model_validate({"enabled": True, "filesystem": {"denyRead": ["~/.x"]}})
+        assert section.filesystem.deny_read == ["~/.x"]
+        ```
+    """
+
+    enabled: bool = True
+
+    def policy(self) -> SandboxPolicy:
+        """The policy alone (without `enabled`), as the sandbox takes it."""
+        return SandboxPolicy(filesystem=self.filesystem, network=self.network)
+
+
+class EndpointsSection(_Table):
+    """`[endpoints]`: where `ipybox up` serves the workspace to agents. Endpoints bind to loopback only:
+    a remote agent reaches them through a tunnel or proxy of its own.
+
+    Attributes:
+        mcp: Serve the workspace as an MCP server over streamable HTTP.
+        host: Loopback address to listen on: `127.0.0.1` or `::1`.
+        port: TCP port; 0 picks a free one (reported when `ipybox up` starts).
+        unix_socket: Also listen on a Unix socket in the state directory, which only users who can open
+            that directory can reach.
+    """
+
+    mcp: bool = True
+    host: str = Field(default=LOOPBACK_HOSTS[0], json_schema_extra={"enum": list(LOOPBACK_HOSTS)})
+    port: int = Field(default=0, ge=0, le=65535)
+    unix_socket: bool = False
+
+    @field_validator("host")
+    @classmethod
+    def _loopback_only(cls, host: str) -> str:
+        if host not in LOOPBACK_HOSTS:
+            raise ValueError(
+                f"endpoints bind to loopback only: use '127.0.0.1' or '::1', not {host!r} "
+                "(reach them from elsewhere through a tunnel or proxy)"
+            )
+        return host
