@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from ipybox.code_exec.client import DEFAULT_MAX_OUTPUT_CHARS, KernelClient
 from ipybox.code_exec.kernelspec import KernelSpec
@@ -18,6 +18,9 @@ from ipybox.code_exec.server import GatewayEndpoint, KernelGateway
 from ipybox.tool_exec.approval.request import ApprovalRequest
 from ipybox.tool_exec.registry import ServerRegistry
 from ipybox.tool_exec.server import ToolServer
+
+if TYPE_CHECKING:
+    from ipybox.sandbox import DomainProxy
 
 logger = logging.getLogger("ipybox")
 
@@ -132,6 +135,7 @@ class CodeExecutor:
         self._gateway: KernelGateway | None = None
         self._client: KernelClient | None = None
         self._tool_server: ToolServer | None = None
+        self._proxy: DomainProxy | None = None
         self._approvals: asyncio.Queue[StreamItem | _Failed | object] | None = None
         self._auto_approve = False
         self._lock = asyncio.Lock()
@@ -183,7 +187,7 @@ class CodeExecutor:
                     port=self.kernel_gateway_port,
                     env=env,
                     working_dir=self.working_dir,
-                    kernel_spec=self._kernel_spec(),
+                    kernel_spec=await self._kernel_spec(),
                     log_level=self.log_level,
                 )
                 await self._gateway.start()
@@ -201,15 +205,22 @@ class CodeExecutor:
             await self.stop()
             raise
 
-    def _kernel_spec(self) -> KernelSpec | None:
+    async def _kernel_spec(self) -> KernelSpec | None:
         if not self.sandbox:
             return None
-        from ipybox.sandbox import SandboxPolicy, sandboxed_kernel_spec
+        from ipybox.sandbox import DomainProxy, SandboxPolicy, sandboxed_kernel_spec
 
         policy = SandboxPolicy.from_file(self.sandbox_config) if self.sandbox_config else SandboxPolicy()
+        proxy_socket = None
+        if policy.network.allowed_domains:
+            self._proxy = DomainProxy(policy.network.allowed_domains, policy.network.denied_domains)
+            proxy_socket = await self._proxy.start()
         socket = self.tool_server.unix_socket
         return sandboxed_kernel_spec(
-            policy, self.working_dir, tool_server_dir=socket.parent if socket is not None else None
+            policy,
+            self.working_dir,
+            tool_server_dir=socket.parent if socket is not None else None,
+            proxy_socket=proxy_socket,
         )
 
     def _create_tool_server(self) -> ToolServer:
@@ -238,6 +249,7 @@ class CodeExecutor:
         client, self._client = self._client, None
         gateway, self._gateway = self._gateway, None
         tool_server, self._tool_server = self._tool_server, None
+        proxy, self._proxy = self._proxy, None
         try:
             if client is not None:
                 # An embedded gateway ends all its kernels when it stops.
@@ -249,6 +261,8 @@ class CodeExecutor:
             finally:
                 if tool_server is not None:
                     await tool_server.stop()
+                if proxy is not None:
+                    await proxy.stop()
 
     async def _on_approval(self, request: ApprovalRequest) -> None:
         if self._auto_approve:

@@ -45,6 +45,7 @@ from ipybox.mcp_client.errors import (
     one_line,
 )
 from ipybox.mcp_client.params import HttpServerParams, ServerParams, StdioServerParams, parse_server_params
+from ipybox.sandbox.policy import SandboxPolicy
 
 _T = TypeVar("_T")
 
@@ -257,6 +258,8 @@ class MCPConnection:
         params = self.params
         if isinstance(params, StdioServerParams):
             assert stderr is not None
+            if params.sandbox is not None:
+                return _sandboxed_stdio(params, params.sandbox, stderr)
             stdio = StdioServerParameters(
                 command=params.command, args=params.args, env=params.env, cwd=params.cwd
             )
@@ -304,6 +307,19 @@ class MCPConnection:
             return None
         leaf = interesting[0]
         return ServerConnectError(name, f"{type(leaf).__name__}: {leaf}" + _tail(stderr))
+
+
+@asynccontextmanager
+async def _sandboxed_stdio(
+    params: StdioServerParams, policy: SandboxPolicy, stderr: IO[bytes]
+) -> AsyncIterator[TransportStreams]:
+    from ipybox.sandbox.command import sandboxed
+
+    workspace = Path(params.cwd) if params.cwd else Path.cwd()
+    async with sandboxed([params.command, *params.args], policy, workspace) as argv:
+        stdio = StdioServerParameters(command=argv[0], args=argv[1:], env=params.env, cwd=params.cwd)
+        async with stdio_client(stdio, errlog=cast(TextIO, stderr)) as streams:
+            yield streams
 
 
 @asynccontextmanager

@@ -25,6 +25,7 @@ from dotenv import dotenv_values
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from ipybox.mcp_client.errors import ServerParamsError
+from ipybox.sandbox.policy import SandboxPolicy
 
 Transport = Literal["streamable_http", "sse"]
 
@@ -48,6 +49,9 @@ class StdioServerParams(BaseModel):
         env: Extra environment variables for the process, merged over a minimal safe environment
             (`HOME`, `PATH`, ...), as the `mcp` SDK does.
         cwd: Working directory of the process; defaults to the current one.
+        sandbox: Run the process in its own bubblewrap sandbox (Linux): `True` for the default policy
+            (read everything but secrets, write only `cwd`, no network), or a policy of its own in the
+            sandbox policy format (e.g. `{"network": {"allowedDomains": ["api.github.com"]}}`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -56,6 +60,15 @@ class StdioServerParams(BaseModel):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] | None = None
     cwd: str | None = None
+    sandbox: SandboxPolicy | None = None
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _sandbox_flag(cls, value: Any) -> Any:
+        # `true`/`false` stand for the default policy/no sandbox; a policy is validated as one.
+        if isinstance(value, bool):
+            return SandboxPolicy() if value else None
+        return value
 
 
 class HttpServerParams(BaseModel):

@@ -5,6 +5,10 @@ bind-mounted into the sandbox; the kernel reaches the tool server through its Un
 bind-mounted. Everything else on the network is gone: the kernel gets its own network namespace, which
 has only a loopback interface, and its own PID namespace, so it can neither see nor signal host processes.
 Because the sandbox wraps the kernel process, `!` commands and subprocesses are inside it too.
+
+With `network.allowedDomains`, the host's [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket is
+bind-mounted too and the process starts under [netbridge][ipybox.sandbox.netbridge], which makes that
+proxy the sandbox's `HTTP(S)_PROXY`: the only way out, and only to those domains.
 """
 
 from __future__ import annotations
@@ -90,11 +94,6 @@ def bwrap_args(
         readable: Directories under `/tmp` to bind read-only (the private `/tmp` hides them otherwise).
         home: The home directory `~` in the policy stands for (default: the current user's).
     """
-    if policy.network.allowed_domains:
-        raise SandboxUnavailableError(
-            "network.allowedDomains is not supported by this version of ipybox: sandboxed kernels have no "
-            "network; remove the setting (tool calls through MCP servers still work)"
-        )
     home = home or Path.home()
     # The private /tmp would hide an interpreter or a checkout that lives under /tmp: keep them visible.
     readable = [*_python_dirs_under_tmp(), *readable]
@@ -130,11 +129,50 @@ def _python_dirs_under_tmp() -> list[Path]:
     return [path for i, path in enumerate(ordered) if not any(path.is_relative_to(p) for p in ordered[:i])]
 
 
+def sandboxed_command(
+    command: Sequence[str],
+    policy: SandboxPolicy,
+    workspace: Path,
+    *,
+    proxy_socket: Path | None = None,
+    writable: Sequence[Path] = (),
+    readable: Sequence[Path] = (),
+    home: Path | None = None,
+) -> list[str]:
+    """The command line that runs `command` inside bubblewrap, confined by `policy`.
+
+    Args:
+        command: What to run in the sandbox.
+        policy: The sandbox policy.
+        workspace: The working directory (writable).
+        proxy_socket: The Unix socket of the [DomainProxy][ipybox.sandbox.proxy.DomainProxy] serving
+            `policy.network`; required when the policy allows domains.
+        writable: More directories to bind read-write.
+        readable: More directories under `/tmp` to keep visible, read-only.
+        home: What `~` in the policy stands for.
+
+    Raises:
+        SandboxUnavailableError: bubblewrap is missing or can't create namespaces here.
+        ValueError: The policy allows domains but no proxy socket was given.
+    """
+    bwrap = check_sandbox()
+    readable = list(readable)
+    prefix: list[str] = []
+    if policy.network.allowed_domains:
+        if proxy_socket is None:
+            raise ValueError("network.allowedDomains needs a DomainProxy: pass its proxy_socket")
+        readable.append(proxy_socket.parent)
+        prefix = [sys.executable, "-m", "ipybox.sandbox.netbridge", str(proxy_socket), "--"]
+    args = bwrap_args(policy, workspace.resolve(), readable=readable, writable=writable, home=home)
+    return [bwrap, *args, "--", *prefix, *command]
+
+
 def sandboxed_kernel_spec(
     policy: SandboxPolicy,
     workspace: Path,
     *,
     tool_server_dir: Path | None = None,
+    proxy_socket: Path | None = None,
     home: Path | None = None,
 ) -> KernelSpec:
     """A kernelspec whose kernels run inside bubblewrap, confined by `policy`.
@@ -142,22 +180,30 @@ def sandboxed_kernel_spec(
     Args:
         policy: The sandbox policy.
         workspace: The kernels' working directory (writable).
-        tool_server_dir: The directory of the tool server's Unix socket, made reachable.
+        tool_server_dir: The directory of the tool server's Unix sockets, made reachable.
+        proxy_socket: The [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket, when the policy allows
+            domains.
         home: What `~` in the policy stands for.
 
     Raises:
         SandboxUnavailableError: bubblewrap is missing or can't create namespaces here.
+        ValueError: The policy allows domains but no proxy socket was given.
     """
-    bwrap = check_sandbox()
-    workspace = workspace.resolve()
     # The gateway's runtime dir is only known when it starts: kernelspec.write() fills it in. Connection
     # files are read there; the kernel creates its ipc sockets in `ipc/`.
     readable = [Path(RUNTIME_DIR) / "runtime"]
     if tool_server_dir is not None:
         readable.append(tool_server_dir)
     writable = [Path(RUNTIME_DIR) / "ipc"]
-    args = bwrap_args(policy, workspace, readable=readable, writable=writable, home=home)
-    argv = [bwrap, *args, "--", *default_kernel_argv()]
+    argv = sandboxed_command(
+        default_kernel_argv(),
+        policy,
+        workspace,
+        proxy_socket=proxy_socket,
+        readable=readable,
+        writable=writable,
+        home=home,
+    )
     # The default SIGINT would reach bwrap, not the kernel: interrupt with a control message instead.
     return KernelSpec(argv=argv, interrupt_mode="message", display_name="Python 3 (ipybox, sandboxed)")
 

@@ -18,7 +18,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ipybox.sandbox.domains import domain_entry_error
 
 DEFAULT_DENY_READ = (
     "~/.ssh",
@@ -52,8 +54,18 @@ class FilesystemPolicy(_Strict):
 
 
 class NetworkPolicy(_Strict):
+    """Host names (`pypi.org`), subdomain wildcards (`*.pythonhosted.org`) or IP addresses."""
+
     allowed_domains: list[str] = Field(default_factory=list, alias="allowedDomains")
     denied_domains: list[str] = Field(default_factory=list, alias="deniedDomains")
+
+    @field_validator("allowed_domains", "denied_domains")
+    @classmethod
+    def _valid_entries(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            if (problem := domain_entry_error(entry)) is not None:
+                raise ValueError(problem)
+        return entries
 
 
 class SandboxPolicy(_Strict):

@@ -107,7 +107,7 @@ class CallChannel:
             return error("bad_request", "a request is one JSON object per line"), False
         token = request.get("token")
         if not isinstance(token, str) or not secrets.compare_digest(token.encode(), self._token.encode()):
-            return error("unauthorized", "the tool server rejected this kernel's token"), False
+            return error("unauthorized", "the ipybox tool server rejected this kernel's token"), False
         handler = self._handlers.get(request.get("op", "run"))
         if handler is None:
             return error("bad_request", f"unknown op {request.get('op')!r}"), True

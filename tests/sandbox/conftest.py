@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import socket
@@ -46,6 +47,30 @@ def host_tcp_server() -> Iterator[int]:
     threading.Thread(target=serve, daemon=True).start()
     yield server.getsockname()[1]
     server.close()
+
+
+class _Echo(http.server.BaseHTTPRequestHandler):
+    """Answers with the request it got, so tests see what reached the server."""
+
+    def do_GET(self) -> None:
+        body = f"{self.command} {self.path}\n{self.headers}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="session")
+def host_http_server() -> Iterator[int]:
+    """An HTTP server on the host's 127.0.0.1: a sandbox can reach it only through the proxy."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
 
 
 @pytest.fixture(scope="session")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from ipybox.sandbox import SandboxPolicy, SandboxUnavailableError
-from ipybox.sandbox.bwrap import bwrap_args
+from ipybox.sandbox import SandboxPolicy
+from ipybox.sandbox.bwrap import bwrap_args, sandboxed_command
 from ipybox.sandbox.schema import SCHEMA_FILE, render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,10 +84,33 @@ def test_protected_paths(tmp_path: Path) -> None:
     assert "--unshare-all" in args and "--share-net" not in args
 
 
-def test_allowed_domains_fail_closed(tmp_path: Path) -> None:
-    policy = SandboxPolicy.model_validate({"network": {"allowedDomains": ["pypi.org"]}})
-    with pytest.raises(SandboxUnavailableError, match="allowedDomains is not supported"):
-        bwrap_args(policy, tmp_path)
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    [
+        ("https://pypi.org", "without scheme, port or path"),
+        ("pypi.org:443", "without scheme, port or path"),
+        ("pypi..org", "not a valid host name"),
+        ("*.10.0.0.1", "a wildcard needs a domain"),
+    ],
+)
+def test_bad_domain_entries_are_named(tmp_path: Path, entry: str, reason: str) -> None:
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps({"network": {"allowedDomains": ["pypi.org", entry]}}))
+    with pytest.raises(ValueError, match=re.escape(reason)) as caught:
+        SandboxPolicy.from_file(path)
+    assert "network.allowedDomains" in str(caught.value) and entry in str(caught.value)
+
+
+def test_allowed_domains_need_a_proxy(tmp_path: Path) -> None:
+    policy = SandboxPolicy.model_validate({"network": {"allowedDomains": ["pypi.org", "*.pythonhosted.org"]}})
+    with pytest.raises(ValueError, match="needs a DomainProxy"):
+        sandboxed_command(["true"], policy, tmp_path)
+    argv = sandboxed_command(["true"], policy, tmp_path, proxy_socket=tmp_path / "p" / "proxy.sock")
+    bridge = argv.index("ipybox.sandbox.netbridge")
+    assert argv[bridge + 1 : bridge + 4] == [str(tmp_path / "p" / "proxy.sock"), "--", "true"]
+    assert ["--ro-bind", str(tmp_path / "p"), str(tmp_path / "p")] == argv[
+        argv.index(str(tmp_path / "p")) - 1 : argv.index(str(tmp_path / "p")) + 2
+    ]
 
 
 def test_schema_file_is_current() -> None:

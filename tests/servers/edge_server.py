@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import http.client
 import json
 import os
 import sys
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
@@ -120,6 +122,21 @@ def crash() -> str:
 def getenv(name: str) -> str:
     """The value of environment variable `name` in the server's process ("" when unset)."""
     return os.environ.get(name, "")
+
+
+@server.tool(structured_output=False)
+def fetch(url: str) -> str:
+    """GET an http:// URL, through $HTTP_PROXY when it is set (even for localhost): "STATUS FIRST-LINE"
+    of the answer, or "error: ..."."""
+    target, proxy = urlsplit(url), os.environ.get("HTTP_PROXY")
+    via = urlsplit(proxy) if proxy else target
+    try:
+        conn = http.client.HTTPConnection(via.hostname or "", via.port or 80, timeout=10)
+        conn.request("GET", url if proxy else target.path or "/")
+        response = conn.getresponse()
+        return f"{response.status} {response.read().decode().splitlines()[0]}"
+    except OSError as e:
+        return f"error: {e}"
 
 
 @server.tool(structured_output=False)

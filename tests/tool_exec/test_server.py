@@ -132,7 +132,11 @@ async def test_bad_requests_keep_the_connection(tool_server: ToolServer) -> None
         {"token": token, "op": "run", "server": "everything", "tool": "echo", "args": {"message": "ok"}},
     ]
     answers = await raw_exchange(tool_server, *(json.dumps(line).encode() + b"\n" for line in lines))
-    assert [json.loads(a).get("error", {}).get("type") for a in answers] == ["bad_request", "bad_request", None]
+    assert [json.loads(a).get("error", {}).get("type") for a in answers] == [
+        "bad_request",
+        "bad_request",
+        None,
+    ]
     assert json.loads(answers[2])["result"] == "Echo: ok"
 
 
@@ -202,7 +206,9 @@ async def test_a_restarted_server_is_reached_again_on_the_same_thread(tmp_path: 
             everything = {"everything": tagged(params.everything(), "tool-exec-restart")}
             async with ToolServer(unix_socket=tmp_path / "tools.sock", servers=everything) as server:
                 runner = ToolRunner("everything", address=server.calls_address, token=server.token)
-                answer = await loop.run_in_executor(thread, runner.run_sync, "echo", {"message": str(attempt)})
+                answer = await loop.run_in_executor(
+                    thread, runner.run_sync, "echo", {"message": str(attempt)}
+                )
                 assert answer == f"Echo: {attempt}"
     assert not (tmp_path / "tools.calls.sock").exists()
 

@@ -1,0 +1,37 @@
+"""`sandboxed`: run any command (e.g. a stdio MCP server) in a sandbox of its own, with its own policy."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+from ipybox.sandbox.bwrap import sandboxed_command
+from ipybox.sandbox.policy import SandboxPolicy
+from ipybox.sandbox.proxy import DomainProxy
+
+
+@contextlib.asynccontextmanager
+async def sandboxed(
+    command: Sequence[str], policy: SandboxPolicy, workspace: Path
+) -> AsyncIterator[list[str]]:
+    """The command line that runs `command` confined by `policy`, valid while the context is open (a
+    [DomainProxy][ipybox.sandbox.proxy.DomainProxy] serves it then, if the policy allows domains).
+
+    Example:
+        ```python
+        async with sandboxed(["node", "server.js"], SandboxPolicy(), Path.cwd()) as argv:
+            process = await asyncio.create_subprocess_exec(*argv)
+            await process.wait()
+        ```
+
+    Raises:
+        SandboxUnavailableError: bubblewrap is missing or can't create namespaces here.
+    """
+    network = policy.network
+    if not network.allowed_domains:
+        yield sandboxed_command(command, policy, workspace)
+        return
+    async with DomainProxy(network.allowed_domains, network.denied_domains) as proxy:
+        proxy_socket = await proxy.start()
+        yield sandboxed_command(command, policy, workspace, proxy_socket=proxy_socket)
