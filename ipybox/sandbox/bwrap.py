@@ -60,14 +60,19 @@ def check_sandbox() -> str:
         SandboxUnavailableError: It can't, with the reason and the remedy.
     """
     bwrap = bwrap_path()
-    probe = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc"]
-    probe += ["--dev", "/dev", "--cap-drop", "ALL", "true"]
+    probe = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent"]
+    probe += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--cap-drop", "ALL", "true"]
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise SandboxUnavailableError(f"bubblewrap ({bwrap}) could not be run: {e}") from None
     if done.returncode != 0:
         reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+        if "disable-userns" in reason:
+            raise SandboxUnavailableError(
+                f"bubblewrap ({bwrap}) is too old: ipybox needs 0.8 or newer (--disable-userns keeps code in "
+                "the sandbox from creating user namespaces of its own); install a newer bubblewrap"
+            )
         raise SandboxUnavailableError(
             f"bubblewrap cannot create a sandbox here ({reason}). Unprivileged user namespaces are "
             "probably disabled: allow them (e.g. 'sudo sysctl kernel.unprivileged_userns_clone=1', or on "
@@ -97,7 +102,10 @@ def bwrap_args(
     home = home or Path.home()
     # The private /tmp would hide an interpreter or a checkout that lives under /tmp: keep them visible.
     readable = [*_python_dirs_under_tmp(), *readable]
-    args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    # --disable-userns (bubblewrap >= 0.8): for a non-root user, code inside could otherwise make nested
+    # user namespaces (`unshare -r`) and be root in them.
+    args = ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+    args += ["--cap-drop", "ALL"]
     args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for path in readable:
         args += ["--ro-bind", str(path), str(path)]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-from ipybox.sandbox.bwrap import sandboxed_command
+from ipybox.sandbox.platforms import sandboxed_command
 from ipybox.sandbox.policy import SandboxPolicy
 from ipybox.sandbox.proxy import DomainProxy
 
@@ -26,12 +27,18 @@ async def sandboxed(
         ```
 
     Raises:
-        SandboxUnavailableError: bubblewrap is missing or can't create namespaces here.
+        SandboxUnavailableError: This machine can't sandbox (see `ipybox doctor`), or the policy allows
+            domains on macOS, which doesn't support that.
     """
-    network = policy.network
-    if not network.allowed_domains:
-        yield sandboxed_command(command, policy, workspace)
-        return
-    async with DomainProxy(network.allowed_domains, network.denied_domains) as proxy:
-        proxy_socket = await proxy.start()
-        yield sandboxed_command(command, policy, workspace, proxy_socket=proxy_socket)
+    # The process's temp files go here on macOS, which has no private /tmp (a Linux sandbox mounts its
+    # own and leaves this empty); it goes when the context closes.
+    with tempfile.TemporaryDirectory(prefix="ipybox-sandbox-") as temp_dir:
+        network = policy.network
+        if not network.allowed_domains:
+            yield sandboxed_command(command, policy, workspace, temp_dir=Path(temp_dir))
+            return
+        async with DomainProxy(network.allowed_domains, network.denied_domains) as proxy:
+            proxy_socket = await proxy.start()
+            yield sandboxed_command(
+                command, policy, workspace, proxy_socket=proxy_socket, temp_dir=Path(temp_dir)
+            )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import platform
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from typing import Any
 
 from ipybox.sandbox.bwrap import check_sandbox
 from ipybox.sandbox.errors import SandboxUnavailableError
+from ipybox.sandbox.seatbelt import SANDBOX_EXEC, check_seatbelt
 
 _LANDLOCK_CREATE_RULESET = {"x86_64": 444, "aarch64": 444}
 _LANDLOCK_CREATE_RULESET_VERSION = 1
@@ -32,19 +34,10 @@ def run_checks() -> list[Check]:
     """Every check, in report order."""
     system = platform.system()
     if system == "Darwin":
-        found = shutil.which("sandbox-exec")
-        return [
-            Check(
-                "macOS sandbox-exec",
-                found is not None,
-                f"{found} (ipybox's macOS sandbox is not implemented yet: use sandbox=False or a Linux VM)"
-                if found
-                else "not found",
-                True,
-            )
-        ]
+        found = _sandbox_exec()
+        return [found, _seatbelt_profile()] if found.ok else [found]
     if system != "Linux":
-        return [Check("platform", False, f"{system}: sandboxing needs Linux", True)]
+        return [Check("platform", False, f"{system}: sandboxing needs Linux or macOS", True)]
     return [_bwrap(), _namespaces(), _userns_sysctls(), _landlock(), _seccomp()]
 
 
@@ -62,6 +55,22 @@ def _namespaces() -> Check:
     except SandboxUnavailableError as e:
         return Check("namespaces (user, pid, net, mount)", False, str(e), True)
     return Check("namespaces (user, pid, net, mount)", True, "a test sandbox started", True)
+
+
+def _sandbox_exec() -> Check:
+    if not os.access(SANDBOX_EXEC, os.X_OK):
+        return Check("sandbox-exec", False, f"{SANDBOX_EXEC} not found (it is part of macOS)", True)
+    return Check(
+        "sandbox-exec", True, f"{SANDBOX_EXEC} (ipybox's macOS sandbox is untested: see README)", True
+    )
+
+
+def _seatbelt_profile() -> Check:
+    try:
+        check_seatbelt.__wrapped__()
+    except SandboxUnavailableError as e:
+        return Check("Seatbelt profile", False, str(e), True)
+    return Check("Seatbelt profile", True, "a test sandbox started with ipybox's profile", True)
 
 
 def _userns_sysctls() -> Check:

@@ -35,12 +35,13 @@ async def _forward(proxy_socket: str, reader: asyncio.StreamReader, writer: asyn
     except OSError:
         writer.close()
         return
-    await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+    await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
     upstream_writer.close()
     writer.close()
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy until end of stream, then pass the end on (half-close), so each direction ends on its own."""
     try:
         while chunk := await reader.read(64 * 1024):
             writer.write(chunk)

@@ -15,6 +15,7 @@ A policy file in the format of Anthropic's sandbox-runtime (as used by ipybox 0.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,6 @@ def _matches(entry: str, workspace: Path, home: Path) -> list[Path]:
 def _existing_unique(paths: list[Path]) -> list[Path]:
     seen: dict[Path, None] = {}
     for path in paths:
-        if path.exists() or path.is_symlink():
+        if os.path.lexists(path):  # False, not PermissionError, behind a directory this user can't enter
             seen.setdefault(path.resolve() if path.is_symlink() else path, None)
     return list(seen)

@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Self
 
 from ipybox.sandbox.domains import DomainFilter, normalize_host
+from ipybox.sandbox.netbridge import pipe
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ class DomainProxy:
                 writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
             else:
                 upstream_writer.write(_origin_form(method, path, version, header_block))
-            await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+            await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
         finally:
             upstream_writer.close()
 
@@ -207,17 +208,6 @@ def _origin_form(method: str, path: str, version: str, header_block: bytes) -> b
             lines.append(line)
     lines.append(b"Connection: close")
     return b"\r\n".join(lines) + b"\r\n\r\n"
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while chunk := await reader.read(64 * 1024):
-            writer.write(chunk)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (ConnectionError, OSError):
-        writer.close()
 
 
 async def _answer(writer: asyncio.StreamWriter, status: int, reason: str, message: str) -> None:

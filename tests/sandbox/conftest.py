@@ -5,8 +5,10 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -17,12 +19,17 @@ import pytest
 from ipybox import CodeExecutor, generate_mcp_sources
 from tests.servers import params
 
+# Host directories a test needs outside /tmp (which the sandbox replaces) go here: any user may write it.
+OUTSIDE_PARENT = "/var/tmp"
+# Set (to the user's name) in the run of these tests that test_unprivileged.py starts as another user.
+UNPRIVILEGED_USER_VARIABLE = "IPYBOX_TEST_UNPRIVILEGED_USER"
+
 
 @dataclass
 class Sandboxed:
     executor: CodeExecutor
     workspace: Path
-    outside: Path  # a host directory outside the workspace and /tmp: readable, not writable
+    outside: Path  # a host directory outside the workspace and /tmp: writable, but not from the sandbox
     secret_file: Path  # outside the workspace, hidden by the policy file
     host_port: int  # a TCP server on the host's 127.0.0.1
 
@@ -88,8 +95,11 @@ async def sandboxed(
     git = ["git", "-C", str(workspace), "-c", "user.name=t", "-c", "user.email=t@example.com"]
     subprocess.run([*git, "init", "-q"], check=True)
     # The workspace is under /tmp, which the sandbox replaces with its own: the host directory for
-    # "outside" tests is this one.
-    outside = Path(__file__).resolve().parent
+    # "outside" tests is elsewhere, and one this user may write on the host (as root any is; as another
+    # user the repository is not), so only the sandbox stands between a kernel and writing there.
+    outside = Path(tempfile.mkdtemp(prefix="ipybox-sandbox-outside-", dir=OUTSIDE_PARENT))
+    (outside / "__init__.py").write_text("# a host file outside the workspace\n")
+    assert os.access(outside, os.W_OK)
     secrets_dir = base / "secrets"
     secrets_dir.mkdir()
     secret_file = secrets_dir / "token.txt"
@@ -97,7 +107,10 @@ async def sandboxed(
     policy = base / "policy.json"
     policy.write_text(json.dumps({"filesystem": {"denyRead": [str(secrets_dir)]}}))
     await generate_mcp_sources("everything", params.everything(), workspace / "mcptools")
-    async with CodeExecutor(
-        working_dir=workspace, sandbox=True, sandbox_config=policy, approval_timeout=10
-    ) as executor:
-        yield Sandboxed(executor, workspace, outside, secret_file, host_tcp_server)
+    try:
+        async with CodeExecutor(
+            working_dir=workspace, sandbox=True, sandbox_config=policy, approval_timeout=10
+        ) as executor:
+            yield Sandboxed(executor, workspace, outside, secret_file, host_tcp_server)
+    finally:
+        shutil.rmtree(outside)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ipybox.sandbox import SandboxUnavailableError
-from ipybox.sandbox.bwrap import bwrap_path
+from ipybox.sandbox.bwrap import bwrap_path, check_sandbox
 
 
 def test_missing_bubblewrap_is_named_with_the_remedy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -43,3 +43,28 @@ def test_executor_without_bubblewrap_runs_nothing(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("refused: sandbox=True needs bubblewrap")
     assert not canary.exists()
+
+
+@pytest.mark.parametrize(
+    ("stderr", "expected"),
+    [
+        ("bwrap: Unknown option --disable-userns", "too old: ipybox needs 0.8 or newer"),
+        (
+            "bwrap: setting up uid map: Permission denied",
+            "Unprivileged user namespaces are probably disabled",
+        ),
+    ],
+)
+def test_a_bubblewrap_that_cannot_sandbox_is_refused_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stderr: str, expected: str
+) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_text(f"#!/bin/sh\necho '{stderr}' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    check_sandbox.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailableError, match=expected):
+            check_sandbox()
+    finally:
+        check_sandbox.cache_clear()

@@ -1,0 +1,133 @@
+"""The sandbox of this platform: bubblewrap on Linux, Seatbelt (`sandbox-exec`) on macOS.
+
+The functions here have the signatures of the bubblewrap ones and hand over to the module of the platform
+the process runs on; elsewhere they raise `SandboxUnavailableError`, and nothing runs unsandboxed.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+
+from ipybox.code_exec.kernelspec import KernelSpec
+from ipybox.sandbox import bwrap, seatbelt
+from ipybox.sandbox.errors import SandboxUnavailableError
+from ipybox.sandbox.policy import SandboxPolicy
+
+
+def check_sandbox() -> str:
+    """Check that this machine can sandbox a process.
+
+    Returns:
+        The sandboxing executable (`bwrap` or `sandbox-exec`).
+
+    Raises:
+        SandboxUnavailableError: It can't, with the reason and the remedy.
+    """
+    system = platform.system()
+    if system == "Linux":
+        return bwrap.check_sandbox()
+    if system == "Darwin":
+        return seatbelt.check_seatbelt()
+    raise _unsupported(system)
+
+
+def sandboxed_command(
+    command: Sequence[str],
+    policy: SandboxPolicy,
+    workspace: Path,
+    *,
+    proxy_socket: Path | None = None,
+    writable: Sequence[Path] = (),
+    readable: Sequence[Path] = (),
+    home: Path | None = None,
+    temp_dir: Path | None = None,
+) -> list[str]:
+    """The command line that runs `command` in this platform's sandbox, confined by `policy`.
+
+    Args:
+        command: What to run in the sandbox.
+        policy: The sandbox policy.
+        workspace: The working directory (writable).
+        proxy_socket: The [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket, when the policy allows
+            domains (Linux only: macOS refuses such policies).
+        writable: More writable directories.
+        readable: Directories under `/tmp` to keep visible (Linux; on macOS all but hidden paths are).
+        home: What `~` in the policy stands for.
+        temp_dir: A directory for the process's temp files that outlives it; required on macOS, which
+            has no private `/tmp` (Linux sandboxes get one and ignore this).
+
+    Raises:
+        SandboxUnavailableError: This machine can't sandbox, or (macOS) the policy allows domains.
+        ValueError: The policy allows domains but no proxy socket was given (Linux), or no `temp_dir`
+            was given (macOS).
+    """
+    system = platform.system()
+    if system == "Linux":
+        return bwrap.sandboxed_command(
+            command,
+            policy,
+            workspace,
+            proxy_socket=proxy_socket,
+            writable=writable,
+            readable=readable,
+            home=home,
+        )
+    if system == "Darwin":
+        if temp_dir is None:
+            raise ValueError(
+                "the macOS sandbox has no private /tmp: pass a temp_dir that outlives the process"
+            )
+        return seatbelt.seatbelt_command(
+            command, policy, workspace, temp_dir=temp_dir, writable=writable, home=home
+        )
+    raise _unsupported(system)
+
+
+def sandboxed_kernel_spec(
+    policy: SandboxPolicy,
+    workspace: Path,
+    *,
+    tool_server_dir: Path | None = None,
+    proxy_socket: Path | None = None,
+    home: Path | None = None,
+) -> KernelSpec:
+    """A kernelspec whose kernels run in this platform's sandbox, confined by `policy`.
+
+    Args:
+        policy: The sandbox policy.
+        workspace: The kernels' working directory (writable).
+        tool_server_dir: The directory of the tool server's Unix sockets, made reachable.
+        proxy_socket: The [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket, when the policy allows
+            domains (Linux only: macOS refuses such policies).
+        home: What `~` in the policy stands for.
+
+    Raises:
+        SandboxUnavailableError: This machine can't sandbox, or (macOS) the policy allows domains.
+        ValueError: The policy allows domains but no proxy socket was given (Linux).
+    """
+    system = platform.system()
+    if system == "Linux":
+        return bwrap.sandboxed_kernel_spec(
+            policy, workspace, tool_server_dir=tool_server_dir, proxy_socket=proxy_socket, home=home
+        )
+    if system == "Darwin":
+        return seatbelt.seatbelt_kernel_spec(policy, workspace, tool_server_dir=tool_server_dir, home=home)
+    raise _unsupported(system)
+
+
+def sandbox_supported() -> bool:
+    """Whether `check_sandbox()` passes (for reports; use `check_sandbox()` to get the reason)."""
+    try:
+        check_sandbox()
+    except SandboxUnavailableError:
+        return False
+    return True
+
+
+def _unsupported(system: str) -> SandboxUnavailableError:
+    return SandboxUnavailableError(
+        f"sandbox=True needs Linux (bubblewrap) or macOS (sandbox-exec); this is {system}: "
+        "run with sandbox=False, or run ipybox in a Linux container"
+    )

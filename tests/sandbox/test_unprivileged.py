@@ -1,0 +1,126 @@
+"""The sandbox tests as an unprivileged user too: users are not root, and a sandbox can behave differently
+for them (bubblewrap makes a user namespace then, `~` is another home, host permissions apply).
+
+Run as root (as CI is), this test runs every test in tests/sandbox again as the user `ipybox-test`,
+which `scripts/test-user` creates together with a Python that user can run, and checks that all of them
+passed, this one included: there it takes the other branch and checks that it runs unprivileged. Run
+unprivileged, the other sandbox tests already are the unprivileged run: it only checks that.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox.conftest import UNPRIVILEGED_USER_VARIABLE
+
+ROOT = Path(__file__).resolve().parents[2]
+SANDBOX_TESTS = "tests/sandbox"
+USER = "ipybox-test"
+
+
+def _tail(*outputs: str | bytes | None, lines: int = 60) -> str:
+    """The last lines of a run's output, for a failure message."""
+    text = "".join(o.decode(errors="replace") if isinstance(o, bytes) else o or "" for o in outputs)
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _collected_as_root() -> set[str]:
+    """Node ids of the sandbox tests, collected here (as root): what the other run must pass, all of it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", SANDBOX_TESTS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"collecting {SANDBOX_TESTS} failed:\n{_tail(done.stdout, done.stderr)}"
+    ids = {line for line in done.stdout.splitlines() if "::" in line}
+    assert len(ids) > 50, done.stdout  # the sandbox tests, not a stray few
+    return ids
+
+
+def _passed_in_report(report: Path) -> tuple[set[str], list[str]]:
+    """Node ids that passed in a junit report, and every other outcome as `<kind> <node id>`."""
+    passed: set[str] = set()
+    others: list[str] = []
+    for case in ElementTree.parse(report).iter("testcase"):
+        node_id = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+        outcomes = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+        if outcomes:
+            others.extend(f"{outcome} {node_id}" for outcome in outcomes)
+        else:
+            passed.add(node_id)
+    return passed, others
+
+
+@pytest.mark.timeout(900)
+def test_sandbox_tests_pass_as_an_unprivileged_user() -> None:
+    if os.geteuid() != 0:
+        assert os.getuid() != 0 and os.geteuid() != 0
+        expected_user = os.environ.get(UNPRIVILEGED_USER_VARIABLE)
+        if expected_user is not None:  # the run started below, as root
+            entry = pwd.getpwuid(os.geteuid())
+            assert entry.pw_name == expected_user and os.getgid() == entry.pw_gid
+            assert 0 not in os.getgroups()
+        return
+    assert UNPRIVILEGED_USER_VARIABLE not in os.environ, "the unprivileged run runs as root"
+
+    made = subprocess.run(
+        ["bash", "scripts/test-user"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert made.returncode == 0, f"scripts/test-user failed:\n{made.stderr}"
+    python = made.stdout.strip().splitlines()[-1]
+    user = pwd.getpwnam(USER)
+    expected = _collected_as_root()
+
+    env = {
+        "PATH": os.pathsep.join([str(Path(python).parent), os.environ.get("PATH", os.defpath)]),
+        "HOME": user.pw_dir,
+        "USER": USER,
+        "LOGNAME": USER,
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",  # the checkout is not the user's to write
+        UNPRIVILEGED_USER_VARIABLE: USER,
+    }
+    command = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups", "--"]
+    command += [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    with tempfile.TemporaryDirectory(prefix="ipybox-unprivileged-") as reports:
+        os.chown(reports, user.pw_uid, user.pw_gid)
+        report = Path(reports) / "report.xml"
+        try:
+            done = subprocess.run(
+                [*command, f"--junitxml={report}", SANDBOX_TESTS],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=840,
+            )
+        except subprocess.TimeoutExpired as e:
+            pytest.fail(f"the sandbox tests as {USER} timed out:\n{_tail(e.stdout, e.stderr)}")
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, (
+            f"the sandbox tests failed as {USER} (exit {done.returncode}):\n{_tail(output)}"
+        )
+        passed, others = _passed_in_report(report)
+    assert not others, f"not all passed as {USER}: {others}\n{_tail(output)}"
+    assert passed == expected, (
+        f"as {USER}, these did not run: {sorted(expected - passed)}; these ran but were not collected here: "
+        f"{sorted(passed - expected)}\n{_tail(output)}"
+    )
+    # Only passes (and warnings): a skip, an xfail or an error is no pass.
+    summary = re.search(r"^(\d+) passed(, \d+ warnings?)? in [\d.]+s", output, re.MULTILINE)
+    assert summary is not None and int(summary.group(1)) == len(expected), _tail(output)
+    this_test = (
+        f"{SANDBOX_TESTS}/{Path(__file__).name}::{test_sandbox_tests_pass_as_an_unprivileged_user.__name__}"
+    )
+    assert this_test in passed  # there it took the unprivileged branch, and its checks passed
