@@ -3,18 +3,29 @@
 The stock `ipykernel_launcher`, minus the debugger: ipykernel imports debugpy at start when it is
 installed, which costs about 190 ms of a 500 ms kernel start, and ipybox kernels are never attached to a
 debugger. ipykernel treats a missing debugpy as "no debugger".
+
+When `IPYBOX_MCPTOOLS_DIR` is set, the kernel also loads the `mcptools_refresh` extension, so packages
+generated under that directory after the kernel started are imported fresh by the next cell.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+
+from ipybox.code_exec.mcptools_refresh import EXTENSION, MCPTOOLS_DIR_ENV
 
 
 def main() -> None:
     sys.modules.setdefault("debugpy", None)  # type: ignore[arg-type]
     from ipykernel import kernelapp
 
-    kernelapp.launch_new_instance()
+    argv = sys.argv[1:]
+    if os.environ.get(MCPTOOLS_DIR_ENV):
+        # `extra_extensions` is IPython's list for extensions added on the command line: it is loaded once
+        # the shell exists, next to (not instead of) the `extensions` of the user's profile.
+        argv.append(f"--IPKernelApp.extra_extensions={EXTENSION}")
+    kernelapp.launch_new_instance(argv)
 
 
 if __name__ == "__main__":

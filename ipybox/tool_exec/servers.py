@@ -113,6 +113,17 @@ class MCPServers:
             self._tools[server_name] = {tool.name: tool for tool in tools}
             return connection
 
+    def tools(self, server_name: str) -> list[types.Tool]:
+        """The tools a started server listed when it started, in its order; empty when it is not running.
+
+        Example:
+            ```python
+            await servers.connection("time")
+            names = [tool.name for tool in servers.tools("time")]
+            ```
+        """
+        return list(self._tools.get(server_name, {}).values())
+
     async def tool(self, server_name: str, tool_name: str) -> types.Tool | None:
         """A tool's definition (annotations, output schema), starting the server if needed."""
         await self.connection(server_name)

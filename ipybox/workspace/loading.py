@@ -69,6 +69,9 @@ def load_config(path: str | Path) -> WorkspaceConfig:
         raise ConfigError(path, _problems(e.errors(), path, source, data, dotenv)) from None
     except SettingsError as e:
         raise ConfigError(path, [_unparsable_variable(e, dotenv)]) from None
+    except UnicodeDecodeError as e:
+        reason = f"not UTF-8 text ({e.reason} at byte {e.start}): save it as UTF-8"
+        raise ConfigError(path, [ConfigProblem(str(dotenv), None, None, reason)]) from None
     config._path = path.resolve()
     return config
 

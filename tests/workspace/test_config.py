@@ -581,3 +581,10 @@ def test_missing_and_unknown_keys_in_one_table_are_both_reported(write_config: W
         "unknown key 'toool' in [approval.rules[0]] (did you mean 'tool'?)",
     ]
     assert [(problem.line, problem.column) for problem in error.problems] == [(1, 1), (2, 1)]
+
+
+def test_a_dotenv_that_is_not_utf8_is_one_clear_error(write_config: WriteConfig, workspace: Path) -> None:
+    path = write_config("[kernel]\nwarm_pool = 1\n")
+    (workspace / ".env").write_bytes(b"IPYBOX_KERNEL__TIMEOUT=\xff\xfe\n")
+    with pytest.raises(ConfigError, match=r"\.env: not UTF-8 text"):
+        load_config(path)
