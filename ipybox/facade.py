@@ -21,6 +21,7 @@ from ipybox.tool_exec.server import ToolServer
 
 if TYPE_CHECKING:
     from ipybox.sandbox import DomainProxy
+    from ipybox.supervisor.attach import WorkspaceSession
 
 logger = logging.getLogger("ipybox")
 
@@ -70,6 +71,12 @@ class CodeExecutor:
         mcp_servers: MCP servers the generated tool API may call, by name, in addition to those
             `generate_mcp_sources` recorded for `mcptools_dir`.
         mcptools_dir: Where the generated tool packages are (default: `mcptools` in the working dir).
+        workspace: A directory where `ipybox up` runs: attach to it instead of starting a gateway and a tool
+            server of its own. The kernel comes from the workspace's warm pool (ready in milliseconds), runs
+            under the workspace's sandbox and environment, and its tool calls follow the workspace's
+            approval rules; calls a rule answers with `ask` reach `stream()` as `ApprovalRequest`s (and are
+            accepted by `execute()`). The other arguments about gateways, tool servers and sandboxes do not
+            apply then.
 
     Example:
         ```python
@@ -102,6 +109,7 @@ class CodeExecutor:
         spare_kernel: bool = True,
         mcp_servers: Mapping[str, Mapping[str, Any]] | None = None,
         mcptools_dir: str | Path | None = None,
+        workspace: str | Path | None = None,
     ) -> None:
         if sandbox and kernel_gateway_url is not None:
             raise ValueError(
@@ -132,6 +140,8 @@ class CodeExecutor:
         self.spare_kernel = spare_kernel
         self.mcp_servers = dict(mcp_servers or {})
         self.mcptools_dir = Path(mcptools_dir) if mcptools_dir is not None else self.working_dir / "mcptools"
+        self.workspace = Path(workspace).resolve() if workspace is not None else None
+        self._session: WorkspaceSession | None = None
         self._gateway: KernelGateway | None = None
         self._client: KernelClient | None = None
         self._tool_server: ToolServer | None = None
@@ -158,7 +168,8 @@ class CodeExecutor:
 
     @property
     def tool_server(self) -> ToolServer:
-        """The tool server that runs MCP tools for the kernel. Raises RuntimeError before `start()`."""
+        """The tool server that runs MCP tools for the kernel. Raises RuntimeError before `start()` and when
+        attached to a workspace (whose supervisor runs the tool server)."""
         if self._tool_server is None:
             raise RuntimeError("the code executor is not running: use 'async with CodeExecutor()' or start()")
         return self._tool_server
@@ -173,6 +184,9 @@ class CodeExecutor:
         if self._client is not None:
             raise RuntimeError("the code executor is already running")
         logger.setLevel(self.log_level)
+        if self.workspace is not None:
+            await self._attach(self.workspace)
+            return
         try:
             self._tool_server = self._create_tool_server()
             await self._tool_server.start()
@@ -204,6 +218,20 @@ class CodeExecutor:
         except BaseException:
             await self.stop()
             raise
+
+    async def _attach(self, workspace: Path) -> None:
+        from ipybox.supervisor.attach import WorkspaceSession
+
+        session = WorkspaceSession(
+            workspace,
+            self._on_approval,
+            self._pause_timer,
+            images_dir=self.images_dir,
+            output_dir=self.output_dir,
+            max_output_chars=self.max_output_chars,
+        )
+        await session.open()
+        self._session, self._client = session, session.kernel_client
 
     async def _kernel_spec(self) -> KernelSpec | None:
         if not self.sandbox:
@@ -250,6 +278,10 @@ class CodeExecutor:
         gateway, self._gateway = self._gateway, None
         tool_server, self._tool_server = self._tool_server, None
         proxy, self._proxy = self._proxy, None
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+            return
         try:
             if client is not None:
                 # An embedded gateway ends all its kernels when it stops.
@@ -360,4 +392,7 @@ class CodeExecutor:
     async def reset(self) -> None:
         """Start over with a fresh kernel: variables, definitions and imports are gone. Also stops the MCP
         servers started so far; they start again on their next call."""
+        if self._session is not None:  # the workspace's MCP servers are shared: they keep running
+            await self.kernel_client.reset()
+            return
         await asyncio.gather(self.kernel_client.reset(), self.tool_server.reset())

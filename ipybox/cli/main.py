@@ -85,6 +85,25 @@ def _doctor(as_json: bool) -> int:
     return 0 if ready else 1
 
 
+def _workspace_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from ipybox.cli import workspace
+
+    directory: Path = args.dir.resolve()
+    if not directory.is_dir():
+        parser.error(f"{args.dir}: no such directory")
+    if args.command == "validate":
+        return workspace.validate(directory)
+    if not (directory / "ipybox.toml").is_file():
+        parser.error(f"{args.dir} is not a workspace: it has no ipybox.toml (see ipybox.toml.example)")
+    if args.command == "up":
+        return workspace.up(directory, detach=args.detach)
+    if args.command == "status":
+        return workspace.status(directory, as_json=args.json)
+    if args.command == "down":
+        return workspace.down(directory)
+    return workspace.logs(directory, follow=args.follow)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the `ipybox` command."""
     parser = argparse.ArgumentParser(
@@ -107,7 +126,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     doctor = commands.add_parser("doctor", help="report what this machine supports for sandboxing")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    workspace_commands = {
+        "up": "run the workspace in DIR: kernels, tool server, reconciler, endpoints (Ctrl-C stops it)",
+        "status": "show what runs in the workspace",
+        "down": "stop the workspace",
+        "logs": "print the workspace's log",
+        "validate": "check the workspace's ipybox.toml",
+    }
+    verbs = {verb: commands.add_parser(verb, help=text) for verb, text in workspace_commands.items()}
+    for verb in verbs.values():
+        verb.add_argument("dir", nargs="?", type=Path, default=Path("."), help="the workspace (default: .)")
+    verbs["up"].add_argument("-d", "--detach", action="store_true", help="run in the background")
+    verbs["status"].add_argument("--json", action="store_true", help="machine-readable output")
+    verbs["logs"].add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     args = parser.parse_args(argv)
+    if args.command in workspace_commands:
+        return _workspace_command(parser, args)
     if args.command == "doctor":
         return _doctor(as_json=args.json)
     if args.command == "exec":

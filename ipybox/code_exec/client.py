@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -85,6 +85,8 @@ class KernelClient:
         interrupt_grace: Seconds a timed-out execution gets to stop after an interrupt before the kernel is
             replaced.
         ready_timeout: Seconds a new kernel gets to answer.
+        kernel_source: Where kernels come from instead of being started on the gateway: returns the id of
+            a running kernel to attach to (a workspace's warm pool).
 
     Example:
         ```python
@@ -108,6 +110,7 @@ class KernelClient:
         spare_kernel: bool = True,
         interrupt_grace: float = 2.0,
         ready_timeout: float = 60,
+        kernel_source: Callable[[], Awaitable[str]] | None = None,
     ) -> None:
         if isinstance(gateway, str):
             gateway = GatewayEndpoint(f"http://{gateway}:{port}", token)
@@ -120,6 +123,7 @@ class KernelClient:
         self.spare_kernel = spare_kernel
         self.interrupt_grace = interrupt_grace
         self.ready_timeout = ready_timeout
+        self.kernel_source = kernel_source
         self._http: aiohttp.ClientSession | None = None
         self._kernel: KernelConnection | None = None
         self._spare: asyncio.Task[KernelConnection] | None = None
@@ -193,6 +197,11 @@ class KernelClient:
     async def _open_kernel(self) -> KernelConnection:
         assert self._http is not None
         try:
+            if self.kernel_source is not None:
+                kernel_id = await self.kernel_source()
+                return await KernelConnection.attach(
+                    self._http, self.endpoint, kernel_id, ready_timeout=self.ready_timeout
+                )
             return await KernelConnection.open(
                 self._http,
                 self.endpoint,

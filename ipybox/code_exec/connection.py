@@ -114,6 +114,23 @@ class KernelConnection:
             if response.status != 201:
                 raise GatewayError(f"the kernel gateway could not start a kernel: {await _reason(response)}")
             kernel_id = (await response.json())["id"]
+        return await cls.attach(http, endpoint, kernel_id, ready_timeout=ready_timeout)
+
+    @classmethod
+    async def attach(
+        cls,
+        http: aiohttp.ClientSession,
+        endpoint: GatewayEndpoint,
+        kernel_id: str,
+        *,
+        ready_timeout: float = 60,
+    ) -> KernelConnection:
+        """Connect to a kernel already running on the gateway and wait until it answers (on failure the
+        kernel is deleted: a kernel that does not answer is of no use to anyone).
+
+        Raises:
+            TimeoutError: The kernel did not answer within `ready_timeout` seconds.
+        """
         connection = cls(http, endpoint, kernel_id)
         try:
             async with asyncio.timeout(ready_timeout):

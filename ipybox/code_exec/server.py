@@ -12,7 +12,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -87,6 +87,9 @@ class KernelGateway:
         log_level: Log level of the gateway process.
         log_to_stderr: Send the gateway's log to this process's stderr instead of a private log file.
         startup_timeout: Seconds to wait for the gateway to listen.
+        request_env: Variables a kernel start request may set for its kernel (e.g. a per-kernel token);
+            kernels keep the environment above either way.
+        token: The auth token (default: a new random one), e.g. to keep clients working across a restart.
 
     Example:
         ```python
@@ -108,6 +111,8 @@ class KernelGateway:
         log_level: str = "WARNING",
         log_to_stderr: bool = False,
         startup_timeout: float = 60,
+        request_env: Sequence[str] = (),
+        token: str | None = None,
     ) -> None:
         if host == "localhost":
             host = "127.0.0.1"
@@ -122,7 +127,8 @@ class KernelGateway:
         self.log_level = log_level.upper()
         self.log_to_stderr = log_to_stderr
         self.startup_timeout = startup_timeout
-        self.token = secrets.token_urlsafe(32)
+        self.request_env = list(request_env)
+        self.token = token or secrets.token_urlsafe(32)
         self._process: asyncio.subprocess.Process | None = None
         self._runtime_dir: Path | None = None
         self._log_file: IO[bytes] | None = None
@@ -193,6 +199,7 @@ class KernelGateway:
         config_dir.mkdir()
         (self._runtime_dir / "ipc").mkdir(mode=0o700)
         self.kernel_spec.write(data_dir, runtime_dir=self._runtime_dir)
+        env = kernel_base_env(self.env)
         config = {
             "KernelGatewayApp": {
                 "ip": self.host,
@@ -200,8 +207,10 @@ class KernelGateway:
                 "default_kernel_name": KERNEL_NAME,
                 # traitlets spells it WARN; logging accepts both.
                 "log_level": "WARN" if self.log_level == "WARNING" else self.log_level,
+                # A start request that sets variables would otherwise replace this whole environment.
+                "env_process_whitelist": sorted(env),
             },
-            "JupyterWebsocketPersonality": {"list_kernels": True},
+            "JupyterWebsocketPersonality": {"list_kernels": True, "env_whitelist": self.request_env},
             # Output is bounded by ipybox itself (with the full text kept in a file), not dropped here.
             "ZMQChannelsWebsocketConnection": {"limit_rate": False, "iopub_data_rate_limit": 0.0},
             # Kernel sockets as files in the private runtime dir instead of loopback TCP ports that any
@@ -211,7 +220,6 @@ class KernelGateway:
             "KernelRestarter": {"time_to_dead": 0.5},
         }
         (config_dir / "jupyter_kernel_gateway_config.json").write_text(json.dumps(config))
-        env = kernel_base_env(self.env)
         env.update(
             {
                 "KG_AUTH_TOKEN": self.token,
@@ -267,7 +275,7 @@ class KernelGateway:
                     if text.startswith(READY_PREFIX):
                         self._stdout_task = asyncio.create_task(self._drain_stdout(stdout))
                         return text[len(READY_PREFIX) :].strip()
-                    logger.info("kernel gateway: %s", text)
+                    logger.debug("kernel gateway: %s", text)
         except TimeoutError:
             raise GatewayStartError(
                 f"the kernel gateway did not start listening within {self.startup_timeout:g} s{self._log_tail()}"
@@ -277,7 +285,7 @@ class KernelGateway:
     async def _drain_stdout(stdout: asyncio.StreamReader) -> None:
         # Never let a full pipe block the gateway; anything printed there goes to our log.
         while line := await stdout.readline():
-            logger.info("kernel gateway: %s", line.decode(errors="replace").rstrip())
+            logger.debug("kernel gateway: %s", line.decode(errors="replace").rstrip())
 
     def _log_tail(self, lines: int = 15) -> str:
         path = self.log_path

@@ -162,6 +162,26 @@ def parse_server_params(
         raise ServerParamsError(server_name, f"invalid server_params: {problems}") from None
 
 
+def resolve_placeholders(
+    values: Mapping[str, str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    dotenv_path: Path | None = None,
+) -> dict[str, str]:
+    """Replace `${VAR}` placeholders in `values` (e.g. a kernel's environment) as in server parameters.
+
+    Raises:
+        ValueError: A referenced variable is not set (the message names it and where it is used).
+    """
+    try:
+        resolved: dict[str, str] = _Resolver(
+            "", os.environ if environ is None else environ, dotenv_path
+        ).resolve(dict(values), "")
+    except ServerParamsError as e:
+        raise ValueError(e.detail) from None
+    return resolved
+
+
 class _Resolver:
     def __init__(self, server_name: str, environ: Mapping[str, str], dotenv_path: Path | None) -> None:
         self._server_name = server_name

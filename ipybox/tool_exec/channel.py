@@ -4,7 +4,8 @@ A tool call from a kernel is on the critical path of agent code that loops over 
 carries no HTTP: the kernel writes `{"token", "op", ...}` and a newline, the channel answers with one
 JSON line (`{"result": ...}` or `{"error": {"type", "message"}}`). `json.dumps` never emits a raw newline,
 so a line is always one whole message. Every request carries the token; a request without the right one
-is answered `unauthorized` and the connection is closed.
+is answered `unauthorized` and the connection is closed. The token also says who is calling: the channel
+puts that identity into the request as `caller` (whatever the kernel sent there is replaced).
 
 Requests, answered in order on each connection (kernels use one connection per thread):
 
@@ -19,7 +20,6 @@ import contextlib
 import json
 import logging
 import os
-import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -41,12 +41,12 @@ class CallChannel:
     """Serves tool-call requests from kernels on a Unix socket or a loopback TCP port.
 
     Args:
-        token: The token every request must carry.
+        authenticate: The identity a token stands for, or `None` for a token that is not valid.
         handlers: The handler of each `op`; it gets the request and returns the answer.
     """
 
-    def __init__(self, token: str, handlers: dict[str, Handler]) -> None:
-        self._token = token
+    def __init__(self, authenticate: Callable[[str], str | None], handlers: dict[str, Handler]) -> None:
+        self._authenticate = authenticate
         self._handlers = handlers
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -105,9 +105,11 @@ class CallChannel:
             return error("bad_request", "a request is one JSON object per line"), False
         if not isinstance(request, dict):
             return error("bad_request", "a request is one JSON object per line"), False
-        token = request.get("token")
-        if not isinstance(token, str) or not secrets.compare_digest(token.encode(), self._token.encode()):
+        token = request.pop("token", None)
+        caller = self._authenticate(token) if isinstance(token, str) else None
+        if caller is None:
             return error("unauthorized", "the ipybox tool server rejected this kernel's token"), False
+        request["caller"] = caller
         handler = self._handlers.get(request.get("op", "run"))
         if handler is None:
             return error("bad_request", f"unknown op {request.get('op')!r}"), True

@@ -12,59 +12,31 @@ Both listen on Unix sockets in a private directory by default (or on loopback TC
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-import uvicorn
+import mcp_types as types
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
+from ipybox.asgi_server import BearerAuth, EmbeddedServer
 from ipybox.mcp_client import MCPServerError, ToolCallError, tool_result_value
 from ipybox.tool_exec.approval.server import ApprovalChannel
+from ipybox.tool_exec.calls import Approver, ToolCallRequest
 from ipybox.tool_exec.channel import CallChannel, error
 from ipybox.tool_exec.servers import MCPServers, UnknownServerError
 
 logger = logging.getLogger(__name__)
-
-
-class _BearerAuth:
-    """Rejects every HTTP request and websocket without the server's token."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket"):
-            supplied = dict(scope["headers"]).get(b"authorization", b"")
-            if not secrets.compare_digest(supplied, self.expected):
-                if scope["type"] == "websocket":
-                    await send({"type": "websocket.close", "code": 4401, "reason": "unauthorized"})
-                else:
-                    await JSONResponse({"error": {"type": "unauthorized", "message": "bad token"}}, 401)(
-                        scope, receive, send
-                    )
-                return
-        await self.app(scope, receive, send)
-
-
-class _EmbeddedServer(uvicorn.Server):
-    # Signals belong to the application embedding ipybox: uvicorn must not capture Ctrl-C.
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
 
 
 class ToolServer:
@@ -125,10 +97,11 @@ class ToolServer:
         )
         self.log_level = log_level.upper()
         self.approval_wait: Callable[[], Callable[[], None]] | None = None
+        self.approver: Approver | None = None
+        self._callers: dict[str, str] = {}
         self._private_dir: Path | None = None
-        self.calls = CallChannel(self.token, {"run": self._run, "reset": self._reset_op})
-        self._server: _EmbeddedServer | None = None
-        self._task: asyncio.Task[None] | None = None
+        self.calls = CallChannel(self._caller_of, {"run": self._run, "reset": self._reset_op})
+        self._http = EmbeddedServer(self.app(), "ipybox-tool-server", debug=self.log_level == "DEBUG")
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -168,7 +141,7 @@ class ToolServer:
             Route("/reset", self._reset, methods=["PUT"]),
             WebSocketRoute("/approval", self._approval),
         ]
-        return _BearerAuth(Starlette(routes=routes), self.token)
+        return BearerAuth(Starlette(routes=routes), self.token)
 
     async def start(self) -> None:
         """Start listening.
@@ -176,41 +149,23 @@ class ToolServer:
         Raises:
             RuntimeError: The server is already running.
         """
-        if self._task is not None:
+        if self._http.running:
             raise RuntimeError("the tool server is already running")
         if self.port is None and self.unix_socket is None:
             self._private_dir = Path(tempfile.mkdtemp(prefix="ipybox-tools-"))
             self.unix_socket = self._private_dir / "tools.sock"
-        config = uvicorn.Config(
-            self.app(),
-            host=self.host,
-            port=self.port or 0,
-            uds=str(self.unix_socket) if self.port is None else None,
-            # uvicorn's INFO lines (startup, shutdown) are noise inside an application.
-            log_level="debug" if self.log_level == "DEBUG" else "warning",
-            access_log=False,
-            lifespan="off",
-            ws_ping_interval=None,
-        )
-        self._server = _EmbeddedServer(config)
-        self._task = asyncio.create_task(self._server.serve(), name="ipybox-tool-server")
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()  # raises what stopped it
-                raise RuntimeError("the tool server stopped while starting")
-            await asyncio.sleep(0.002)
-        if self.port == 0:
-            self.port = self._server.servers[0].sockets[0].getsockname()[1]
-        if self.unix_socket is not None and self.port is None:
-            self.unix_socket.chmod(0o600)
+        if self.port is None:
+            assert self.unix_socket is not None
+            await self._http.start(unix_socket=self.unix_socket)
             await self.calls.start(unix_socket=self.unix_socket.with_suffix(".calls.sock"))
         else:
+            await self._http.start(host=self.host, port=self.port)
+            self.port = self._http.port
             await self.calls.start(host=self.host)
 
     async def join(self) -> None:
         """Wait for the server to stop."""
-        if self._task is not None:
-            await asyncio.shield(self._task)
+        await self._http.join()
 
     async def reset(self) -> None:
         """Stop all started MCP servers; they start again on their next call."""
@@ -220,16 +175,32 @@ class ToolServer:
         """Stop listening and stop all MCP servers."""
         await self.approval.disconnect()
         await self.calls.stop()
-        if self._server is not None and self._task is not None:
-            self._server.should_exit = True
-            with contextlib.suppress(Exception):
-                await self._task
-        self._server, self._task = None, None
+        await self._http.stop()
         await self.servers.stop()
         if self._private_dir is not None:
             shutil.rmtree(self._private_dir, ignore_errors=True)
             self._private_dir = None
             self.unix_socket = None
+
+    def add_caller(self, caller: str) -> str:
+        """Issue a token of its own to a caller (e.g. one kernel): its calls reach the approver with
+        `caller` set, so decisions can be routed to whoever answers for that kernel.
+
+        Returns:
+            The token, for the caller's `IPYBOX_TOOL_TOKEN`.
+        """
+        token = secrets.token_urlsafe(32)
+        self._callers[token] = caller
+        return token
+
+    def remove_caller(self, token: str) -> None:
+        """Revoke a token issued by `add_caller`."""
+        self._callers.pop(token, None)
+
+    def _caller_of(self, token: str) -> str | None:
+        if secrets.compare_digest(token.encode(), self.token.encode()):
+            return ""
+        return self._callers.get(token)
 
     async def _run(self, request: dict[str, Any]) -> dict[str, Any]:
         server_name, tool_name, args = request.get("server"), request.get("tool"), request.get("args") or {}
@@ -244,6 +215,12 @@ class ToolServer:
         annotations = (
             tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool and tool.annotations else {}
         )
+        if self.approver is not None:
+            call = ToolCallRequest(server_name, tool_name, args, annotations, request.get("caller", ""))
+            reason = await self.approver(call)
+            if reason is not None:
+                return error("approval_rejected", f"{server_name}.{tool_name} was rejected: {reason}")
+            return await self._execute(server_name, tool_name, args, tool)
         done = self.approval_wait() if self.approval_wait else None
         try:
             accepted = await self.approval.request(server_name, tool_name, args, annotations)
@@ -259,6 +236,11 @@ class ToolServer:
                 done()
         if not accepted:
             return error("approval_rejected", f"{server_name}.{tool_name} was rejected")
+        return await self._execute(server_name, tool_name, args, tool)
+
+    async def _execute(
+        self, server_name: str, tool_name: str, args: dict[str, Any], tool: types.Tool | None
+    ) -> dict[str, Any]:
         try:
             result = await self.servers.call(server_name, tool_name, args)
             value = tool_result_value(

@@ -31,3 +31,19 @@ def pids(tag: str) -> list[int]:
         if marker in environ:
             found.append(pid)
     return found
+
+
+def pids_anywhere(tag: str) -> list[int]:
+    """Every process on the machine started with `tag`, also those of a detached `ipybox up`."""
+    marker = f"{TAG_ENV}={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in environ:
+            found.append(int(entry.name))
+    return found

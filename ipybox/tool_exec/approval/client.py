@@ -32,6 +32,7 @@ class ApprovalClient:
         port: Port of the tool server.
         address: The tool server's address, `unix:/path/to.sock` or `http://127.0.0.1:PORT`.
         token: The tool server's token.
+        path: The websocket's path (a workspace supervisor serves one per kernel).
 
     Example:
         ```python
@@ -51,10 +52,12 @@ class ApprovalClient:
         *,
         address: str | None = None,
         token: str = "",
+        path: str = "/approval",
     ) -> None:
         self.callback = callback
         self.address = address or f"http://{host}:{port}"
         self.token = token
+        self.path = path
         self._http: aiohttp.ClientSession | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -73,10 +76,10 @@ class ApprovalClient:
         """Connect to the tool server's approval channel."""
         if self.address.startswith("unix:"):
             connector: aiohttp.BaseConnector = aiohttp.UnixConnector(path=self.address[len("unix:") :])
-            url = "http://localhost/approval"
+            url = f"http://localhost{self.path}"
         else:
             connector = aiohttp.TCPConnector()
-            url = f"{self.address.rstrip('/')}/approval"
+            url = f"{self.address.rstrip('/')}{self.path}"
         self._http = aiohttp.ClientSession(connector=connector)
         try:
             self._ws = await self._http.ws_connect(url, headers={"Authorization": f"Bearer {self.token}"})

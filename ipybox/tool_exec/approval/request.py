@@ -41,11 +41,16 @@ class ApprovalRequest:
         self.annotations = dict(annotations or {})
         self._respond = respond
         self._decided: bool | None = None
+        self._done_callbacks: list[Callable[[bool], None]] = []
 
     @property
     def decision(self) -> bool | None:
         """`True` once accepted, `False` once rejected, `None` while undecided."""
         return self._decided
+
+    def add_done_callback(self, callback: Callable[[bool], None]) -> None:
+        """Call `callback(accepted)` once the request is decided."""
+        self._done_callbacks.append(callback)
 
     async def accept(self) -> None:
         """Let the tool call run."""
@@ -63,7 +68,11 @@ class ApprovalRequest:
                 )
             return
         self._decided = accepted
-        await self._respond(accepted)
+        try:
+            await self._respond(accepted)
+        finally:
+            for callback in self._done_callbacks:
+                callback(accepted)
 
     def __str__(self) -> str:
         args = ", ".join(f"{key}={value!r}" for key, value in self.tool_args.items())

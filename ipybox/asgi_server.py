@@ -1,0 +1,110 @@
+"""`EmbeddedServer`: an ASGI app served by uvicorn as a task of the running event loop, on a Unix socket
+(mode 0600) or a loopback port, behind `BearerAuth`. Used for the tool server and the workspace supervisor's
+control endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+from collections.abc import Generator
+from pathlib import Path
+
+import uvicorn
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+
+class BearerAuth:
+    """Rejects every HTTP request and websocket that lacks `Authorization: Bearer <token>`."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            supplied = dict(scope["headers"]).get(b"authorization", b"")
+            if not secrets.compare_digest(supplied, self.expected):
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 4401, "reason": "unauthorized"})
+                else:
+                    body = {"error": {"type": "unauthorized", "message": "missing or wrong bearer token"}}
+                    await JSONResponse(body, 401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class _Server(uvicorn.Server):
+    # Signals belong to the application embedding ipybox: uvicorn must not capture Ctrl-C.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+class EmbeddedServer:
+    """Serves `app` until `stop()`.
+
+    Args:
+        app: The ASGI application.
+        name: Task name, for debugging.
+        debug: Let uvicorn log at debug level (else warnings only: its INFO lines are noise inside an
+            application).
+    """
+
+    def __init__(self, app: ASGIApp, name: str, *, debug: bool = False) -> None:
+        self.app = app
+        self.name = name
+        self.debug = debug
+        self.port: int | None = None
+        self._server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def start(self, *, unix_socket: Path | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        """Listen on `unix_socket`, else on `host:port` (0: a free port, then in `self.port`).
+
+        Raises:
+            RuntimeError: Already running.
+            OSError: The address is taken.
+        """
+        if self._task is not None:
+            raise RuntimeError(f"{self.name} is already running")
+        config = uvicorn.Config(
+            self.app,
+            host=host,
+            port=port,
+            uds=str(unix_socket) if unix_socket is not None else None,
+            log_level="debug" if self.debug else "warning",
+            access_log=False,
+            lifespan="off",
+            ws_ping_interval=None,
+        )
+        self._server = _Server(config)
+        self._task = asyncio.create_task(self._server.serve(), name=self.name)
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raises what stopped it
+                raise RuntimeError(f"{self.name} stopped while starting")
+            await asyncio.sleep(0.002)
+        if unix_socket is not None:
+            os.chmod(unix_socket, 0o600)
+        else:
+            self.port = self._server.servers[0].sockets[0].getsockname()[1]
+
+    async def join(self) -> None:
+        """Wait until the server stops."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def stop(self) -> None:
+        """Stop serving (open connections are closed)."""
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            with contextlib.suppress(Exception):
+                await self._task
+        self._server, self._task = None, None

@@ -1,0 +1,244 @@
+"""`ipybox up / status / down / logs / validate`: running a workspace from the command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+EXIT_ERROR = 1
+
+
+def _fail(message: str) -> int:
+    print(f"ipybox: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def validate(workspace: Path) -> int:
+    """Check `ipybox.toml`; errors as `file:line:column: reason`, one per line."""
+    from ipybox.workspace import CONFIG_FILE, ConfigError, load_config
+
+    try:
+        config = load_config(workspace / CONFIG_FILE)
+    except ConfigError as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_ERROR
+    servers = config.enabled_servers()
+    print(
+        f"{workspace / CONFIG_FILE}: ok ({len(servers)} server{'s' * (len(servers) != 1)}, "
+        f"{len(config.approval.rules)} approval rules, sandbox {'on' if config.sandbox.enabled else 'off'})"
+    )
+    return 0
+
+
+def up(workspace: Path, detach: bool) -> int:
+    """Run the workspace in the foreground (until Ctrl-C / SIGTERM / `ipybox down`), or start it in the
+    background and return once it is up."""
+    from ipybox.supervisor.state import NotRunningError, read_state
+
+    if (problem := validate_quietly(workspace)) is not None:
+        print(problem, file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        state = read_state(workspace)
+        return _fail(f"ipybox is already running in {workspace} (pid {state.pid}); `ipybox down` stops it")
+    except NotRunningError:
+        pass
+    if detach:
+        return _up_detached(workspace)
+    try:
+        return asyncio.run(_up(workspace))
+    except KeyboardInterrupt:
+        return 130
+
+
+def validate_quietly(workspace: Path) -> str | None:
+    from ipybox.workspace import CONFIG_FILE, ConfigError, load_config
+
+    try:
+        load_config(workspace / CONFIG_FILE)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+async def _up(workspace: Path) -> int:
+    from ipybox.sandbox import SandboxUnavailableError
+    from ipybox.supervisor import AlreadyRunningError, Supervisor
+    from ipybox.workspace import ConfigError
+
+    try:
+        supervisor = Supervisor(workspace)
+    except ConfigError as e:
+        return _fail(str(e))
+    with supervisor.handle_signals():
+        try:
+            await supervisor.start()
+        except (AlreadyRunningError, SandboxUnavailableError, ValueError) as e:
+            return _fail(str(e))
+        try:
+            _print_endpoints(supervisor.status(), supervisor.paths.log)
+            print("Ctrl-C or `ipybox down` stops it.", flush=True)
+            await supervisor.wait()
+        finally:
+            await supervisor.stop()
+    return 0
+
+
+def _up_detached(workspace: Path) -> int:
+    from ipybox.supervisor.state import NotRunningError, StatePaths, read_state
+
+    paths = StatePaths.of(workspace)
+    paths.log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(paths.log.with_name("up.out"), "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ipybox.cli", "up", str(workspace)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            output = paths.log.with_name("up.out").read_text(errors="replace").strip()
+            return _fail(
+                f"ipybox up failed: {output.splitlines()[-1] if output else f'exit {process.returncode}'}"
+            )
+        try:
+            state = read_state(workspace)
+        except NotRunningError:
+            time.sleep(0.1)
+            continue
+        if state.pid == process.pid and _reachable(workspace):
+            status = asyncio.run(_status(workspace))
+            _print_endpoints(status, Path(state.log_file))
+            print("`ipybox down` stops it.")
+            return 0
+        time.sleep(0.1)
+    process.terminate()
+    return _fail("ipybox up did not come up within 300 s")
+
+
+def _reachable(workspace: Path) -> bool:
+    try:
+        asyncio.run(_status(workspace))
+    except Exception:
+        return False
+    return True
+
+
+async def _status(workspace: Path) -> dict[str, Any]:
+    from ipybox.supervisor import ControlClient
+
+    async with ControlClient.of(workspace) as control:
+        return await control.status()
+
+
+def _print_endpoints(status: dict[str, Any], log: Path) -> None:
+    from ipybox.supervisor.state import read_state
+
+    state = read_state(Path(status["workspace"]))
+    print(f"ipybox is up in {status['workspace']} (pid {status['pid']})")
+    print(f"  control:  unix:{state.control_socket}  (token in {Path(status['state_dir']) / 'state.json'})")
+    print(f"  gateway:  unix:{state.gateway_socket}")
+    print(
+        f"  kernels:  warm pool of {status['pool']['size']}, sandbox {'on' if status['sandbox'] else 'off'}"
+    )
+    servers = status.get("reconciler", {}).get("servers", {})
+    if servers:
+        print(f"  servers:  {', '.join(sorted(servers))}")
+    print(f"  log:      {log}")
+
+
+def status(workspace: Path, as_json: bool) -> int:
+    """Print what runs in the workspace; exit 1 when nothing does."""
+    from ipybox.supervisor import NotRunningError
+
+    try:
+        info = asyncio.run(_status(workspace))
+    except NotRunningError as e:
+        if as_json:
+            print(json.dumps({"running": False, "workspace": str(workspace), "reason": str(e)}, indent=2))
+            return EXIT_ERROR
+        return _fail(str(e))
+    if as_json:
+        print(json.dumps({"running": True, **info}, indent=2))
+        return 0
+    print(f"ipybox is running in {info['workspace']} (pid {info['pid']}, up {info['uptime_s']:g} s)")
+    print(f"  gateway: {'running' if info['gateway']['running'] else 'DOWN'}, restarts: {info['restarts']}")
+    pool = info["pool"]
+    print(
+        f"  kernels: {pool['idle']} idle of {pool['size']}, {pool['leased']} leased ({info['leases']} leases)"
+    )
+    for name, server in sorted(info.get("reconciler", {}).get("servers", {}).items()):
+        print(f"  server {name}: {_server_line(server)}")
+    if info.get("config_error"):
+        print(
+            f"  ipybox.toml has an error (the last good configuration keeps running):\n    {info['config_error']}"
+        )
+    return 0
+
+
+def _server_line(server: Any) -> str:
+    if not isinstance(server, dict):
+        return str(server)
+    if server.get("error"):
+        return f"error: {server['error']}"
+    return ", ".join(f"{key} {value}" for key, value in server.items() if value is not None)
+
+
+def down(workspace: Path) -> int:
+    """Stop the workspace's supervisor and wait until it is gone."""
+    from ipybox.supervisor import ControlClient, NotRunningError, read_state
+
+    try:
+        state = read_state(workspace)
+    except NotRunningError as e:
+        return _fail(str(e))
+
+    async def shutdown() -> None:
+        async with ControlClient(state) as control:
+            await control.shutdown()
+
+    try:
+        asyncio.run(shutdown())
+    except Exception:
+        os.kill(state.pid, 15)  # the control endpoint is unreachable: SIGTERM does the same
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.kill(state.pid, 0)
+        except ProcessLookupError:
+            print(f"ipybox in {workspace} is down")
+            return 0
+        time.sleep(0.05)
+    return _fail(f"the supervisor (pid {state.pid}) did not stop within 60 s")
+
+
+def logs(workspace: Path, follow: bool) -> int:
+    """Print the supervisor's log (and keep printing new lines with `follow`)."""
+    from ipybox.supervisor.state import StatePaths
+
+    path = StatePaths.of(workspace).log
+    if not path.exists():
+        return _fail(f"no log yet in {path} (start the workspace with `ipybox up`)")
+    with open(path, errors="replace") as file:
+        sys.stdout.write(file.read())
+        sys.stdout.flush()
+        try:
+            while follow:
+                line = file.readline()
+                if line:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+                else:
+                    time.sleep(0.2)
+        except KeyboardInterrupt:
+            pass
+    return 0

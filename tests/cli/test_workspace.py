@@ -1,0 +1,139 @@
+"""`ipybox up / status / down / logs / validate` against real processes: a detached supervisor with its
+gateway, kernels and an MCP server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_main import IPYBOX, ipybox
+from tests.servers.processes import pids_anywhere
+from tests.supervisor.workspaces import make_workspace
+
+TAG = "cli-workspace"
+
+
+def wait_until(condition: object, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def status_json(workspace: Path) -> dict[str, object]:
+    done = ipybox("status", "--json", str(workspace))
+    info: dict[str, object] = json.loads(done.stdout)
+    return info
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    workspace = make_workspace(tmp_path_factory.mktemp("ws"), TAG)
+    up = ipybox("up", "-d", str(workspace))
+    assert up.returncode == 0, up.stderr
+    yield workspace, up.stdout
+    ipybox("down", str(workspace))
+
+
+def test_up_prints_the_endpoints(running: tuple[Path, str]) -> None:
+    workspace, out = running
+    assert f"ipybox is up in {workspace}" in out
+    assert "control:  unix:" in out and "gateway:  unix:" in out and "servers:  edge" in out
+    state = workspace / ".ipybox" / "state.json"
+    assert oct(state.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_second_up_says_it_is_already_running(running: tuple[Path, str]) -> None:
+    workspace, _ = running
+    again = ipybox("up", "-d", str(workspace))
+    assert again.returncode == 1
+    assert "already running" in again.stderr and "ipybox down" in again.stderr
+
+
+def test_status(running: tuple[Path, str]) -> None:
+    workspace, _ = running
+    human = ipybox("status", str(workspace))
+    assert human.returncode == 0, human.stderr
+    assert f"ipybox is running in {workspace}" in human.stdout
+    assert "server edge:" in human.stdout
+    info = status_json(workspace)
+    assert info["running"] is True and info["workspace"] == str(workspace)
+    assert info["pool"] == {"size": 1, "idle": 1, "leased": 0} or info["pool"]["size"] == 1  # type: ignore[index]
+
+
+def test_logs(running: tuple[Path, str]) -> None:
+    workspace, _ = running
+    logs = ipybox("logs", str(workspace))
+    assert logs.returncode == 0 and f"workspace {workspace} is up" in logs.stdout
+
+
+def test_a_crashed_gateway_is_restarted(running: tuple[Path, str]) -> None:
+    workspace, _ = running
+    before = status_json(workspace)
+    gateway_pid = before["gateway"]["pid"]  # type: ignore[index]
+    os.kill(gateway_pid, signal.SIGKILL)
+    wait_until(lambda: status_json(workspace)["restarts"]["gateway"] == 1)  # type: ignore[index]
+    wait_until(
+        lambda: status_json(workspace)["gateway"]["running"] and status_json(workspace)["pool"]["idle"] == 1
+    )  # type: ignore[index]
+    assert status_json(workspace)["gateway"]["pid"] != gateway_pid  # type: ignore[index]
+    assert "the kernel gateway exited" in ipybox("logs", str(workspace)).stdout
+
+
+def test_down_stops_everything(tmp_path: Path) -> None:
+    workspace = make_workspace(tmp_path, "cli-down")
+    assert ipybox("up", "-d", str(workspace)).returncode == 0
+    supervisor = status_json(workspace)["pid"]
+    wait_until(lambda: len(pids_anywhere("cli-down")) >= 2)  # the pool's kernel and the edge server
+    down = ipybox("down", str(workspace))
+    assert down.returncode == 0 and "is down" in down.stdout
+    wait_until(lambda: not pids_anywhere("cli-down"), timeout=10)
+    with pytest.raises(ProcessLookupError):
+        os.kill(supervisor, 0)  # type: ignore[arg-type]
+    assert not (workspace / ".ipybox" / "state.json").exists()
+    after = ipybox("status", str(workspace))
+    assert after.returncode == 1 and "not running" in after.stderr
+
+
+def test_sigterm_to_a_foreground_up_leaves_no_process(tmp_path: Path) -> None:
+    workspace = make_workspace(tmp_path, "cli-sigterm")
+    process = subprocess.Popen([str(IPYBOX), "up", str(workspace)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    assert "ipybox is up" in process.stdout.readline()
+    wait_until(lambda: len(pids_anywhere("cli-sigterm")) >= 2)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    assert not pids_anywhere("cli-sigterm")
+
+
+def test_up_refuses_an_invalid_file_with_its_position(tmp_path: Path) -> None:
+    make_workspace(tmp_path, "cli-invalid")
+    (tmp_path / "ipybox.toml").write_text("[kernel]\nwarm_pol = 1\n")
+    done = ipybox("up", "-d", str(tmp_path))
+    assert done.returncode == 1
+    assert (
+        f"{tmp_path / 'ipybox.toml'}:2:1: unknown key 'warm_pol' in [kernel] (did you mean 'warm_pool'?)"
+        in done.stderr
+    )
+    assert not pids_anywhere("cli-invalid")
+
+
+def test_validate(tmp_path: Path) -> None:
+    make_workspace(tmp_path, "cli-validate")
+    ok = ipybox("validate", str(tmp_path))
+    assert ok.returncode == 0 and "ok (1 server, 2 approval rules, sandbox off)" in ok.stdout
+    (tmp_path / "ipybox.toml").write_text('[servers.x]\ncommand = "a"\nurl = "http://127.0.0.1:1/mcp"\n')
+    bad = ipybox("validate", str(tmp_path))
+    assert bad.returncode == 1 and f"{tmp_path / 'ipybox.toml'}:" in bad.stderr
+
+
+def test_verbs_outside_a_workspace_say_so(tmp_path: Path) -> None:
+    done = ipybox("status", str(tmp_path))
+    assert done.returncode == 2 and "has no ipybox.toml" in done.stderr
