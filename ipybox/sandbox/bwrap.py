@@ -109,6 +109,10 @@ def bwrap_args(
     args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for path in readable:
         args += ["--ro-bind", str(path), str(path)]
+    for socket_path in policy.network.allow_unix_sockets:
+        sock = Path(socket_path).expanduser()
+        if sock.exists():  # binding a missing path would fail the whole sandbox
+            args += ["--bind", str(sock), str(sock)]
     for path in (*policy.allow_write_paths(workspace, home), *writable):
         args += ["--bind", str(path), str(path)]
     # Read-only and hidden paths last: a later mount wins over an earlier one at the same place.

@@ -55,10 +55,36 @@ class FilesystemPolicy(_Strict):
 
 
 class NetworkPolicy(_Strict):
-    """Host names (`pypi.org`), subdomain wildcards (`*.pythonhosted.org`) or IP addresses."""
+    """Host names (`pypi.org`), subdomain wildcards (`*.pythonhosted.org`) or IP addresses.
+
+    Attributes:
+        allowed_domains: Reachable through ipybox's filtering proxy (nothing by default).
+        denied_domains: Never reachable, even when an allowed entry covers them.
+        allow_unix_sockets: Host Unix sockets the sandbox may connect to (e.g. an SSH agent).
+        allow_all_unix_sockets: sandbox-runtime's switch for every socket: refused (name them instead).
+        allow_local_binding: Accepted for sandbox-runtime files; a sandbox can always listen on its own
+            loopback, which is its alone.
+        http_proxy_port: Accepted for sandbox-runtime files and ignored (ipybox picks its own).
+        socks_proxy_port: Likewise.
+    """
 
     allowed_domains: list[str] = Field(default_factory=list, alias="allowedDomains")
     denied_domains: list[str] = Field(default_factory=list, alias="deniedDomains")
+    allow_unix_sockets: list[str] = Field(default_factory=list, alias="allowUnixSockets")
+    allow_all_unix_sockets: bool = Field(default=False, alias="allowAllUnixSockets")
+    allow_local_binding: bool = Field(default=True, alias="allowLocalBinding")
+    http_proxy_port: int | None = Field(default=None, alias="httpProxyPort")
+    socks_proxy_port: int | None = Field(default=None, alias="socksProxyPort")
+
+    @field_validator("allow_all_unix_sockets")
+    @classmethod
+    def _named_sockets_only(cls, value: bool) -> bool:
+        if value:
+            raise ValueError(
+                "ipybox does not open every Unix socket of the host to a sandbox: list the ones it needs "
+                "in allowUnixSockets"
+            )
+        return value
 
     @field_validator("allowed_domains", "denied_domains")
     @classmethod
@@ -80,6 +106,10 @@ class SandboxPolicy(_Strict):
 
     filesystem: FilesystemPolicy = Field(default_factory=FilesystemPolicy)
     network: NetworkPolicy = Field(default_factory=NetworkPolicy)
+    # sandbox-runtime options without a counterpart here, accepted so its files load unchanged: ipybox has
+    # no weaker nested mode, and reports nothing that violations could be ignored from.
+    enable_weaker_nested_sandbox: bool = Field(default=False, alias="enableWeakerNestedSandbox")
+    ignore_violations: dict[str, list[str]] = Field(default_factory=dict, alias="ignoreViolations")
 
     @classmethod
     def from_file(cls, path: str | Path) -> SandboxPolicy:

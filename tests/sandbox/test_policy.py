@@ -116,3 +116,35 @@ def test_allowed_domains_need_a_proxy(tmp_path: Path) -> None:
 def test_schema_file_is_current() -> None:
     path = ROOT / "schemas" / SCHEMA_FILE
     assert path.read_text() == render(), "schemas/ drifted: run `python -m ipybox.sandbox.schema`"
+
+
+def test_the_published_example_files_load(tmp_path: Path) -> None:
+    # As in ipybox 0.9's documentation (sandbox-runtime's format, with its extra options).
+    path = tmp_path / "sandbox-kernel.json"
+    path.write_text(
+        json.dumps(
+            {
+                "enableWeakerNestedSandbox": False,
+                "filesystem": {"denyRead": [".env"], "allowWrite": [".", "~/.ipython"], "denyWrite": []},
+                "network": {
+                    "allowedDomains": ["example.org"],
+                    "deniedDomains": [],
+                    "allowLocalBinding": True,
+                },
+            }
+        )
+    )
+    policy = SandboxPolicy.from_file(path)
+    assert policy.network.allowed_domains == ["example.org"] and policy.filesystem.deny_read == [".env"]
+
+
+def test_all_unix_sockets_are_refused_named_ones_are_bound(tmp_path: Path) -> None:
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps({"network": {"allowAllUnixSockets": True}}))
+    with pytest.raises(ValueError, match="list the ones it needs in allowUnixSockets"):
+        SandboxPolicy.from_file(path)
+    agent = tmp_path / "agent.sock"
+    agent.touch()
+    policy = SandboxPolicy.model_validate({"network": {"allowUnixSockets": [str(agent)]}})
+    args = bwrap_args(policy, tmp_path)
+    assert ["--bind", str(agent), str(agent)] == args[args.index(str(agent)) - 1 : args.index(str(agent)) + 2]
