@@ -51,12 +51,14 @@ class EmbeddedServer:
         name: Task name, for debugging.
         debug: Let uvicorn log at debug level (else warnings only: its INFO lines are noise inside an
             application).
+        lifespan: Run the app's lifespan (startup/shutdown), for apps that need it.
     """
 
-    def __init__(self, app: ASGIApp, name: str, *, debug: bool = False) -> None:
+    def __init__(self, app: ASGIApp, name: str, *, debug: bool = False, lifespan: bool = False) -> None:
         self.app = app
         self.name = name
         self.debug = debug
+        self.lifespan = lifespan
         self.port: int | None = None
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
@@ -81,7 +83,7 @@ class EmbeddedServer:
             uds=str(unix_socket) if unix_socket is not None else None,
             log_level="debug" if self.debug else "warning",
             access_log=False,
-            lifespan="off",
+            lifespan="on" if self.lifespan else "off",
             ws_ping_interval=None,
         )
         self._server = _Server(config)

@@ -85,6 +85,24 @@ def _doctor(as_json: bool) -> int:
     return 0 if ready else 1
 
 
+def _mcp(parser: argparse.ArgumentParser, workspace: Path, sandbox: bool, sandbox_config: Path | None) -> int:
+    from ipybox.mcp_server import serve_stdio
+    from ipybox.sandbox import SandboxUnavailableError
+    from ipybox.supervisor import AlreadyRunningError
+    from ipybox.workspace import ConfigError
+
+    if not workspace.is_dir():
+        parser.error(f"--workspace {workspace}: no such directory")
+    try:
+        asyncio.run(serve_stdio(workspace.resolve(), sandbox, sandbox_config))
+    except (ConfigError, AlreadyRunningError, SandboxUnavailableError, ValueError) as e:
+        print(f"ipybox: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
 def _workspace_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from ipybox.cli import workspace
 
@@ -139,7 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     verbs["up"].add_argument("-d", "--detach", action="store_true", help="run in the background")
     verbs["status"].add_argument("--json", action="store_true", help="machine-readable output")
     verbs["logs"].add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    serve = commands.add_parser("mcp", help="serve the workspace to an MCP client over stdio")
+    for target in (serve, parser):  # `ipybox --workspace DIR` is ipybox 0.9's form of `ipybox mcp`
+        target.add_argument("--workspace", dest="mcp_workspace", type=Path, help="the workspace (default: .)")
+        target.add_argument("--sandbox", dest="mcp_sandbox", action="store_true", help="sandbox the kernels")
+        target.add_argument(
+            "--sandbox-config", dest="mcp_sandbox_config", type=Path, help="sandbox policy file"
+        )
     args = parser.parse_args(argv)
+    if args.command == "mcp" or (args.command is None and args.mcp_workspace is not None):
+        return _mcp(parser, args.mcp_workspace or Path("."), args.mcp_sandbox, args.mcp_sandbox_config)
     if args.command in workspace_commands:
         return _workspace_command(parser, args)
     if args.command == "doctor":

@@ -115,7 +115,7 @@ def _up_detached(workspace: Path) -> int:
         except NotRunningError:
             time.sleep(0.1)
             continue
-        if state.pid == process.pid and _reachable(workspace):
+        if state.pid == process.pid and state.ready and _reachable(workspace):
             status = asyncio.run(_status(workspace))
             _print_endpoints(status, Path(state.log_file))
             print("`ipybox down` stops it.")
@@ -147,6 +147,8 @@ def _print_endpoints(status: dict[str, Any], log: Path) -> None:
     print(f"ipybox is up in {status['workspace']} (pid {status['pid']})")
     print(f"  control:  unix:{state.control_socket}  (token in {Path(status['state_dir']) / 'state.json'})")
     print(f"  gateway:  unix:{state.gateway_socket}")
+    if state.mcp_url:
+        print(f"  mcp:      {state.mcp_url}  (streamable HTTP; bearer token in state.json)")
     print(
         f"  kernels:  warm pool of {status['pool']['size']}, sandbox {'on' if status['sandbox'] else 'off'}"
     )

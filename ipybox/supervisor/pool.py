@@ -43,6 +43,7 @@ class KernelPool:
         self._idle: asyncio.Queue[str] = asyncio.Queue()
         self._starting: set[asyncio.Task[None]] = set()
         self._http: aiohttp.ClientSession | None = None
+        self._start_lock = asyncio.Lock()
         self.failures = 0
 
     @property
@@ -101,9 +102,12 @@ class KernelPool:
         assert self._http is not None
         caller = uuid.uuid4().hex
         try:
-            kernel = await KernelConnection.open(
-                self._http, self.endpoint, env=self.kernel_env(caller), ready_timeout=self.ready_timeout
-            )
+            # One start at a time: kernels on ipc transport pick their socket names by looking for free
+            # ones, and two starting at once can pick the same and never answer.
+            async with self._start_lock:
+                kernel = await KernelConnection.open(
+                    self._http, self.endpoint, env=self.kernel_env(caller), ready_timeout=self.ready_timeout
+                )
         except Exception as e:
             self.failures += 1
             logger.error("could not start a kernel for the pool: %s", e)

@@ -39,6 +39,8 @@ class SupervisorState(BaseModel):
     gateway_token: str
     log_file: str
     mcp_url: str | None = None
+    mcp_token: str | None = None
+    ready: bool = False  # false while still starting (servers being generated)
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,13 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dotenv import dotenv_values
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.websockets import WebSocket
 
-from ipybox.asgi_server import EmbeddedServer
+from ipybox.asgi_server import BearerAuth, EmbeddedServer
 from ipybox.code_exec.kernelspec import KernelSpec
 from ipybox.code_exec.mcptools_refresh import MCPTOOLS_DIR_ENV
 from ipybox.code_exec.server import KernelGateway
@@ -41,6 +43,9 @@ from ipybox.tool_exec.client import TOKEN_ENV
 from ipybox.tool_exec.server import ToolServer
 from ipybox.workspace import CONFIG_FILE, WorkspaceConfig, load_config
 from ipybox.workspace.reconcile import Reconciler
+
+if TYPE_CHECKING:
+    from ipybox.mcp_server import WorkspaceMCP
 
 logger = logging.getLogger("ipybox.supervisor")
 
@@ -75,9 +80,13 @@ class Supervisor:
         self._control_token = secrets.token_urlsafe(32)
         self._gateway_token = secrets.token_urlsafe(32)
         self._control: EmbeddedServer | None = None
+        self._mcp: WorkspaceMCP | None = None
+        self._mcp_http: EmbeddedServer | None = None
+        self._mcp_token = secrets.token_urlsafe(32)
         self._shutdown = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._ready = False
         self.tool_server: ToolServer | None = None
         self.gateway: KernelGateway | None = None
         self.pool: KernelPool | None = None
@@ -118,12 +127,17 @@ class Supervisor:
             self._control = EmbeddedServer(control_app(self, self._control_token), "ipybox-control")
             await self._control.start(unix_socket=self.run_dir / "control.sock")
             self._write_state()
+            if self.config.endpoints.mcp:
+                await self._start_mcp_endpoint()
+                self._write_state()
             await self.reconciler.apply(self.config)
             self._tasks = [
                 asyncio.create_task(self.reconciler.watch(), name="ipybox-reconciler"),
                 asyncio.create_task(self._watch_gateway(), name="ipybox-gateway-watch"),
                 asyncio.create_task(self._watch_tool_server(), name="ipybox-tool-server-watch"),
             ]
+            self._ready = True
+            self._write_state()
             logger.info("workspace %s is up (pid %d)", self.workspace, os.getpid())
         except BaseException:
             await self.stop()
@@ -158,6 +172,10 @@ class Supervisor:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        if self._mcp_http is not None:
+            await self._mcp_http.stop()
+        if self._mcp is not None:
+            await self._mcp.close_sessions(0)
         if self._control is not None:
             await self._control.stop()
         await self._stop_kernels(end_leases=True)
@@ -199,6 +217,7 @@ class Supervisor:
             "config_error": str(self.reconciler.error) if self.reconciler and self.reconciler.error else None,
             "reconciler": reconciler,
             "state_dir": str(self.paths.dir),
+            "mcp": self.mcp_url,
         }
 
     def new_lease(self) -> str:
@@ -284,7 +303,8 @@ class Supervisor:
                 proxy_socket=self.proxy.unix_socket if self.proxy is not None else None,
             )
         assert self.tool_server is not None
-        base_env = resolve_placeholders(config.kernel.env, dotenv_path=self.workspace / ".env")
+        base_env = {**_prefixed_kernel_env(self.workspace / ".env")}
+        base_env.update(resolve_placeholders(config.kernel.env, dotenv_path=self.workspace / ".env"))
         base_env[MCPTOOLS_DIR_ENV] = str(config.resolve(config.workspace.mcptools_dir))
         self.gateway = KernelGateway(
             unix_socket=self.run_dir / "gateway.sock",
@@ -383,6 +403,30 @@ class Supervisor:
             await self.kernels_changed(self.config, ["the tool server restarted"])
             self.restarts["tool_server"] += 1
 
+    @property
+    def mcp_url(self) -> str | None:
+        """The streamable HTTP MCP endpoint (`None` unless `[endpoints] mcp` and running)."""
+        if self._mcp_http is None or self._mcp_http.port is None:
+            return None
+        host = self.config.endpoints.host
+        return f"http://{'[' + host + ']' if ':' in host else host}:{self._mcp_http.port}/mcp"
+
+    async def _start_mcp_endpoint(self) -> None:
+        from ipybox.mcp_server import create_server
+
+        endpoints = self.config.endpoints
+        self._mcp = create_server(self.workspace, output_dir=self.paths.dir / "outputs")
+        local = [endpoints.host, "127.0.0.1", "localhost", "[::1]"]
+        # Browsers may only reach it from a page on the same machine; other hosts are refused.
+        security = TransportSecuritySettings(
+            allowed_hosts=[f"{host}:*" for host in local],
+            allowed_origins=[f"http://{host}:*" for host in local],
+        )
+        app = self._mcp.server.streamable_http_app(transport_security=security, host=endpoints.host)
+        self._mcp_http = EmbeddedServer(BearerAuth(app, self._mcp_token), "ipybox-mcp", lifespan=True)
+        await self._mcp_http.start(host=endpoints.host, port=endpoints.port)
+        logger.info("MCP endpoint at %s", self.mcp_url)
+
     def _write_state(self) -> None:
         assert self.gateway is not None and self.gateway.unix_socket is not None
         state = SupervisorState(
@@ -394,6 +438,9 @@ class Supervisor:
             gateway_socket=str(self.gateway.unix_socket),
             gateway_token=self.gateway.token,
             log_file=str(self.paths.log),
+            mcp_url=self.mcp_url,
+            mcp_token=self._mcp_token if self.mcp_url else None,
+            ready=self._ready,
         )
         write_state(self.paths, state)
 
@@ -411,3 +458,16 @@ class Supervisor:
             logging.getLogger("ipybox").removeHandler(self._log_handler)
             self._log_handler.close()
             self._log_handler = None
+
+
+KERNEL_ENV_PREFIX = "KERNEL_ENV_"
+
+
+def _prefixed_kernel_env(dotenv: Path) -> dict[str, str]:
+    """`KERNEL_ENV_X` from the workspace's `.env` and the environment, as `X` (as in ipybox 0.9): the only
+    variables of the host that reach kernels besides `[kernel] env`."""
+    values = {k: v for k, v in dotenv_values(dotenv).items() if v is not None} if dotenv.is_file() else {}
+    values.update(os.environ)
+    return {
+        k[len(KERNEL_ENV_PREFIX) :]: v for k, v in values.items() if k.startswith(KERNEL_ENV_PREFIX) and v
+    }

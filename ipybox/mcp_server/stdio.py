@@ -1,0 +1,55 @@
+"""`ipybox mcp`: the MCP server over stdio for one workspace (the published `ipybox --workspace DIR` form).
+
+When `ipybox up` already runs the workspace, this process attaches to it; otherwise it runs the workspace
+itself for as long as the MCP client keeps it. Nothing but MCP goes to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import tomlkit
+
+from ipybox.mcp_server.server import create_server
+from ipybox.sandbox import SandboxPolicy
+from ipybox.supervisor import NotRunningError, Supervisor, read_state
+from ipybox.workspace import CONFIG_FILE
+
+
+def ensure_config(workspace: Path, sandbox: bool, sandbox_config: Path | None) -> None:
+    """Create `ipybox.toml` for a workspace that has none, from the command line's sandbox options."""
+    path = workspace / CONFIG_FILE
+    if path.exists():
+        if sandbox or sandbox_config:
+            print(f"ipybox: {path} exists: its [sandbox] table applies, not --sandbox", file=sys.stderr)
+        return
+    document = tomlkit.document()
+    document.add(tomlkit.comment("Created by `ipybox mcp`; see ipybox.toml.example for every option."))
+    table = tomlkit.table()
+    table.add("enabled", sandbox)
+    if sandbox_config is not None:
+        policy = SandboxPolicy.from_file(sandbox_config)
+        for key, value in json.loads(policy.model_dump_json(by_alias=True, exclude_defaults=True)).items():
+            table.add(key, value)
+    document.add("sandbox", table)
+    path.write_text(tomlkit.dumps(document))
+
+
+async def serve_stdio(workspace: Path, sandbox: bool = False, sandbox_config: Path | None = None) -> None:
+    """Serve MCP on stdin/stdout until the client closes them."""
+    ensure_config(workspace, sandbox, sandbox_config)
+    supervisor: Supervisor | None = None
+    try:
+        read_state(workspace)
+    except NotRunningError:
+        supervisor = Supervisor(workspace)
+        await supervisor.start()
+    mcp = create_server(workspace)
+    try:
+        await mcp.server.run_stdio_async()
+    finally:
+        await mcp.close_sessions(0)
+        if supervisor is not None:
+            await supervisor.stop()

@@ -1,0 +1,96 @@
+"""The MCP endpoint `ipybox up` serves (streamable HTTP): bearer token, Origin check, a kernel per session."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from ipybox.supervisor import Supervisor, read_state
+from tests.supervisor.workspaces import make_workspace
+
+
+@pytest.fixture(scope="module")
+async def supervisor(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Supervisor]:
+    supervisor = Supervisor(make_workspace(tmp_path_factory.mktemp("mcp-http"), "mcp-http", warm_pool=2))
+    await supervisor.start()
+    yield supervisor
+    await supervisor.stop()
+
+
+@asynccontextmanager
+async def client(url: str, token: str) -> AsyncIterator[ClientSession]:
+    ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
+    done = asyncio.Event()
+
+    async def own() -> None:  # anyio scopes are left in the task that entered them
+        try:
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+            async with (
+                http,
+                streamable_http_client(url, http_client=http) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                ready.set_result(session)
+                await done.wait()
+        except BaseException as e:
+            if not ready.done():
+                ready.set_exception(e)
+            raise
+
+    task = asyncio.create_task(own())
+    try:
+        yield await ready
+    finally:
+        done.set()
+        await task
+
+
+def text(result: types.CallToolResult) -> str:
+    return "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))
+
+
+async def test_each_session_has_its_own_kernel(supervisor: Supervisor) -> None:
+    state = read_state(supervisor.workspace)
+    assert state.mcp_url is not None and state.mcp_token is not None
+    assert state.mcp_url.startswith("http://127.0.0.1:")
+    async with client(state.mcp_url, state.mcp_token) as one, client(state.mcp_url, state.mcp_token) as two:
+        await one.call_tool("execute_ipython_cell", {"code": "x = 'one'"})
+        assert text(await one.call_tool("execute_ipython_cell", {"code": "print(x)"})) == "one"
+        other = await two.call_tool("execute_ipython_cell", {"code": "print('x' in globals())"})
+        assert text(other) == "False"
+        code = "from mcptools.edge import echo\nprint(echo.run(echo.Params(text='over http')))"
+        assert text(await two.call_tool("execute_ipython_cell", {"code": code})) == "over http"
+        assert supervisor.status()["leases"] == 2
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({}, 401),
+        ({"Authorization": "Bearer wrong"}, 401),
+        ({"Origin": "http://evil.example"}, 403),
+    ],
+)
+async def test_requests_without_the_token_or_from_other_origins_are_refused(
+    supervisor: Supervisor, headers: dict[str, str], status: int
+) -> None:
+    state = read_state(supervisor.workspace)
+    assert state.mcp_url is not None
+    if "Origin" in headers:
+        headers = {**headers, "Authorization": f"Bearer {state.mcp_token}"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    async with httpx2.AsyncClient(timeout=10) as http:
+        response = await http.post(
+            state.mcp_url,
+            json=body,
+            headers={**headers, "Accept": "application/json, text/event-stream"},
+        )
+    assert response.status_code == status

@@ -1,0 +1,187 @@
+"""`ipybox mcp` over stdio, driven by the Python mcp client: register a server, execute code that uses its
+generated API, approval through elicitation (or a clear denial without it), install, reset."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from tests.cli.test_main import IPYBOX
+from tests.servers.params import EDGE_SERVER
+
+ANSWERS: list[bool] = []
+
+
+async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    allow = ANSWERS.pop(0) if ANSWERS else False
+    return types.ElicitResult(action="accept", content={"allow": allow})
+
+
+async def open_session(
+    stack: AsyncExitStack, workspace: Path, *args: str, elicitation: bool = True
+) -> ClientSession:
+    params = StdioServerParameters(command=str(IPYBOX), args=[*args, "--workspace", str(workspace)])
+    read, write = await stack.enter_async_context(stdio_client(params))
+    session = ClientSession(read, write, elicitation_callback=elicit if elicitation else None)
+    await stack.enter_async_context(session)
+    await session.initialize()
+    return session
+
+
+def text(result: types.CallToolResult) -> str:
+    return "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))
+
+
+@pytest.fixture(scope="module")
+async def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    workspace = tmp_path_factory.mktemp("mcp-ws")
+    (workspace / ".env").write_text("EDGE_TOKEN=from-dotenv\nKERNEL_ENV_GREETING=hello-kernel\n")
+    return workspace
+
+
+@asynccontextmanager
+async def client(workspace: Path, *args: str, elicitation: bool = True) -> AsyncIterator[ClientSession]:
+    """A session whose transport lives in a task of its own: anyio scopes must be left in the task that
+    entered them, and a module-scoped fixture is torn down in another one."""
+    ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
+    done = asyncio.Event()
+
+    async def own() -> None:
+        try:
+            async with AsyncExitStack() as stack:
+                ready.set_result(await open_session(stack, workspace, *args, elicitation=elicitation))
+                await done.wait()
+        except BaseException as e:
+            if not ready.done():
+                ready.set_exception(e)
+            raise
+
+    task = asyncio.create_task(own())
+    try:
+        yield await ready
+    finally:
+        done.set()
+        await task
+
+
+@pytest.fixture(scope="module")
+async def session(workspace: Path) -> AsyncIterator[ClientSession]:
+    async with client(workspace) as session:  # the bare `ipybox --workspace DIR` form of ipybox 0.9
+        yield session
+
+
+async def test_tools_and_instructions(session: ClientSession) -> None:
+    names = {tool.name for tool in (await session.list_tools()).tools}
+    assert names == {"register_mcp_server", "execute_ipython_cell", "install_package", "reset"}
+
+
+async def test_register_then_use_the_generated_api(session: ClientSession, workspace: Path) -> None:
+    params = {"command": sys.executable, "args": [str(EDGE_SERVER)], "env": {"EDGE_TOKEN": "${EDGE_TOKEN}"}}
+    result = await session.call_tool("register_mcp_server", {"server_name": "edge", "server_params": params})
+    assert not result.is_error, text(result)
+    assert text(result).startswith("mcptools.edge: ") and "echo" in text(result)
+    toml = (workspace / "ipybox.toml").read_text()
+    assert "[servers.edge]" in toml and "${EDGE_TOKEN}" in toml  # the placeholder, never the value
+
+    ANSWERS[:] = [True]
+    code = "from mcptools.edge import echo\nprint(echo.run(echo.Params(text='via mcp')))"
+    result = await session.call_tool("execute_ipython_cell", {"code": code})
+    assert not result.is_error and text(result) == "via mcp"
+
+    ANSWERS[:] = [False]
+    result = await session.call_tool("execute_ipython_cell", {"code": code})
+    assert result.is_error and "rejected by the application" in text(result)
+
+
+async def test_state_env_and_reset(session: ClientSession) -> None:
+    await session.call_tool("execute_ipython_cell", {"code": "x = 41"})
+    result = await session.call_tool(
+        "execute_ipython_cell",
+        {"code": "import os\nprint(x + 1, os.environ.get('GREETING'), os.environ.get('EDGE_TOKEN'))"},
+    )
+    assert text(result) == "42 hello-kernel None"
+    assert not (await session.call_tool("reset", {})).is_error
+    result = await session.call_tool("execute_ipython_cell", {"code": "print('x' in globals())"})
+    assert text(result) == "False"
+
+
+async def test_long_output_keeps_head_and_tail(session: ClientSession) -> None:
+    code = "for i in range(5000): print(f'line {i}')"
+    result = await session.call_tool("execute_ipython_cell", {"code": code, "max_output_chars": 500})
+    out = text(result)
+    assert out.startswith("line 0") and "line 4999" in out and len(out) < 2000
+    path = out.rsplit("[the complete output is in ", 1)[1].rstrip("]")
+    assert Path(path).read_text().count("\n") >= 5000
+
+
+async def test_errors_and_timeouts_are_tool_errors(session: ClientSession) -> None:
+    result = await session.call_tool("execute_ipython_cell", {"code": "1 / 0"})
+    assert result.is_error and "ZeroDivisionError" in text(result)
+    result = await session.call_tool(
+        "execute_ipython_cell", {"code": "import time\ntime.sleep(30)", "timeout": 1}
+    )
+    assert result.is_error
+    assert text(await session.call_tool("execute_ipython_cell", {"code": "print('alive')"})) == "alive"
+
+
+async def test_bad_registrations_are_one_clear_error(session: ClientSession) -> None:
+    result = await session.call_tool(
+        "register_mcp_server", {"server_name": "my-server", "server_params": {"command": "x"}}
+    )
+    assert result.is_error and "cannot be a Python package name" in text(result)
+    result = await session.call_tool(
+        "register_mcp_server", {"server_name": "bad", "server_params": {"url": "ftp://x"}}
+    )
+    assert result.is_error and "http" in text(result)
+
+
+async def test_without_elicitation_ask_is_denied_with_the_rule_to_add(
+    workspace: Path, session: ClientSession
+) -> None:
+    async with client(workspace, "mcp", elicitation=False) as other:  # the first keeps the workspace up
+        code = "from mcptools.edge import echo\ntry:\n print(echo.run(echo.Params(text='x')))\nexcept Exception as e:\n print(type(e).__name__)"
+        result = await other.call_tool("execute_ipython_cell", {"code": code})
+        out = text(result)
+        assert out.startswith("ApprovalRejectedError") and "Add an allow rule" in out and "edge.echo" in out
+
+
+async def test_install_package_reports_pip_failures(session: ClientSession) -> None:
+    result = await session.call_tool("install_package", {"package_name": "ipybox-no-such-package-xyz"})
+    assert result.is_error and "pip could not install" in text(result)
+    result = await session.call_tool("install_package", {"package_name": "a\nb"})
+    assert result.is_error and "one requirement" in text(result)
+
+
+async def test_long_cells_report_progress(session: ClientSession) -> None:
+    updates: list[float] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        updates.append(value)
+
+    code = "import time\ntime.sleep(2.5)\nprint('done')"
+    result = await session.call_tool("execute_ipython_cell", {"code": code}, progress_callback=progress)
+    assert text(result) == "done"
+    assert len(updates) >= 2 and updates == sorted(updates)
+
+
+async def test_a_cancelled_call_interrupts_the_kernel(session: ClientSession) -> None:
+    call = asyncio.create_task(
+        session.call_tool("execute_ipython_cell", {"code": "while True: pass", "timeout": 300})
+    )
+    await asyncio.sleep(1.5)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    started = asyncio.get_running_loop().time()
+    result = await session.call_tool("execute_ipython_cell", {"code": "print('free again')"})
+    assert text(result) == "free again"
+    assert asyncio.get_running_loop().time() - started < 10  # not waiting for the 300 s timeout
