@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 
 import httpx2
 import mcp_types as types
@@ -13,6 +12,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from ipybox.supervisor import Supervisor, read_state
+from tests.mcp_server.sessions import owned_session
 from tests.supervisor.workspaces import make_workspace
 
 
@@ -24,33 +24,14 @@ async def supervisor(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
     await supervisor.stop()
 
 
-@asynccontextmanager
-async def client(url: str, token: str) -> AsyncIterator[ClientSession]:
-    ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
-    done = asyncio.Event()
+def client(url: str, token: str) -> AbstractAsyncContextManager[ClientSession]:
+    async def open_session(stack: AsyncExitStack) -> ClientSession:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        await stack.enter_async_context(http)
+        read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
+        return await stack.enter_async_context(ClientSession(read, write))
 
-    async def own() -> None:  # anyio scopes are left in the task that entered them
-        try:
-            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
-            async with (
-                http,
-                streamable_http_client(url, http_client=http) as (read, write),
-                ClientSession(read, write) as session,
-            ):
-                await session.initialize()
-                ready.set_result(session)
-                await done.wait()
-        except BaseException as e:
-            if not ready.done():
-                ready.set_exception(e)
-            raise
-
-    task = asyncio.create_task(own())
-    try:
-        yield await ready
-    finally:
-        done.set()
-        await task
+    return owned_session(open_session)
 
 
 def text(result: types.CallToolResult) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from tests.cli.test_main import IPYBOX
+from tests.mcp_server.sessions import owned_session
 from tests.servers.params import EDGE_SERVER
 
 ANSWERS: list[bool] = []
@@ -32,9 +33,7 @@ async def open_session(
     params = StdioServerParameters(command=str(IPYBOX), args=[*args, "--workspace", str(workspace)])
     read, write = await stack.enter_async_context(stdio_client(params))
     session = ClientSession(read, write, elicitation_callback=elicit if elicitation else None)
-    await stack.enter_async_context(session)
-    await session.initialize()
-    return session
+    return await stack.enter_async_context(session)
 
 
 def text(result: types.CallToolResult) -> str:
@@ -48,29 +47,10 @@ async def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return workspace
 
 
-@asynccontextmanager
-async def client(workspace: Path, *args: str, elicitation: bool = True) -> AsyncIterator[ClientSession]:
-    """A session whose transport lives in a task of its own: anyio scopes must be left in the task that
-    entered them, and a module-scoped fixture is torn down in another one."""
-    ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
-    done = asyncio.Event()
-
-    async def own() -> None:
-        try:
-            async with AsyncExitStack() as stack:
-                ready.set_result(await open_session(stack, workspace, *args, elicitation=elicitation))
-                await done.wait()
-        except BaseException as e:
-            if not ready.done():
-                ready.set_exception(e)
-            raise
-
-    task = asyncio.create_task(own())
-    try:
-        yield await ready
-    finally:
-        done.set()
-        await task
+def client(
+    workspace: Path, *args: str, elicitation: bool = True
+) -> AbstractAsyncContextManager[ClientSession]:
+    return owned_session(lambda stack: open_session(stack, workspace, *args, elicitation=elicitation))
 
 
 @pytest.fixture(scope="module")
