@@ -23,6 +23,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
+from ipybox import __version__
 from ipybox.code_exec.result import CodeExecutionError, CodeExecutionResult
 from ipybox.facade import CodeExecutor
 from ipybox.mcp_server.registration import add_server
@@ -73,7 +74,7 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
     workspace = workspace.resolve()
     outputs = output_dir or workspace / ".ipybox" / "outputs"
     sessions: dict[str, _Session] = {}
-    server = MCPServer(name="ipybox", instructions=INSTRUCTIONS)
+    server = MCPServer(name="ipybox", version=__version__, instructions=INSTRUCTIONS)
 
     async def session_of(ctx: Context) -> _Session:
         # stdio carries one session; over HTTP the transport names each one in a header.

@@ -44,7 +44,7 @@ async def serve_stdio(workspace: Path, sandbox: bool = False, sandbox_config: Pa
     try:
         read_state(workspace)
     except NotRunningError:
-        supervisor = Supervisor(workspace)
+        supervisor = Supervisor(workspace, serve_mcp=False)
         await supervisor.start()
     mcp = create_server(workspace)
     try:

@@ -57,6 +57,8 @@ class Supervisor:
 
     Args:
         workspace: The workspace directory (with `ipybox.toml`).
+        serve_mcp: Serve MCP over streamable HTTP as `[endpoints] mcp` says (off for `ipybox mcp`, which
+            serves it over stdio).
 
     Example:
         ```python
@@ -70,8 +72,9 @@ class Supervisor:
         ```
     """
 
-    def __init__(self, workspace: Path) -> None:
+    def __init__(self, workspace: Path, *, serve_mcp: bool = True) -> None:
         self.workspace = workspace.resolve()
+        self.serve_mcp = serve_mcp
         self.config: WorkspaceConfig = load_config(self.workspace / CONFIG_FILE)
         self.paths = StatePaths(self.config.resolve(self.config.workspace.state_dir))
         self.started_at = datetime.now(UTC)
@@ -127,7 +130,7 @@ class Supervisor:
             self._control = EmbeddedServer(control_app(self, self._control_token), "ipybox-control")
             await self._control.start(unix_socket=self.run_dir / "control.sock")
             self._write_state()
-            if self.config.endpoints.mcp:
+            if self.serve_mcp and self.config.endpoints.mcp:
                 await self._start_mcp_endpoint()
                 self._write_state()
             await self.reconciler.apply(self.config)
