@@ -74,6 +74,25 @@ def test_logs(running: tuple[Path, str]) -> None:
     assert logs.returncode == 0 and f"workspace {workspace} is up" in logs.stdout
 
 
+def test_logs_follow(running: tuple[Path, str]) -> None:
+    workspace, _ = running
+    follow = subprocess.Popen([str(IPYBOX), "logs", "-f", str(workspace)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert follow.stdout is not None
+        assert ipybox("status", str(workspace)).returncode == 0
+        (workspace / "ipybox.toml").write_text((workspace / "ipybox.toml").read_text() + "\n[kernel.bad\n")
+        deadline = time.monotonic() + 30
+        seen = ""
+        while "ipybox.toml:" not in seen or "last good configuration" not in seen:
+            assert time.monotonic() < deadline, seen[-2000:]
+            seen += follow.stdout.readline()  # a new line appears while it follows
+    finally:
+        follow.terminate()
+        follow.wait(10)
+        text = (workspace / "ipybox.toml").read_text()
+        (workspace / "ipybox.toml").write_text(text.replace("\n[kernel.bad\n", ""))
+
+
 def test_a_crashed_gateway_is_restarted(running: tuple[Path, str]) -> None:
     workspace, _ = running
     before = status_json(workspace)
