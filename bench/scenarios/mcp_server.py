@@ -1,0 +1,164 @@
+"""ipybox's MCP server (stdio), measured through the mcp package's client (`stdio_client` + `ClientSession`):
+
+- `mcp.spawn_to_initialized`: server process start until `initialize()` returns, fresh workspace each sample.
+- `mcp.execute_x1`: `execute_ipython_cell(code="x = 1")` round trip, many samples in one session.
+- `mcp.reset`: `reset()` round trip, same session.
+- `mcp.register`: `register_mcp_server` of server-everything under a fresh name each sample (last, so the
+  servers it adds cannot slow the other metrics).
+
+The server is `<this venv>/bin/ipybox [SUBCOMMAND] --workspace DIR`: ours needs `--subcommand mcp`, the
+peer's (0.9.2) MCP server is the bare `ipybox --workspace DIR`. Works with mcp 1.x and 2.x clients.
+With `--floor`, measures our SDK's `CodeExecutor.execute("x = 1")` instead (`mcp.floor.execute_x1`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _protocol import Stopwatch, emit, log, parse_args, summarize_statuses
+from _servers import server_params
+
+EXECUTES_PER_RUN = 10  # execute_x1 samples per --runs unit
+
+
+def _params(subcommand: str | None, workspace: Path) -> Any:
+    from mcp import StdioServerParameters
+
+    ipybox = Path(sys.executable).parent / "ipybox"
+    args = [subcommand] if subcommand else []
+    return StdioServerParameters(command=str(ipybox), args=[*args, "--workspace", str(workspace)])
+
+
+def _text(result: Any) -> str:
+    return "".join(getattr(item, "text", "") for item in result.content)
+
+
+async def _call(session: Any, name: str, arguments: dict[str, Any]) -> str:
+    result = await session.call_tool(name, arguments)
+    is_error = getattr(result, "is_error", None)
+    if is_error is None:
+        is_error = getattr(result, "isError", False)
+    if is_error:
+        raise RuntimeError(f"{name} failed: {_text(result)[:2000]}")
+    return _text(result)
+
+
+async def spawn_to_initialized(subcommand: str | None, runs: int, warmup: int, errlog: Any) -> list[float]:
+    from mcp import ClientSession
+    from mcp.client.stdio import stdio_client
+
+    watch = Stopwatch()
+    for i in range(warmup + runs):
+        with tempfile.TemporaryDirectory(prefix="bench-mcp-spawn-") as tmp:
+            params = _params(subcommand, Path(tmp))
+            start = time.perf_counter()
+            async with (
+                stdio_client(params, errlog=errlog) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                if i >= warmup:
+                    watch.samples_ms.append((time.perf_counter() - start) * 1000.0)
+    return watch.samples_ms
+
+
+async def one_session(subcommand: str | None, runs: int, warmup: int, errlog: Any) -> None:
+    from mcp import ClientSession
+    from mcp.client.stdio import stdio_client
+
+    with tempfile.TemporaryDirectory(prefix="bench-mcp-session-") as tmp:
+        workspace = Path(tmp)
+        async with (
+            stdio_client(_params(subcommand, workspace), errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            tools = sorted(tool.name for tool in (await session.list_tools()).tools)
+            log(f"tools: {tools}")
+
+            # The first call may start the session's kernel; it is reported, not a sample.
+            started = time.perf_counter()
+            await _call(session, "execute_ipython_cell", {"code": "x = 1"})
+            first_ms = (time.perf_counter() - started) * 1000.0
+
+            execute = Stopwatch()
+            for i in range(warmup * EXECUTES_PER_RUN + runs * EXECUTES_PER_RUN):
+                with execute.measure(keep=i >= warmup * EXECUTES_PER_RUN):
+                    await _call(session, "execute_ipython_cell", {"code": "x = 1"})
+            check = await _call(session, "execute_ipython_cell", {"code": "print(x)"})
+            status = "ok" if check.strip() == "1" else f"unexpected output {check.strip()[:80]!r}"
+            emit(
+                "mcp.execute_x1",
+                execute.samples_ms,
+                status=status,
+                info={"first_call_ms": round(first_ms, 1)},
+            )
+
+            reset = Stopwatch()
+            statuses: list[str] = []
+            for i in range(warmup + runs):
+                with reset.measure(keep=i >= warmup):
+                    await _call(session, "reset", {})
+                after = await _call(session, "execute_ipython_cell", {"code": "print('x' in dir())"})
+                statuses.append(
+                    "cleared" if after.strip() == "False" else f"not cleared: {after.strip()[:80]!r}"
+                )
+                await _call(session, "execute_ipython_cell", {"code": "x = 1"})
+            emit("mcp.reset", reset.samples_ms, status=summarize_statuses(statuses[warmup:]))
+
+            register = Stopwatch()
+            tool_counts: list[int] = []
+            for i in range(warmup + runs):
+                name = f"everything{i}"
+                params = server_params("everything", workspace / "servers")
+                with register.measure(keep=i >= warmup):
+                    text = await _call(
+                        session, "register_mcp_server", {"server_name": name, "server_params": params}
+                    )
+                modules = [p for p in (workspace / "mcptools" / name).glob("*.py") if p.stem != "__init__"]
+                tool_counts.append(len(modules))
+                if not modules:
+                    raise RuntimeError(f"register_mcp_server({name}) generated nothing: {text[:500]}")
+            emit("mcp.register", register.samples_ms, info={"generated_modules": tool_counts[-1]})
+
+
+async def floor(runs: int, warmup: int) -> None:
+    from ipybox import CodeExecutor
+
+    execute = Stopwatch()
+    with tempfile.TemporaryDirectory(prefix="bench-mcp-floor-") as tmp:
+        async with CodeExecutor(working_dir=tmp, sandbox=False) as executor:
+            await executor.execute("x = 1")
+            for i in range(warmup * EXECUTES_PER_RUN + runs * EXECUTES_PER_RUN):
+                with execute.measure(keep=i >= warmup * EXECUTES_PER_RUN):
+                    await executor.execute("x = 1")
+    emit("mcp.floor.execute_x1", execute.samples_ms)
+
+
+async def main() -> None:
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument(
+        "--subcommand", default=None, help="ipybox subcommand serving MCP over stdio (ours: mcp)"
+    )
+    extra.add_argument(
+        "--floor", action="store_true", help="our SDK's CodeExecutor instead of the MCP server"
+    )
+    args = parse_args(__doc__ or "", default_runs=10, default_warmup=1, extra=extra)
+    if args.floor:
+        await floor(args.runs, args.warmup)
+        return
+    # The servers' own logs (the peer's are verbose) go to a file in the scratch dir, not our stderr.
+    with open(Path.cwd() / "mcp_server.servers.log", "w") as errlog:
+        spawn = await spawn_to_initialized(args.subcommand, args.runs, args.warmup, errlog)
+        emit("mcp.spawn_to_initialized", spawn)
+        await one_session(args.subcommand, args.runs, args.warmup, errlog)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

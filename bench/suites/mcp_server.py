@@ -1,0 +1,41 @@
+"""The mcp_server suite: ipybox's MCP server over stdio, driven by the mcp package's client."""
+
+from bench.registry import Job, Metric, Side, Suite, Target, register
+
+register(
+    Suite(
+        name="mcp_server",
+        description="ipybox as an MCP server (stdio): start, execute, reset, register",
+        jobs=(
+            # The floor: the same round trip through our SDK directly, without MCP in between.
+            Job(
+                "mcp_server.py",
+                (Side.FLOOR,),
+                runs=10,
+                args=("--floor",),
+                metrics=(Metric("mcp.floor.execute_x1", 'CodeExecutor.execute("x = 1"), ours, no MCP'),),
+            ),
+            Job(
+                "mcp_server.py",
+                (Side.OURS, Side.PEER),
+                runs=10,
+                # Ours serves MCP as `ipybox mcp`; the peer's (0.9.2) is the bare `ipybox --workspace DIR`.
+                side_args={Side.OURS: ("--subcommand", "mcp")},
+                metrics=(
+                    Metric(
+                        "mcp.spawn_to_initialized",
+                        "process start -> initialize() returns",
+                        Target(max_peer_ratio=0.333),
+                    ),
+                    Metric(
+                        "mcp.execute_x1",
+                        'execute_ipython_cell("x = 1") round trip',
+                        Target(max_floor_ratio=1.3, floor_metric="mcp.floor.execute_x1"),
+                    ),
+                    Metric("mcp.register", "register_mcp_server(server-everything), fresh name"),
+                    Metric("mcp.reset", "reset() round trip"),
+                ),
+            ),
+        ),
+    )
+)
