@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("ipybox.supervisor")
 
 WORKSPACE_ENV = "IPYBOX_WORKSPACE"
+MCP_SESSION_IDLE = 1800.0  # seconds, as the MCP SDK's own session idle timeout
 
 
 class Supervisor:
@@ -133,8 +134,9 @@ class Supervisor:
             if self.serve_mcp and self.config.endpoints.mcp:
                 await self._start_mcp_endpoint()
                 self._write_state()
+                self._tasks.append(asyncio.create_task(self._sweep_mcp_sessions(), name="ipybox-mcp-sweep"))
             await self.reconciler.apply(self.config)
-            self._tasks = [
+            self._tasks += [
                 asyncio.create_task(self.reconciler.watch(), name="ipybox-reconciler"),
                 asyncio.create_task(self._watch_gateway(), name="ipybox-gateway-watch"),
                 asyncio.create_task(self._watch_tool_server(), name="ipybox-tool-server-watch"),
@@ -413,6 +415,13 @@ class Supervisor:
             return None
         host = self.config.endpoints.host
         return f"http://{'[' + host + ']' if ':' in host else host}:{self._mcp_http.port}/mcp"
+
+    async def _sweep_mcp_sessions(self, every: float = 60, idle_for: float = MCP_SESSION_IDLE) -> None:
+        # HTTP clients may vanish without closing their session: their kernels go back after a while.
+        while True:
+            await asyncio.sleep(every)
+            if self._mcp is not None:
+                await self._mcp.close_sessions(idle_for)
 
     async def _start_mcp_endpoint(self) -> None:
         from ipybox.mcp_server import create_server
