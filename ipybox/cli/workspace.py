@@ -115,8 +115,8 @@ def _up_detached(workspace: Path) -> int:
         except NotRunningError:
             time.sleep(0.1)
             continue
-        if state.pid == process.pid and state.ready and _reachable(workspace):
-            status = asyncio.run(_status(workspace))
+        status = _reachable(workspace) if state.pid == process.pid and state.ready else None
+        if status is not None:
             _print_endpoints(status, Path(state.log_file))
             print("`ipybox down` stops it.")
             return 0
@@ -125,12 +125,12 @@ def _up_detached(workspace: Path) -> int:
     return _fail("ipybox up did not come up within 300 s")
 
 
-def _reachable(workspace: Path) -> bool:
+def _reachable(workspace: Path) -> dict[str, Any] | None:
+    """The running supervisor's status, or `None` while it can't answer yet."""
     try:
-        asyncio.run(_status(workspace))
+        return asyncio.run(_status(workspace))
     except Exception:
-        return False
-    return True
+        return None
 
 
 async def _status(workspace: Path) -> dict[str, Any]:
