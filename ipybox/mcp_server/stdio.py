@@ -9,10 +9,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import cast
 
+import anyio
 import tomlkit
+from mcp.server.mcpserver import MCPServer
+from mcp.server.stdio import stdio_server
 
 from ipybox.mcp_server.server import create_server
+from ipybox.mcp_server.wire import Wire, claim_wire, wire_streams
 from ipybox.sandbox import SandboxPolicy
 from ipybox.supervisor import NotRunningError, Supervisor, read_state
 from ipybox.workspace import CONFIG_FILE
@@ -39,6 +44,7 @@ def ensure_config(workspace: Path, sandbox: bool, sandbox_config: Path | None) -
 
 async def serve_stdio(workspace: Path, sandbox: bool = False, sandbox_config: Path | None = None) -> None:
     """Serve MCP on stdin/stdout until the client closes them."""
+    wire = claim_wire()  # before any child process starts, so none inherits the client's pipes
     ensure_config(workspace, sandbox, sandbox_config)
     supervisor: Supervisor | None = None
     try:
@@ -48,8 +54,25 @@ async def serve_stdio(workspace: Path, sandbox: bool = False, sandbox_config: Pa
         await supervisor.start()
     mcp = create_server(workspace)
     try:
-        await mcp.server.run_stdio_async()
+        await _serve(mcp.server, wire)
     finally:
         await mcp.close_sessions(0)
         if supervisor is not None:
             await supervisor.stop()
+
+
+async def _serve(server: MCPServer, wire: Wire | None) -> None:
+    if wire is None:
+        await server.run_stdio_async()
+        return
+    # `run_stdio_async` with streams of our own: mcp takes them in `stdio_server` but has no public way to
+    # hand them to an MCPServer, hence its low-level server. Ours are duck-typed (`async for`, write, flush).
+    lowlevel = server._lowlevel_server
+    async with (
+        wire_streams(wire) as (stdin, stdout),
+        stdio_server(cast("anyio.AsyncFile[str]", stdin), cast("anyio.AsyncFile[str]", stdout)) as (
+            read,
+            write,
+        ),
+    ):
+        await lowlevel.run(read, write, lowlevel.create_initialization_options())
