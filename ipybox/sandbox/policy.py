@@ -158,16 +158,17 @@ class SandboxPolicy(_Strict):
 
 
 def _matches(entry: str, workspace: Path, home: Path) -> list[Path]:
+    # Only the entry is a pattern: a workspace or home whose own path holds `*?[` is taken literally.
     if entry.startswith("~/") or entry == "~":
-        path = home / entry[2:]
+        base, pattern = home, entry[2:]
+    elif Path(entry).is_absolute():
+        base = Path(Path(entry).anchor)
+        pattern = str(Path(entry).relative_to(base))
     else:
-        path = Path(entry)
-        if not path.is_absolute():
-            path = workspace / path
-    if any(char in str(path) for char in "*?["):
-        anchor = Path(path.anchor)
-        return sorted(anchor.glob(str(path.relative_to(anchor))))
-    return [path]
+        base, pattern = workspace, entry
+    if any(char in pattern for char in "*?["):
+        return sorted(base.glob(pattern))
+    return [base / pattern if pattern else base]
 
 
 def _existing_unique(paths: list[Path]) -> list[Path]:

@@ -90,7 +90,11 @@ class WorkspaceConfig(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The file's values are passed as init arguments; they rank below the environment and `.env`.
-        return env_settings, OwnSettingsOnly(dotenv_settings), init_settings
+        return (
+            SpelledLikeTheFile(env_settings, init_settings),
+            SpelledLikeTheFile(OwnSettingsOnly(dotenv_settings), init_settings),
+            init_settings,
+        )
 
     @property
     def path(self) -> Path | None:
@@ -139,3 +143,35 @@ class OwnSettingsOnly(PydanticBaseSettingsSource):
     def __call__(self) -> dict[str, Any]:
         fields = self.settings_cls.model_fields
         return {key: value for key, value in self._source().items() if key in fields}
+
+
+def spelling(key: str) -> str:
+    """A key as variables can spell it: `allowedDomains`, `allowed_domains` and `ALLOWEDDOMAINS` are one."""
+    return key.replace("_", "").lower()
+
+
+def _respell(data: dict[str, Any], like: dict[str, Any]) -> dict[str, Any]:
+    spelled = {spelling(key): key for key in like}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        key = spelled.get(spelling(key), key)
+        theirs = like.get(key)
+        out[key] = _respell(value, theirs) if isinstance(value, dict) and isinstance(theirs, dict) else value
+    return out
+
+
+class SpelledLikeTheFile(PydanticBaseSettingsSource):
+    """A variables source whose keys take the file's spelling of the same key: an override of
+    `allowedDomains` from `IPYBOX_SANDBOX__NETWORK__ALLOWED_DOMAINS` replaces the file's value instead of
+    reaching the model as a second, conflicting key."""
+
+    def __init__(self, source: PydanticBaseSettingsSource, file: PydanticBaseSettingsSource) -> None:
+        super().__init__(source.settings_cls)
+        self._source = source
+        self._file = file
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._source.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        return _respell(self._source(), self._file())

@@ -54,8 +54,10 @@ def test_missing_policy_file(tmp_path: Path) -> None:
         SandboxPolicy.from_file(tmp_path / "nope.json")
 
 
-def test_protected_paths(tmp_path: Path) -> None:
-    home, workspace = tmp_path / "home", tmp_path / "parent" / "ws"
+# Glob characters in the workspace's or home's own path are literal: only policy entries are patterns.
+@pytest.mark.parametrize("name", ["ws", "ws[1]", "what?", "a*b"])
+def test_protected_paths(tmp_path: Path, name: str) -> None:
+    home, workspace = tmp_path / f"home-{name}", tmp_path / "parent" / name
     (home / ".ssh").mkdir(parents=True)
     workspace.mkdir(parents=True)
     (workspace / ".env").write_text("A=1")

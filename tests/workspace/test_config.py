@@ -455,6 +455,21 @@ def test_environment_overrides_the_file(write_config: WriteConfig, monkeypatch: 
     assert config.servers["fs"].command == "x"
 
 
+def test_variables_override_a_key_however_the_file_spells_it(
+    write_config: WriteConfig, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sandbox policy keeps sandbox-runtime's camelCase; variables can only be upper case.
+    path = write_config(
+        '[sandbox.network]\nallowedDomains = ["pypi.org"]\nallowLocalBinding = true\ndeniedDomains = ["a.b"]\n'
+    )
+    monkeypatch.setenv("IPYBOX_SANDBOX__NETWORK__ALLOWED_DOMAINS", '["example.com"]')
+    (workspace / ".env").write_text("IPYBOX_SANDBOX__NETWORK__ALLOW_LOCAL_BINDING=false\n")
+    config = load_config(path)
+    assert config.sandbox.network.allowed_domains == ["example.com"]
+    assert config.sandbox.network.allow_local_binding is False
+    assert config.sandbox.network.denied_domains == ["a.b"]
+
+
 def test_dotenv_overrides_the_file_and_the_environment_overrides_dotenv(
     write_config: WriteConfig, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
