@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from typing import Any
 
 import httpx2
 import mcp_types as types
 import pytest
 from mcp import ClientSession
+from mcp.client.session import ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 
 from ipybox.supervisor import Supervisor, read_state
@@ -24,12 +27,15 @@ async def supervisor(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
     await supervisor.stop()
 
 
-def client(url: str, token: str) -> AbstractAsyncContextManager[ClientSession]:
+def client(
+    url: str, token: str, elicitation_callback: ElicitationFnT | None = None
+) -> AbstractAsyncContextManager[ClientSession]:
     async def open_session(stack: AsyncExitStack) -> ClientSession:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
         await stack.enter_async_context(http)
         read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
-        return await stack.enter_async_context(ClientSession(read, write))
+        session = ClientSession(read, write, elicitation_callback=elicitation_callback)
+        return await stack.enter_async_context(session)
 
     return owned_session(open_session)
 
@@ -75,3 +81,49 @@ async def test_requests_without_the_token_or_from_other_origins_are_refused(
             headers={**headers, "Accept": "application/json, text/event-stream"},
         )
     assert response.status_code == status
+
+
+async def test_ask_becomes_an_elicitation_over_http(supervisor: Supervisor) -> None:
+    state = read_state(supervisor.workspace)
+    assert state.mcp_url is not None and state.mcp_token is not None
+    answers = [True, False]
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"allow": answers.pop(0)})
+
+    # No rule covers edge.weather, and the workspace's default is "ask".
+    code = "from mcptools.edge import weather\nprint(weather.run(weather.Params(city='Graz')).city)"
+    async with client(state.mcp_url, state.mcp_token, elicit) as session:
+        assert text(await session.call_tool("execute_ipython_cell", {"code": code})) == "Graz"
+        rejected = await session.call_tool("execute_ipython_cell", {"code": code})
+    assert rejected.is_error and "rejected" in text(rejected)
+    assert len(asked) == 2 and "edge.weather" in asked[0]
+
+
+async def test_progress_and_cancellation_over_http(supervisor: Supervisor) -> None:
+    state = read_state(supervisor.workspace)
+    assert state.mcp_url is not None and state.mcp_token is not None
+    updates: list[float] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        updates.append(value)
+
+    async with client(state.mcp_url, state.mcp_token) as session:
+        code = "import time\ntime.sleep(2.5)\nprint('done')"
+        result = await session.call_tool("execute_ipython_cell", {"code": code}, progress_callback=progress)
+        assert text(result) == "done"
+        assert len(updates) >= 2 and updates == sorted(updates)
+
+        call = asyncio.create_task(
+            session.call_tool("execute_ipython_cell", {"code": "while True: pass", "timeout": 300})
+        )
+        await asyncio.sleep(1.5)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        started = asyncio.get_running_loop().time()
+        result = await session.call_tool("execute_ipython_cell", {"code": "print('free again')"})
+        assert text(result) == "free again"
+        assert asyncio.get_running_loop().time() - started < 10  # not waiting for the 300 s timeout
