@@ -33,14 +33,16 @@ class Wire:
 
 
 def _is_streamable(fd: int) -> bool:
-    # asyncio serves pipes, sockets and terminals; a regular file (`ipybox mcp < requests.jsonl`) it can't.
+    # Pipes and sockets only. asyncio can't serve a regular file (`ipybox mcp < requests.jsonl`), and it
+    # would leave a terminal non-blocking for the shell after us (the flag belongs to the terminal's open
+    # file, which the shell shares): both are left to mcp's transport.
     mode = os.fstat(fd).st_mode
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def claim_wire() -> Wire | None:
     """Move the client's pipes off fds 0 and 1 (stdin reads EOF, stdout goes to stderr); `None` when they
-    are not pipes, sockets or terminals and mcp's own transport should serve them in place."""
+    are not pipes or sockets and mcp's own transport should serve them in place."""
     try:
         if not (_is_streamable(0) and _is_streamable(1)):
             return None

@@ -4,9 +4,12 @@ a stdin that is a regular file is left to mcp's own transport."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 # A process that claims the wire, then echoes every line it reads back in upper case. What it (or a child)
 # prints on fd 1 after the claim must land on stderr, not on the wire.
@@ -54,12 +57,21 @@ async def test_lines_round_trip_and_stray_output_misses_the_wire() -> None:
     assert "stray print" in stderr and "stray child" in stderr
 
 
-def test_a_regular_file_on_stdin_is_left_to_mcp(tmp_path: Path) -> None:
-    requests = tmp_path / "requests.jsonl"
-    requests.write_text("hello\n")
-    with requests.open("rb") as stdin:
+@pytest.mark.parametrize("kind", ["regular file", "terminal"])
+def test_stdin_that_is_no_pipe_is_left_to_mcp(tmp_path: Path, kind: str) -> None:
+    # A terminal would be left non-blocking for the shell after us; a regular file asyncio can't serve.
+    if kind == "terminal":
+        controller, stdin = os.openpty()
+        os.close(controller)
+    else:
+        requests = tmp_path / "requests.jsonl"
+        requests.write_text("hello\n")
+        stdin = os.open(requests, os.O_RDONLY)
+    try:
         done = subprocess.run(
             [sys.executable, "-c", ECHO], stdin=stdin, capture_output=True, text=True, timeout=60
         )
+    finally:
+        os.close(stdin)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "" and "no wire" in done.stderr
