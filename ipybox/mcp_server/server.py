@@ -19,8 +19,10 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from opentelemetry import trace
 from pydantic import BaseModel, Field
 
 from ipybox import __version__
@@ -75,6 +77,9 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
     outputs = output_dir or workspace / ".ipybox" / "outputs"
     sessions: dict[str, _Session] = {}
     server = MCPServer(name="ipybox", version=__version__, instructions=INSTRUCTIONS)
+    if not _tracing():
+        # mcp wraps every message in a span, which costs even with no exporter to send it to.
+        server.middleware[:] = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
 
     async def session_of(ctx: Context) -> _Session:
         # stdio carries one session; over HTTP the transport names each one in a header.
@@ -215,6 +220,11 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
         return "the kernel was reset"
 
     return WorkspaceMCP(server, close_sessions)
+
+
+def _tracing() -> bool:
+    """Whether OpenTelemetry has a tracer provider of its own (an SDK with an exporter) to record spans."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 def _can_elicit(ctx: Context) -> bool:
