@@ -255,6 +255,32 @@ class KernelClient:
         if self._kernel is not None:
             await self._kernel.interrupt()
 
+    async def interrupt_until_idle(self, timeout: float = 10) -> bool:
+        """Interrupt the kernel until it is free for the next execution, e.g. after the caller gave up on one.
+
+        An interrupt that lands before the code starts (or between two statements that swallow it) is
+        lost, so this repeats it until the kernel answers a `kernel_info_request`, which it does only once
+        the running code has stopped.
+
+        Returns:
+            Whether the kernel became free within `timeout` seconds.
+        """
+        kernel = self._kernel
+        if kernel is None or kernel.dead:
+            return True
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            with contextlib.suppress(GatewayError, aiohttp.ClientError):
+                await kernel.interrupt()
+            try:
+                await kernel.request("kernel_info_request", {}, channel="shell", timeout=0.5)
+                return True
+            except TimeoutError:
+                continue
+            except KernelDied:
+                return True  # the next execution starts a fresh kernel
+        return False
+
     async def execute(self, code: str, timeout: float | None = 120) -> CodeExecutionResult:
         """Execute code and return its result.
 

@@ -162,10 +162,11 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
             except TimeoutError as e:
                 error = str(e) or f"the code ran past its timeout of {timeout:g} s and was interrupted"
             except anyio.get_cancelled_exc_class():
-                # The client cancelled the request. Its scope stays cancelled, so the interrupt that frees
-                # the kernel for the next call must be shielded.
+                # The client cancelled the request. Its scope stays cancelled, so what frees the kernel for
+                # the next call must be shielded; the session's lock is held until the kernel is free.
                 with anyio.CancelScope(shield=True):
-                    await session.executor.kernel_client.interrupt()
+                    if not await session.executor.kernel_client.interrupt_until_idle():
+                        logger.warning("a cancelled execution did not stop when interrupted")
                 raise
             finally:
                 ticker.cancel()

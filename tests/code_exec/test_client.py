@@ -78,6 +78,23 @@ async def test_client_against_external_gateway(external_gateway: GatewayEndpoint
         assert result.text == "5 hi"
 
 
+async def test_interrupt_until_idle_repeats_until_the_kernel_is_free(
+    external_gateway: GatewayEndpoint,
+) -> None:
+    # The code swallows interrupts, as code catching KeyboardInterrupt does (and as a cell that had not
+    # started yet when an interrupt came would): a single interrupt leaves the kernel busy.
+    code = "import time\nn = 0\nwhile n < 3:\n    try:\n        time.sleep(60)\n    except KeyboardInterrupt:\n        n += 1"
+    async with KernelClient(external_gateway, spare_kernel=False) as client:
+        running = asyncio.create_task(client.execute(code, timeout=300))
+        await asyncio.sleep(1)
+        await client.interrupt()
+        await asyncio.sleep(1)
+        assert not running.done()
+        assert await client.interrupt_until_idle(timeout=30)
+        await asyncio.wait_for(running, 10)  # it ended on its own terms, not by a timeout
+        assert (await client.execute("print(n)")).text == "3"
+
+
 async def test_executor_against_external_gateway(external_gateway: GatewayEndpoint) -> None:
     async with CodeExecutor(
         kernel_gateway_url=external_gateway.url, kernel_gateway_token=external_gateway.token
