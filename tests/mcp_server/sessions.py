@@ -1,5 +1,6 @@
 """MCP client sessions for tests, each with its transport in a task of its own: anyio scopes must be left
-in the task that entered them, and a module-scoped fixture is torn down in another one."""
+in the task that entered them, and a module-scoped fixture is torn down in another one. Plus the checks
+both transports run: progress of long cells, and a cancellation that frees the kernel."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 
+import mcp_types as types
+import pytest
 from mcp import ClientSession
 
 
@@ -36,3 +39,35 @@ async def owned_session(
     finally:
         done.set()
         await task
+
+
+def text(result: types.CallToolResult) -> str:
+    return "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))
+
+
+async def check_progress(session: ClientSession) -> None:
+    """A cell running 2.5 s reports progress, in increasing order."""
+    updates: list[float] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        updates.append(value)
+
+    code = "import time\ntime.sleep(2.5)\nprint('done')"
+    result = await session.call_tool("execute_ipython_cell", {"code": code}, progress_callback=progress)
+    assert text(result) == "done"
+    assert len(updates) >= 2 and updates == sorted(updates)
+
+
+async def check_cancellation_frees_the_kernel(session: ClientSession) -> None:
+    """Cancelling a call to a cell that never ends leaves the kernel free for the next call."""
+    call = asyncio.create_task(
+        session.call_tool("execute_ipython_cell", {"code": "while True: pass", "timeout": 300})
+    )
+    await asyncio.sleep(1.5)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    started = asyncio.get_running_loop().time()
+    result = await session.call_tool("execute_ipython_cell", {"code": "print('free again')"})
+    assert text(result) == "free again"
+    assert asyncio.get_running_loop().time() - started < 10  # not waiting for the 300 s timeout

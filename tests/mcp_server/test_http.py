@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any
@@ -15,7 +14,7 @@ from mcp.client.session import ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 
 from ipybox.supervisor import Supervisor, read_state
-from tests.mcp_server.sessions import owned_session
+from tests.mcp_server.sessions import check_cancellation_frees_the_kernel, check_progress, owned_session, text
 from tests.supervisor.workspaces import make_workspace
 
 
@@ -38,10 +37,6 @@ def client(
         return await stack.enter_async_context(session)
 
     return owned_session(open_session)
-
-
-def text(result: types.CallToolResult) -> str:
-    return "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))
 
 
 async def test_each_session_has_its_own_kernel(supervisor: Supervisor) -> None:
@@ -105,25 +100,6 @@ async def test_ask_becomes_an_elicitation_over_http(supervisor: Supervisor) -> N
 async def test_progress_and_cancellation_over_http(supervisor: Supervisor) -> None:
     state = read_state(supervisor.workspace)
     assert state.mcp_url is not None and state.mcp_token is not None
-    updates: list[float] = []
-
-    async def progress(value: float, total: float | None, message: str | None) -> None:
-        updates.append(value)
-
     async with client(state.mcp_url, state.mcp_token) as session:
-        code = "import time\ntime.sleep(2.5)\nprint('done')"
-        result = await session.call_tool("execute_ipython_cell", {"code": code}, progress_callback=progress)
-        assert text(result) == "done"
-        assert len(updates) >= 2 and updates == sorted(updates)
-
-        call = asyncio.create_task(
-            session.call_tool("execute_ipython_cell", {"code": "while True: pass", "timeout": 300})
-        )
-        await asyncio.sleep(1.5)
-        call.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await call
-        started = asyncio.get_running_loop().time()
-        result = await session.call_tool("execute_ipython_cell", {"code": "print('free again')"})
-        assert text(result) == "free again"
-        assert asyncio.get_running_loop().time() - started < 10  # not waiting for the 300 s timeout
+        await check_progress(session)
+        await check_cancellation_frees_the_kernel(session)

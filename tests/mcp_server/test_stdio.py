@@ -3,7 +3,6 @@ generated API, approval through elicitation (or a clear denial without it), inst
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -16,7 +15,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from tests.cli.test_main import IPYBOX
-from tests.mcp_server.sessions import owned_session
+from tests.mcp_server.sessions import check_cancellation_frees_the_kernel, check_progress, owned_session, text
 from tests.servers.params import EDGE_SERVER
 
 ANSWERS: list[bool] = []
@@ -34,10 +33,6 @@ async def open_session(
     read, write = await stack.enter_async_context(stdio_client(params))
     session = ClientSession(read, write, elicitation_callback=elicit if elicitation else None)
     return await stack.enter_async_context(session)
-
-
-def text(result: types.CallToolResult) -> str:
-    return "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))
 
 
 @pytest.fixture(scope="module")
@@ -142,26 +137,8 @@ async def test_install_package_reports_pip_failures(session: ClientSession) -> N
 
 
 async def test_long_cells_report_progress(session: ClientSession) -> None:
-    updates: list[float] = []
-
-    async def progress(value: float, total: float | None, message: str | None) -> None:
-        updates.append(value)
-
-    code = "import time\ntime.sleep(2.5)\nprint('done')"
-    result = await session.call_tool("execute_ipython_cell", {"code": code}, progress_callback=progress)
-    assert text(result) == "done"
-    assert len(updates) >= 2 and updates == sorted(updates)
+    await check_progress(session)
 
 
 async def test_a_cancelled_call_interrupts_the_kernel(session: ClientSession) -> None:
-    call = asyncio.create_task(
-        session.call_tool("execute_ipython_cell", {"code": "while True: pass", "timeout": 300})
-    )
-    await asyncio.sleep(1.5)
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
-    started = asyncio.get_running_loop().time()
-    result = await session.call_tool("execute_ipython_cell", {"code": "print('free again')"})
-    assert text(result) == "free again"
-    assert asyncio.get_running_loop().time() - started < 10  # not waiting for the 300 s timeout
+    await check_cancellation_frees_the_kernel(session)
