@@ -51,6 +51,9 @@ class Metric:
     name: str  # as printed by the scenario script, e.g. "kernel.execute_x1"
     label: str  # what the report shows
     target: Target | None = None
+    # A floor the job measures itself, interleaved with ours: both see the same machine at the same time,
+    # where a floor from a job of its own may meet a quieter or busier minute.
+    floor: bool = False
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,9 @@ class Results:
         self.runs = runs
         self._by_metric: dict[tuple[Side, str], MetricResult] = {}
         for run in runs:
+            floors = {metric.name for metric in run.job.metrics if metric.floor}
             for name, result in run.metrics.items():
-                key = (run.side, name)
+                key = (Side.FLOOR if name in floors else run.side, name)
                 # With --rounds, a job runs several times per side: pool its samples.
                 self._by_metric[key] = (
                     _pool(self._by_metric[key], result) if key in self._by_metric else result
@@ -68,9 +69,10 @@ class Results:
                     metrics += [Metric(n, n) for n in run.metrics if n not in declared]
                     declared |= set(run.metrics)
             for metric in metrics:
-                ours, peer = self.get(side, metric.name), self.get(Side.PEER, metric.name)
+                metric_side = Side.FLOOR if metric.floor else side
+                ours, peer = self.get(metric_side, metric.name), self.get(Side.PEER, metric.name)
                 if ours or peer:
-                    rows.append(Row(suite.name, metric, side, ours, peer))
+                    rows.append(Row(suite.name, metric, metric_side, ours, peer))
         return rows
 
     def judge(self, target: Target, ours: Summary | None, peer: Summary | None) -> str:

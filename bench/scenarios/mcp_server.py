@@ -9,13 +9,15 @@
 
 The server is `<this venv>/bin/ipybox [SUBCOMMAND] --workspace DIR`: ours needs `--subcommand mcp`, the
 peer's (0.9.2) MCP server is the bare `ipybox --workspace DIR`. Works with mcp 1.x and 2.x clients.
-With `--floor`, measures our SDK's `CodeExecutor.execute("x = 1")` instead (`mcp.floor.execute_x1`).
+With `--with-floor` (ours only), also our SDK's `CodeExecutor.execute("x = 1")` (`mcp.floor.execute_x1`),
+in blocks alternating with the MCP ones, so that both see the machine in the same state.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import tempfile
 import time
@@ -70,32 +72,49 @@ async def spawn_to_initialized(subcommand: str | None, runs: int, warmup: int, e
     return watch.samples_ms
 
 
-async def one_session(subcommand: str | None, runs: int, warmup: int, errlog: Any) -> None:
+async def one_session(
+    subcommand: str | None, runs: int, warmup: int, errlog: Any, with_floor: bool = False
+) -> None:
     from mcp import ClientSession
     from mcp.client.stdio import stdio_client
 
+    from ipybox import CodeExecutor
+
     with tempfile.TemporaryDirectory(prefix="bench-mcp-session-") as tmp:
         workspace = Path(tmp)
-        async with (
-            stdio_client(_params(subcommand, workspace), errlog=errlog) as (read, write),
-            ClientSession(read, write) as session,
-        ):
+        async with contextlib.AsyncExitStack() as stack:
+            read, write = await stack.enter_async_context(
+                stdio_client(_params(subcommand, workspace), errlog=errlog)
+            )
+            session = await stack.enter_async_context(ClientSession(read, write))
             await session.initialize()
             tools = sorted(tool.name for tool in (await session.list_tools()).tools)
             log(f"tools: {tools}")
+            executor = None
+            if with_floor:  # unsandboxed, like the MCP server's kernels by default
+                floor_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-mcp-floor-"))
+                executor = await stack.enter_async_context(CodeExecutor(working_dir=floor_dir, sandbox=False))
 
             # The first call may start the session's kernel; it is reported, not a sample.
             started = time.perf_counter()
             await _call(session, "execute_ipython_cell", {"code": "x = 1"})
             first_ms = (time.perf_counter() - started) * 1000.0
+            if executor is not None:
+                await executor.execute("x = 1")
             # Steady state: a server that keeps spare kernels starts a replacement now, in the background;
             # samples taken during that start would measure two cores shared with it, not the round trip.
             await asyncio.sleep(SETTLE_S)
 
-            execute = Stopwatch()
-            for i in range(warmup * EXECUTES_PER_RUN + runs * EXECUTES_PER_RUN):
-                with execute.measure(keep=i >= warmup * EXECUTES_PER_RUN):
-                    await _call(session, "execute_ipython_cell", {"code": "x = 1"})
+            execute, floor = Stopwatch(), Stopwatch()
+            for block in range(warmup + runs):
+                keep = block >= warmup
+                for _ in range(EXECUTES_PER_RUN):
+                    with execute.measure(keep=keep):
+                        await _call(session, "execute_ipython_cell", {"code": "x = 1"})
+                if executor is not None:
+                    for _ in range(EXECUTES_PER_RUN):
+                        with floor.measure(keep=keep):
+                            await executor.execute("x = 1")
             check = await _call(session, "execute_ipython_cell", {"code": "print(x)"})
             status = "ok" if check.strip() == "1" else f"unexpected output {check.strip()[:80]!r}"
             emit(
@@ -104,6 +123,8 @@ async def one_session(subcommand: str | None, runs: int, warmup: int, errlog: An
                 status=status,
                 info={"first_call_ms": round(first_ms, 1)},
             )
+            if executor is not None:
+                emit("mcp.floor.execute_x1", floor.samples_ms)
 
             reset = Stopwatch()
             statuses: list[str] = []
@@ -133,37 +154,20 @@ async def one_session(subcommand: str | None, runs: int, warmup: int, errlog: An
             emit("mcp.register", register.samples_ms, info={"generated_modules": tool_counts[-1]})
 
 
-async def floor(runs: int, warmup: int) -> None:
-    from ipybox import CodeExecutor
-
-    execute = Stopwatch()
-    with tempfile.TemporaryDirectory(prefix="bench-mcp-floor-") as tmp:
-        async with CodeExecutor(working_dir=tmp, sandbox=False) as executor:
-            await executor.execute("x = 1")
-            await asyncio.sleep(SETTLE_S)  # as on the MCP side (a spare kernel may be starting)
-            for i in range(warmup * EXECUTES_PER_RUN + runs * EXECUTES_PER_RUN):
-                with execute.measure(keep=i >= warmup * EXECUTES_PER_RUN):
-                    await executor.execute("x = 1")
-    emit("mcp.floor.execute_x1", execute.samples_ms)
-
-
 async def main() -> None:
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument(
         "--subcommand", default=None, help="ipybox subcommand serving MCP over stdio (ours: mcp)"
     )
     extra.add_argument(
-        "--floor", action="store_true", help="our SDK's CodeExecutor instead of the MCP server"
+        "--with-floor", action="store_true", help="also our SDK's execute, alternating with the MCP calls"
     )
     args = parse_args(__doc__ or "", default_runs=10, default_warmup=1, extra=extra)
-    if args.floor:
-        await floor(args.runs, args.warmup)
-        return
     # The servers' own logs (the peer's are verbose) go to a file in the scratch dir, not our stderr.
     with open(Path.cwd() / "mcp_server.servers.log", "w") as errlog:
         spawn = await spawn_to_initialized(args.subcommand, args.runs, args.warmup, errlog)
         emit("mcp.spawn_to_initialized", spawn)
-        await one_session(args.subcommand, args.runs, args.warmup, errlog)
+        await one_session(args.subcommand, args.runs, args.warmup, errlog, args.with_floor)
 
 
 if __name__ == "__main__":

@@ -7,21 +7,15 @@ register(
         name="mcp_server",
         description="ipybox as an MCP server (stdio): start, execute, reset, register",
         jobs=(
-            # The floor: the same round trip through our SDK directly, without MCP in between.
-            Job(
-                "mcp_server.py",
-                (Side.FLOOR,),
-                runs=10,
-                args=("--floor",),
-                metrics=(Metric("mcp.floor.execute_x1", 'CodeExecutor.execute("x = 1"), ours, no MCP'),),
-            ),
             Job(
                 "mcp_server.py",
                 (Side.OURS, Side.PEER),
                 runs=10,
                 # Ours serves MCP as `ipybox mcp`; the peer's (0.9.2) is the bare `ipybox --workspace DIR`.
-                side_args={Side.OURS: ("--subcommand", "mcp")},
+                # Ours also measures the floor, our SDK's execute, in blocks alternating with the MCP ones.
+                side_args={Side.OURS: ("--subcommand", "mcp", "--with-floor")},
                 metrics=(
+                    Metric("mcp.floor.execute_x1", 'CodeExecutor.execute("x = 1"), ours, no MCP', floor=True),
                     Metric(
                         "mcp.spawn_to_initialized",
                         "process start -> initialize() returns",
