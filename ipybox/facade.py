@@ -382,12 +382,13 @@ class CodeExecutor:
             finally:
                 self._approvals, self._auto_approve = None, False
                 if not task.done():
-                    # The caller stopped listening: stop the code too, so the kernel is free again.
-                    with contextlib.suppress(Exception):
-                        await client.interrupt()
+                    # The caller stopped listening: stop the code too, so the kernel is free again (one
+                    # interrupt can land before the code runs, or be swallowed by it).
                     task.cancel()
                     with contextlib.suppress(BaseException):
                         await task
+                    with contextlib.suppress(Exception):
+                        await client.interrupt_until_idle()
 
     async def reset(self) -> None:
         """Start over with a fresh kernel: variables, definitions and imports are gone. Also stops the MCP

@@ -104,6 +104,21 @@ async def test_chunks_name_their_stream(executor: CodeExecutor) -> None:
     assert [(c.text.strip(), c.stream) for c in chunks] == [("o", "stdout"), ("e", "stderr")]
 
 
+async def test_leaving_a_stream_early_stops_the_code(executor: CodeExecutor) -> None:
+    # The code swallows the first interrupt: one interrupt would leave the kernel busy for a minute.
+    code = (
+        "import time\nn = 0\nprint('started', flush=True)\nwhile n < 2:\n    try:\n"
+        "        time.sleep(60)\n    except KeyboardInterrupt:\n        n += 1"
+    )
+    stream = executor.stream(code, chunks=True)
+    async for _ in stream:
+        break
+    await stream.aclose()  # type: ignore[attr-defined]
+    started = asyncio.get_running_loop().time()
+    assert (await executor.execute("print(n)")).text == "2"
+    assert asyncio.get_running_loop().time() - started < 20
+
+
 async def test_images_are_saved(executor: CodeExecutor) -> None:
     code = (
         "import matplotlib.pyplot as plt\n"
