@@ -99,7 +99,7 @@ def _median_p90(summary: Summary | None) -> list[str]:
 
 
 def render(suites: list[Suite], results: Results, with_peer: bool) -> str:
-    header = ["metric", "n", "ours med", "ours p90"]
+    header = ["metric", "n", "ours med", "ours p90", "ours max"]
     if with_peer:
         header += ["peer med", "peer p90", "ours/peer"]
     header += ["target", "result"]
@@ -111,6 +111,7 @@ def render(suites: list[Suite], results: Results, with_peer: bool) -> str:
             ours, peer = _summary(row.ours), _summary(row.peer)
             label = f"floor: {row.metric.label}" if row.side is Side.FLOOR else row.metric.label
             line = [label, str(ours.n if ours else peer.n if peer else 0), *_median_p90(ours)]
+            line.append(fmt_ms(ours.maximum) if ours else "-")
             if with_peer:
                 ratio = f"{ours.median / peer.median:.2f}" if ours and peer else "-"
                 line += [*_median_p90(peer), ratio]
@@ -179,6 +180,7 @@ def write_json(path: Path, suites: list[Suite], results: Results, meta: dict[str
                         "side": side.value,
                         "median_ms": summary and summary.median,
                         "p90_ms": summary and summary.p90,
+                        "max_ms": summary and summary.maximum,
                         "n": len(result.samples_ms),
                         "status": result.status,
                         "info": result.info,

@@ -70,6 +70,27 @@ register(
                     Metric("kernel.reset_back_to_back", "reset() right after reset() (waits for the spare)"),
                 ),
             ),
+            Job(
+                "recovery.py",
+                (Side.OURS,),
+                runs=10,
+                metrics=(
+                    Metric("kernel.death_error", "a cell kills its kernel: KernelDiedError"),
+                    Metric("kernel.execute_after_death", "execute after a kernel death"),
+                    Metric("kernel.reset_after_death", "reset after a kernel death", Target(max_ms=150)),
+                    Metric("kernel.first_execute_after_death_reset", "first execute after that reset"),
+                    Metric("kernel.gateway_death_error", "gateway killed under a cell: KernelDiedError"),
+                    Metric(
+                        "kernel.ws_execute_after_gateway_death",
+                        "ipybox up: execute after a gateway death (restart)",
+                    ),
+                    Metric(
+                        "kernel.ws_gateway_death_error",
+                        "ipybox up: gateway killed under a cell: KernelDiedError",
+                    ),
+                    Metric("kernel.ws_reset_after_death", "ipybox up: reset after a kernel death"),
+                ),
+            ),
             *(_print_job(mb, runs) for mb, runs in ((1, 10), (5, 3), (10, 3))),
         ),
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
@@ -13,7 +12,16 @@ from typing import Any, Self
 
 import aiohttp
 
-from ipybox.code_exec.connection import GatewayError, KernelConnection, KernelDied, KernelMessage, Request
+from ipybox.code_exec.connection import (
+    GatewayError,
+    GatewayUnreachableError,
+    KernelConnection,
+    KernelDied,
+    KernelMessage,
+    KernelStartError,
+    Request,
+    gateway_down,
+)
 from ipybox.code_exec.output import OutputCollector, strip_ansi
 from ipybox.code_exec.result import (
     CodeExecutionChunk,
@@ -32,8 +40,10 @@ __all__ = [
     "ExecutionError",
     "ExecutionResult",
     "ExecutionTimeoutError",
+    "GatewayUnreachableError",
     "KernelClient",
     "KernelDiedError",
+    "KernelStartError",
 ]
 
 logger = logging.getLogger(__name__)
@@ -60,10 +70,6 @@ class ExecutionTimeoutError(TimeoutError):
         self.result = result
 
 
-def _default_output_dir() -> Path:
-    return Path(tempfile.gettempdir()) / "ipybox-output"
-
-
 class KernelClient:
     """Executes code in an IPython kernel on a kernel gateway; state persists across executions.
 
@@ -76,7 +82,8 @@ class KernelClient:
         port: The gateway's port, when `gateway` is a host name.
         token: The gateway's auth token, when `gateway` is a host name.
         images_dir: Where displayed images are saved (default: `images` in the working directory).
-        output_dir: Where an output larger than `max_output_chars` is saved in full.
+        output_dir: Where an output larger than `max_output_chars` is saved in full (default: a private
+            directory of this process under `$TMPDIR`, mode 0700).
         max_output_chars: Output kept in memory per execution; more is saved to a file and shortened.
         kernel_name: Kernelspec to start (default: the gateway's default).
         kernel_env: Environment for kernels, sent with the kernel start request. An external gateway passes
@@ -84,9 +91,12 @@ class KernelClient:
         spare_kernel: Keep a started kernel in reserve for fast `reset()` and recovery.
         interrupt_grace: Seconds a timed-out execution gets to stop after an interrupt before the kernel is
             replaced.
-        ready_timeout: Seconds a new kernel gets to answer.
+        ready_timeout: Seconds a new kernel gets to answer. A kernel that dies while starting fails at once
+            (`KernelStartError`), without waiting for this.
         kernel_source: Where kernels come from instead of being started on the gateway: returns the id of
             a running kernel to attach to (a workspace's warm pool).
+        gateway_log: The gateway's log file (`KernelGateway.log_path`), whose end is added to the error
+            about a kernel that died while starting (the kernel's own error output goes there).
 
     Example:
         ```python
@@ -111,12 +121,13 @@ class KernelClient:
         interrupt_grace: float = 2.0,
         ready_timeout: float = 60,
         kernel_source: Callable[[], Awaitable[str]] | None = None,
+        gateway_log: Path | None = None,
     ) -> None:
         if isinstance(gateway, str):
             gateway = GatewayEndpoint(f"http://{gateway}:{port}", token)
         self.endpoint = gateway
         self.images_dir = images_dir or Path("images")
-        self.output_dir = output_dir or _default_output_dir()
+        self.output_dir = output_dir  # None: a private per-process directory (see `output`)
         self.max_output_chars = max_output_chars
         self.kernel_name = kernel_name
         self.kernel_env = kernel_env
@@ -124,6 +135,8 @@ class KernelClient:
         self.interrupt_grace = interrupt_grace
         self.ready_timeout = ready_timeout
         self.kernel_source = kernel_source
+        self.gateway_log = gateway_log
+        self._spare_deaths = 0  # spares that died while idle since one was last taken into use
         self._http: aiohttp.ClientSession | None = None
         self._kernel: KernelConnection | None = None
         self._spare: asyncio.Task[KernelConnection] | None = None
@@ -195,12 +208,23 @@ class KernelClient:
             self._http = None
 
     async def _open_kernel(self) -> KernelConnection:
+        """A new, answering kernel.
+
+        Raises:
+            GatewayUnreachableError: The gateway does not accept connections.
+            KernelStartError: The kernel died while starting.
+            TimeoutError: It was alive but did not answer within `ready_timeout`.
+        """
         assert self._http is not None
         try:
             if self.kernel_source is not None:
                 kernel_id = await self.kernel_source()
                 return await KernelConnection.attach(
-                    self._http, self.endpoint, kernel_id, ready_timeout=self.ready_timeout
+                    self._http,
+                    self.endpoint,
+                    kernel_id,
+                    ready_timeout=self.ready_timeout,
+                    gateway_log=self.gateway_log,
                 )
             return await KernelConnection.open(
                 self._http,
@@ -208,15 +232,41 @@ class KernelClient:
                 kernel_name=self.kernel_name,
                 env=self.kernel_env,
                 ready_timeout=self.ready_timeout,
+                gateway_log=self.gateway_log,
             )
         except aiohttp.ClientConnectionError as e:
-            raise GatewayError(f"cannot reach the kernel gateway at {self.endpoint.url}: {e}") from None
+            raise GatewayUnreachableError(
+                f"cannot reach the kernel gateway at {self.endpoint.url}: {e}"
+            ) from None
         except TimeoutError:
             raise TimeoutError(f"the kernel did not become ready within {self.ready_timeout:g} s") from None
 
     def _start_spare(self) -> None:
         if self.spare_kernel and self._spare is None and self._http is not None:
-            self._spare = asyncio.create_task(self._open_kernel(), name="ipybox-spare-kernel")
+            self._spare = asyncio.create_task(self._open_spare(), name="ipybox-spare-kernel")
+
+    async def _open_spare(self) -> KernelConnection:
+        kernel = await self._open_kernel()
+        kernel.on_death(self._spare_died)
+        return kernel
+
+    def _spare_died(self, kernel: KernelConnection) -> None:
+        """A ready spare died while idle: start its replacement now rather than at the next `reset()`."""
+        spare = self._spare
+        if spare is None or not spare.done() or spare.cancelled() or spare.exception() is not None:
+            return
+        if spare.result() is not kernel:
+            return  # taken into use since: its death is the execution's business
+        self._spare = None
+        self._retire(kernel)
+        if kernel.death_cause == "connection":
+            return  # the gateway went away (or deleted it): the next kernel is started when needed
+        self._spare_deaths += 1
+        if self._spare_deaths > 3:  # a kernel that keeps dying: start one only when one is needed
+            logger.warning("the spare kernel died %d times in a row; not replacing it", self._spare_deaths)
+            return
+        logger.warning("the spare kernel died (%s); starting another", _death_text(kernel))
+        self._start_spare()
 
     async def _fresh_kernel(self) -> KernelConnection:
         spare, self._spare = self._spare, None
@@ -229,6 +279,8 @@ class KernelClient:
             if kernel is not None and kernel.dead:
                 self._retire(kernel)
                 kernel = None
+            elif kernel is not None:
+                self._spare_deaths = 0
         if kernel is None:
             kernel = await self._open_kernel()
         self._start_spare()
@@ -310,7 +362,11 @@ class KernelClient:
             if self._http is None:
                 raise RuntimeError("not connected: use 'async with KernelClient(...)' or call connect()")
             if self._kernel is None or self._kernel.dead:
-                logger.warning("the kernel died while idle; continuing on a fresh kernel (its state is lost)")
+                if self._kernel is not None:
+                    logger.warning(
+                        "the kernel died while idle (%s); continuing on a fresh kernel (its state is lost)",
+                        _death_text(self._kernel),
+                    )
                 await self._replace_kernel()
             assert self._kernel is not None
             kernel = self._kernel
@@ -336,10 +392,16 @@ class KernelClient:
                     if chunk is not None:
                         yield chunk
             except KernelDied:
-                await self._replace_kernel()
+                cause = await self._death_cause(kernel)
+                try:
+                    await self._replace_kernel()
+                    after = "It was replaced by a fresh kernel: all state is lost."
+                except GatewayUnreachableError:
+                    after = "All state is lost, and no fresh kernel can be started without the gateway."
+                except Exception as e:
+                    after = f"All state is lost, and no fresh kernel could be started: {e}"
                 raise KernelDiedError(
-                    "The kernel died while running this code (its process exited: os._exit(), a crash or "
-                    "running out of memory). It was replaced by a fresh kernel: all state is lost.",
+                    f"The kernel died while running this code ({cause}). {after}",
                     ename="KernelDied",
                     result=collector.result(),
                 ) from None
@@ -354,6 +416,13 @@ class KernelClient:
                     traceback or f"{ename}: {evalue}", ename=ename, evalue=evalue, result=result
                 )
             yield result
+
+    async def _death_cause(self, kernel: KernelConnection) -> str:
+        if kernel.death_cause == "connection" and self._http is not None:
+            down = await gateway_down(self._http, self.endpoint)
+            if down is not None:
+                return f"the kernel gateway went away: {down}"
+        return _death_text(kernel)
 
     @staticmethod
     def _handle(
@@ -397,3 +466,9 @@ class KernelClient:
             kernel_restarted=False,
             result=collector.result(),
         )
+
+
+def _death_text(kernel: KernelConnection) -> str:
+    if kernel.death_cause == "connection":
+        return "the kernel gateway closed the connection to it"
+    return "its process exited: os._exit(), a crash or running out of memory"

@@ -23,6 +23,7 @@ import ctypes
 import os
 import signal
 import sys
+import warnings
 from typing import Any
 
 READY_PREFIX = "IPYBOX_GATEWAY_READY"
@@ -74,6 +75,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     _die_with_parent()
+    # jupyter_server warns about any kernel manager class not derived from its own; ipybox's derives from
+    # the kernel gateway's (as the gateway's default does), and the warning would fill every log excerpt.
+    warnings.filterwarnings(
+        "ignore", message="KernelManager class .* is not a subclass of 'ServerKernelManager'"
+    )
     for name in _OPTIONAL_FORMAT_CHECKERS:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     _enable_websocket_nodelay()

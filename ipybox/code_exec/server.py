@@ -214,10 +214,16 @@ class KernelGateway:
             # Output is bounded by ipybox itself (with the full text kept in a file), not dropped here.
             "ZMQChannelsWebsocketConnection": {"limit_rate": False, "iopub_data_rate_limit": 0.0},
             # Kernel sockets as files in the private runtime dir instead of loopback TCP ports that any
-            # local user could connect to.
-            "KernelManager": {"transport": "ipc", "ip": str(self._runtime_dir / "ipc" / "kernel")},
-            # Notice a dead kernel in half a second instead of three.
-            "KernelRestarter": {"time_to_dead": 0.5},
+            # local user could connect to, in a directory per kernel (see gateway_kernels).
+            "KernelManager": {"transport": "ipc"},
+            "SeedingMappingKernelManager": {
+                "kernel_manager_class": "ipybox.code_exec.gateway_kernels.PrivateIpcKernelManager"
+            },
+            "PrivateIpcKernelManager": {"ipc_root": str(self._runtime_dir / "ipc")},
+            # Notice a dead kernel in half a second instead of three, and restart it once: ipybox never
+            # reuses a restarted kernel (its state is gone), so a kernel that cannot start is reported in
+            # about a second instead of after five restarts.
+            "KernelRestarter": {"time_to_dead": 0.5, "restart_limit": 1},
         }
         (config_dir / "jupyter_kernel_gateway_config.json").write_text(json.dumps(config))
         env.update(
