@@ -5,7 +5,8 @@ installed, which costs about 190 ms of a 500 ms kernel start, and ipybox kernels
 debugger. ipykernel treats a missing debugpy as "no debugger".
 
 When `IPYBOX_MCPTOOLS_DIR` is set, the kernel also loads the `mcptools_refresh` extension, so packages
-generated under that directory after the kernel started are imported fresh by the next cell.
+generated under that directory after the kernel started are imported fresh by the next cell. In a
+sandbox (`IPYBOX_SANDBOX_WORKSPACE` set) it loads `sandbox_hint`, which explains writes the sandbox refuses.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ipybox.code_exec import sandbox_hint
 from ipybox.code_exec.mcptools_refresh import EXTENSION, MCPTOOLS_DIR_ENV
 
 
@@ -25,6 +27,8 @@ def main() -> None:
         # `extra_extensions` is IPython's list for extensions added on the command line: it is loaded once
         # the shell exists, next to (not instead of) the `extensions` of the user's profile.
         argv.append(f"--IPKernelApp.extra_extensions={EXTENSION}")
+    if os.environ.get(sandbox_hint.SANDBOX_WORKSPACE_ENV):
+        argv.append(f"--IPKernelApp.extra_extensions={sandbox_hint.EXTENSION}")
     kernelapp.launch_new_instance(argv)
 
 

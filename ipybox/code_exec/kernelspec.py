@@ -42,12 +42,16 @@ class KernelSpec:
         interrupt_mode: `signal` (SIGINT to the kernel) or `message` (an interrupt request on the control
             channel, needed when the kernel runs under a process that must not receive SIGINT).
         env: Extra environment variables, merged by jupyter_client into the kernel's environment.
+        display_name: The name Jupyter shows for it.
+        resources: Files to write next to `kernel.json` (`{resource_dir}` in `argv` names that directory).
     """
 
     argv: list[str] = field(default_factory=default_kernel_argv)
     interrupt_mode: Literal["signal", "message"] = "signal"
     env: dict[str, str] = field(default_factory=dict)
     display_name: str = "Python 3 (ipybox)"
+    # Files written next to kernel.json (`{resource_dir}` in the argv names that directory).
+    resources: dict[str, str] = field(default_factory=dict)
 
     def write(self, data_dir: Path, name: str = KERNEL_NAME, runtime_dir: Path | None = None) -> Path:
         """Write `kernels/<name>/kernel.json` under a Jupyter data dir and return its directory.
@@ -68,4 +72,6 @@ class KernelSpec:
             "metadata": {"debugger": False},
         }
         (spec_dir / "kernel.json").write_text(json.dumps(spec, indent=2))
+        for file_name, content in self.resources.items():
+            (spec_dir / file_name).write_text(content)
         return spec_dir

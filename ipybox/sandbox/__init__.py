@@ -8,10 +8,27 @@ closed, with the remedy, when the machine can't sandbox. Each picks the platform
 does not support `network.allowedDomains`).
 """
 
-from ipybox.sandbox.errors import SandboxUnavailableError
-from ipybox.sandbox.platforms import check_sandbox, sandboxed_command, sandboxed_kernel_spec
-from ipybox.sandbox.policy import SandboxPolicy
-from ipybox.sandbox.proxy import DomainProxy
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ipybox.sandbox.errors import SandboxUnavailableError
+    from ipybox.sandbox.platforms import check_sandbox, sandboxed_command, sandboxed_kernel_spec
+    from ipybox.sandbox.policy import SandboxPolicy
+    from ipybox.sandbox.proxy import DomainProxy
+
+# Imported on first use: the kernel launcher and the network bridge run `python -m ipybox.sandbox.<x>` for
+# every kernel and must not pay for pydantic and the proxy.
+_EXPORTS = {
+    "DomainProxy": "ipybox.sandbox.proxy",
+    "SandboxPolicy": "ipybox.sandbox.policy",
+    "SandboxUnavailableError": "ipybox.sandbox.errors",
+    "check_sandbox": "ipybox.sandbox.platforms",
+    "sandboxed_command": "ipybox.sandbox.platforms",
+    "sandboxed_kernel_spec": "ipybox.sandbox.platforms",
+}
 
 __all__ = [
     "DomainProxy",
@@ -21,3 +38,12 @@ __all__ = [
     "sandboxed_command",
     "sandboxed_kernel_spec",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ipybox.sandbox' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -14,16 +14,21 @@ proxy the sandbox's `HTTP(S)_PROXY`: the only way out, and only to those domains
 from __future__ import annotations
 
 import functools
+import json
 import platform
 import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
-from ipybox.code_exec.kernelspec import RUNTIME_DIR, KernelSpec, default_kernel_argv
+from ipybox.code_exec.kernelspec import KernelSpec, default_kernel_argv
+from ipybox.code_exec.sandbox_hint import SANDBOX_WORKSPACE_ENV
 from ipybox.sandbox.errors import SandboxUnavailableError
+from ipybox.sandbox.launch import PLAN_FILE, LaunchPlan
 from ipybox.sandbox.policy import SandboxPolicy
+from ipybox.sandbox.view import View, mount_args
 
 # Set inside the sandbox (the host's values point to places that are read-only or hidden there).
 _SANDBOX_ENV = {"TMPDIR": "/tmp", "IPYTHONDIR": "/tmp/.ipython", "MPLCONFIGDIR": "/tmp/.matplotlib"}
@@ -94,48 +99,62 @@ def bwrap_args(
 
     Args:
         policy: The sandbox policy.
-        workspace: The working directory, writable.
-        writable: More directories to bind read-write at the same path (e.g. the kernel's ipc dir).
-        readable: Directories under `/tmp` to bind read-only (the private `/tmp` hides them otherwise).
+        workspace: The working directory, writable (but for its protected names).
+        writable: More paths to bind read-write at the same path (e.g. the kernel's ipc dir).
+        readable: Paths under `/tmp` to bind read-only (the private `/tmp` hides them otherwise).
         home: The home directory `~` in the policy stands for (default: the current user's).
     """
-    home = home or Path.home()
+    view = bwrap_view(policy, workspace, writable=writable, readable=readable, home=home)
+    return [*NAMESPACE_ARGS, *mount_args(view), *environment_args(workspace)]
+
+
+# --disable-userns (bubblewrap >= 0.8): for a non-root user, code inside could otherwise make nested user
+# namespaces (`unshare -r`) and be root in them.
+NAMESPACE_ARGS = (
+    "--unshare-all",
+    "--unshare-user",
+    "--disable-userns",
+    "--die-with-parent",
+    "--new-session",
+    "--cap-drop",
+    "ALL",
+)
+
+
+def bwrap_view(
+    policy: SandboxPolicy,
+    workspace: Path,
+    *,
+    writable: Sequence[Path] = (),
+    readable: Sequence[Path] = (),
+    home: Path | None = None,
+) -> View:
+    """The filesystem view of a process confined by `policy` (mounted by [view][ipybox.sandbox.view])."""
     # The private /tmp would hide an interpreter or a checkout that lives under /tmp: keep them visible.
     readable = [*_python_dirs_under_tmp(), *readable]
-    # --disable-userns (bubblewrap >= 0.8): for a non-root user, code inside could otherwise make nested
-    # user namespaces (`unshare -r`) and be root in them.
-    args = ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
-    args += ["--cap-drop", "ALL"]
-    args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for path in readable:
-        args += ["--ro-bind", str(path), str(path)]
-    for socket_path in policy.network.allow_unix_sockets:
-        sock = Path(socket_path).expanduser()
-        if sock.exists():  # binding a missing path would fail the whole sandbox
-            args += ["--bind", str(sock), str(sock)]
-    for path in (*policy.allow_write_paths(workspace, home), *writable):
-        args += ["--bind", str(path), str(path)]
-    # Read-only and hidden paths last: a later mount wins over an earlier one at the same place.
-    for path in policy.deny_write_paths(workspace, home):
-        args += ["--ro-bind", str(path), str(path)]
-    for path in policy.deny_read_paths(workspace, home):
-        if path.is_dir():
-            args += ["--tmpfs", str(path), "--remount-ro", str(path)]
-        else:
-            args += ["--ro-bind", "/dev/null", str(path)]
+    return policy.view(workspace, home or Path.home(), writable=writable, readable=readable)
+
+
+def environment_args(workspace: Path) -> list[str]:
+    """The environment and working directory inside the sandbox."""
     # ipykernel exits when the pid in JPY_PARENT_PID (the gateway, outside the PID namespace) is gone.
-    args += ["--unsetenv", "JPY_PARENT_PID"]
-    for key, value in _SANDBOX_ENV.items():
+    args = ["--unsetenv", "JPY_PARENT_PID"]
+    for key, value in {**_SANDBOX_ENV, SANDBOX_WORKSPACE_ENV: str(workspace)}.items():
         args += ["--setenv", key, value]
-    args += ["--chdir", str(workspace)]
-    return args
+    return [*args, "--chdir", str(workspace)]
 
 
 def _python_dirs_under_tmp() -> list[Path]:
     candidates = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent}
     candidates.update(Path(entry) for entry in sys.path if entry)
     tmp = Path("/tmp")
-    found = {path.resolve() for path in candidates if path.is_dir() and path.resolve().is_relative_to(tmp)}
+    # Strictly below /tmp: a script run from /tmp itself puts /tmp on sys.path, and the sandbox's /tmp
+    # must stay its own.
+    found = {
+        path.resolve()
+        for path in candidates
+        if path.is_dir() and path.resolve().is_relative_to(tmp) and path.resolve() != tmp
+    }
     # Outermost first, and only those not inside another one.
     ordered = sorted(found, key=lambda path: len(path.parts))
     return [path for i, path in enumerate(ordered) if not any(path.is_relative_to(p) for p in ordered[:i])]
@@ -184,15 +203,22 @@ def sandboxed_kernel_spec(
     workspace: Path,
     *,
     tool_server_dir: Path | None = None,
+    tool_socket: Path | None = None,
     proxy_socket: Path | None = None,
     home: Path | None = None,
 ) -> KernelSpec:
     """A kernelspec whose kernels run inside bubblewrap, confined by `policy`.
 
+    The gateway starts each kernel through [launch][ipybox.sandbox.launch], which builds the sandbox's
+    filesystem when that kernel starts (so a `.env` created since is hidden too) and binds only that
+    kernel's own connection file and ipc sockets.
+
     Args:
         policy: The sandbox policy.
-        workspace: The kernels' working directory (writable).
-        tool_server_dir: The directory of the tool server's Unix sockets, made reachable.
+        workspace: The kernels' working directory (writable but for its protected names).
+        tool_server_dir: The tool server's socket directory: its call sockets (`*.calls.sock`) are made
+            reachable, nothing else in it.
+        tool_socket: The tool server's call socket, made reachable (instead of `tool_server_dir`).
         proxy_socket: The [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket, when the policy allows
             domains.
         home: What `~` in the policy stands for.
@@ -201,23 +227,41 @@ def sandboxed_kernel_spec(
         SandboxUnavailableError: bubblewrap is missing or can't create namespaces here.
         ValueError: The policy allows domains but no proxy socket was given.
     """
-    # The gateway's runtime dir is only known when it starts: kernelspec.write() fills it in. Connection
-    # files are read there; the kernel creates its ipc sockets in `ipc/`.
-    readable = [Path(RUNTIME_DIR) / "runtime"]
+    bwrap = check_sandbox()
+    readable: list[Path] = []
+    if tool_socket is not None:
+        readable.append(tool_socket)
     if tool_server_dir is not None:
-        readable.append(tool_server_dir)
-    writable = [Path(RUNTIME_DIR) / "ipc"]
-    argv = sandboxed_command(
-        default_kernel_argv(),
-        policy,
-        workspace,
-        proxy_socket=proxy_socket,
-        readable=readable,
-        writable=writable,
-        home=home,
+        readable += sorted(tool_server_dir.glob("*.calls.sock"))
+    prefix: list[str] = []
+    if policy.network.allowed_domains:
+        if proxy_socket is None:
+            raise ValueError("network.allowedDomains needs a DomainProxy: pass its proxy_socket")
+        readable.append(proxy_socket.parent)
+        prefix = [sys.executable, "-m", "ipybox.sandbox.netbridge", str(proxy_socket), "--"]
+    workspace = workspace.resolve()
+    plan = LaunchPlan(
+        bwrap=bwrap,
+        namespaces=list(NAMESPACE_ARGS),
+        view=bwrap_view(policy, workspace, readable=readable, home=home).to_json(),
+        environment=environment_args(workspace),
+        prefix=prefix,
     )
+    argv = [
+        sys.executable,
+        "-m",
+        "ipybox.sandbox.launch",
+        f"{{resource_dir}}/{PLAN_FILE}",
+        "{connection_file}",
+    ]
+    argv += ["--", *default_kernel_argv()]
     # The default SIGINT would reach bwrap, not the kernel: interrupt with a control message instead.
-    return KernelSpec(argv=argv, interrupt_mode="message", display_name="Python 3 (ipybox, sandboxed)")
+    return KernelSpec(
+        argv=argv,
+        interrupt_mode="message",
+        display_name="Python 3 (ipybox, sandboxed)",
+        resources={PLAN_FILE: json.dumps(asdict(plan))},
+    )
 
 
 def sandbox_supported() -> bool:

@@ -1,4 +1,5 @@
-"""`ipybox doctor`: what this machine offers for sandboxing, and what is missing."""
+"""`ipybox doctor`: what this machine offers for sandboxing, what is missing, and what a sandboxed kernel
+can do (the threat model, the same table as in the README)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,55 @@ class Check:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# What a sandboxed kernel (Linux) can read, write and reach, and how each thing the host reads later from a
+# workspace is kept out of its reach. The README's "Threat model" table holds the same rows (a test checks).
+THREAT_MODEL: tuple[tuple[str, str], ...] = (
+    (
+        "kernel reads",
+        "the filesystem, except `.env*` in the workspace and its parents (also ones made or replaced "
+        "later), credential stores in the home (`~/.ssh`, ...), `denyRead`, other kernels' connection "
+        "files and sockets, the host's `/tmp` and processes",
+    ),
+    (
+        "kernel writes",
+        "inside the workspace's top-level entries (existing files in place, directories throughout), "
+        "`allowWrite`, its private `/tmp`; never a new name at the workspace's top level, a protected name "
+        "(`ipybox.toml`, `.git`, `.ipybox`, `mcptools`, `.vscode`, `.claude`, `.mcp.json`, `.envrc`, "
+        "shell rc files, ...) or the host's ipybox state (`~/.local/state/ipybox`)",
+    ),
+    (
+        "kernel reaches",
+        "no network; the tool server's call socket with a token valid for its own calls only; "
+        "`allowedDomains` through the host's filtering proxy; `allowUnixSockets`",
+    ),
+    (
+        "`ipybox.toml`, `.env`",
+        "read-only or hidden and impossible to create or replace: the workspace's top level is a "
+        "read-only view built when the kernel starts, so a rename by the host changes nothing inside",
+    ),
+    (
+        "`.ipybox/` (state, tokens, audit log)",
+        "hidden from kernels; the supervisor refuses one that is a symlink or not its user's and opens "
+        "files in it without following symlinks",
+    ),
+    (
+        "`mcptools/` and its generation marker",
+        "read-only to kernels; the generator refuses symlinks and ignores names in the marker that it "
+        "would not have written",
+    ),
+    (
+        "server registry (`~/.local/state/ipybox`)",
+        "outside the workspace, read-only to kernels also when the workspace is the home; read without "
+        "following symlinks, each entry validated; a name not in it starts nothing",
+    ),
+    (
+        "approval channel",
+        "its own token, which never reaches a kernel; a kernel's token opens only the call channel",
+    ),
+    ("complete outputs", "in a private per-user directory (0700), files 0600 with unpredictable names"),
+)
 
 
 def run_checks() -> list[Check]:

@@ -90,6 +90,7 @@ def sandboxed_kernel_spec(
     workspace: Path,
     *,
     tool_server_dir: Path | None = None,
+    tool_socket: Path | None = None,
     proxy_socket: Path | None = None,
     home: Path | None = None,
 ) -> KernelSpec:
@@ -99,6 +100,7 @@ def sandboxed_kernel_spec(
         policy: The sandbox policy.
         workspace: The kernels' working directory (writable).
         tool_server_dir: The directory of the tool server's Unix sockets, made reachable.
+        tool_socket: The tool server's call socket (Linux: only it is made reachable, not its directory).
         proxy_socket: The [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket, when the policy allows
             domains (Linux only: macOS refuses such policies).
         home: What `~` in the policy stands for.
@@ -110,9 +112,16 @@ def sandboxed_kernel_spec(
     system = platform.system()
     if system == "Linux":
         return bwrap.sandboxed_kernel_spec(
-            policy, workspace, tool_server_dir=tool_server_dir, proxy_socket=proxy_socket, home=home
+            policy,
+            workspace,
+            tool_server_dir=tool_server_dir,
+            tool_socket=tool_socket,
+            proxy_socket=proxy_socket,
+            home=home,
         )
     if system == "Darwin":
+        if tool_server_dir is None and tool_socket is not None:
+            tool_server_dir = tool_socket.parent
         return seatbelt.seatbelt_kernel_spec(policy, workspace, tool_server_dir=tool_server_dir, home=home)
     raise _unsupported(system)
 

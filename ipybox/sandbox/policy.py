@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ipybox.paths import user_state_dir
 from ipybox.sandbox.domains import domain_entry_error
+from ipybox.sandbox.view import PathRule, View
 
 DEFAULT_DENY_READ = (
     "~/.ssh",
@@ -36,10 +39,51 @@ DEFAULT_DENY_READ = (
     "~/.pypirc",
     "~/.npmrc",
 )
-# Files through which code could make the host run something later: git runs hooks and honours
-# `core.hooksPath`/`core.fsmonitor` from the repository's config; ipybox.toml and .ipybox/ hold the
-# workspace's own policy, rules and tokens.
-DEFAULT_DENY_WRITE = (".git/hooks", ".git/config", "ipybox.toml", ".ipybox")
+# Names in the workspace that the host, or a developer's tools, read and act on later: a sandboxed
+# process can neither change nor create them (see `ipybox.sandbox.view` for how that holds).
+DEFAULT_DENY_WRITE = (
+    # ipybox's own: configuration, state and tokens, and the packages it generates.
+    "ipybox.toml",
+    "ipybox.lock",
+    ".ipybox",
+    "mcptools",
+    # git runs hooks and honours `core.hooksPath`/`core.fsmonitor` from a repository's config; pre-commit
+    # and husky run what their files name on the next commit.
+    ".git",
+    ".gitmodules",
+    ".pre-commit-config.yaml",
+    ".husky",
+    # Agents, editors and shells that run what they find in a project (direnv, Claude Code's hooks and
+    # MCP servers, VS Code tasks, vim's exrc).
+    ".envrc",
+    ".mcp.json",
+    ".claude",
+    ".cursor",
+    ".vscode",
+    ".idea",
+    ".devcontainer",
+    ".exrc",
+    ".nvimrc",
+    ".nvim.lua",
+    # A workspace that is a home directory: shell start-up files and the directories programs run
+    # things from (`~/.local/bin`, `~/.config/autostart`, IPython start-up scripts, ipybox's registry).
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".gitconfig",
+    ".config",
+    ".local",
+    ".ipython",
+    ".jupyter",
+)
+# Hidden in the workspace and in each of its parents.
+DOTENV_PATTERN = ".env*"
 
 
 class _Strict(BaseModel):
@@ -134,6 +178,42 @@ class SandboxPolicy(_Strict):
             )
             raise ValueError(f"sandbox policy {path}: {problems}") from None
 
+    def view(
+        self,
+        workspace: Path,
+        home: Path,
+        *,
+        writable: Sequence[Path] = (),
+        readable: Sequence[Path] = (),
+    ) -> View:
+        """What a Linux sandbox confined by this policy sees (see [view][ipybox.sandbox.view]).
+
+        Args:
+            workspace: The working directory (resolved), writable but for the protected names.
+            home: What `~` stands for.
+            writable: More paths to bind read-write (a kernel's own directories).
+            readable: More paths to keep visible read-only (under the private `/tmp`).
+        """
+        hidden = [PathRule(str(directory), DOTENV_PATTERN) for directory in (workspace, *workspace.parents)]
+        # A workspace's state (tokens, audit log) is none of a kernel's business.
+        hidden.append(PathRule(str(workspace), ".ipybox"))
+        hidden += [
+            _rule(entry, workspace, home) for entry in (*DEFAULT_DENY_READ, *self.filesystem.deny_read)
+        ]
+        protected = [PathRule(str(workspace), name) for name in DEFAULT_DENY_WRITE]
+        protected += [_rule(entry, workspace, home) for entry in self.filesystem.deny_write]
+        # The host's own ipybox state (the server registry) lives here, whatever the workspace.
+        protected.append(PathRule(str(user_state_dir()), ""))
+        allow_write = [_rule(entry, workspace, home) for entry in self.filesystem.allow_write]
+        return View(
+            workspace=str(workspace),
+            writable=[*(str(p) for rule in allow_write for p in _expand(rule)), *map(str, writable)],
+            readable=[str(path) for path in readable],
+            sockets=[str(Path(sock).expanduser()) for sock in self.network.allow_unix_sockets],
+            hidden=hidden,
+            protected=protected,
+        )
+
     def deny_read_paths(self, workspace: Path, home: Path) -> list[Path]:
         """Existing files and directories to hide: `.env` files in the workspace and its parents, the
         credential stores in `home`, and what the policy names."""
@@ -157,18 +237,26 @@ class SandboxPolicy(_Strict):
         return _existing_unique(paths)
 
 
-def _matches(entry: str, workspace: Path, home: Path) -> list[Path]:
-    # Only the entry is a pattern: a workspace or home whose own path holds `*?[` is taken literally.
+def _rule(entry: str, workspace: Path, home: Path) -> PathRule:
+    """A policy entry as a literal base directory and a pattern relative to it: only the entry is a
+    pattern, a workspace or home whose own path holds `*?[` is taken literally."""
     if entry.startswith("~/") or entry == "~":
-        base, pattern = home, entry[2:]
-    elif Path(entry).is_absolute():
-        base = Path(Path(entry).anchor)
-        pattern = str(Path(entry).relative_to(base))
-    else:
-        base, pattern = workspace, entry
-    if any(char in pattern for char in "*?["):
-        return sorted(base.glob(pattern))
-    return [base / pattern if pattern else base]
+        return PathRule(str(home), entry[2:])
+    if Path(entry).is_absolute():
+        anchor = Path(entry).anchor
+        return PathRule(anchor, str(Path(entry).relative_to(anchor)))
+    return PathRule(str(workspace), entry)
+
+
+def _expand(rule: PathRule) -> list[Path]:
+    base = Path(rule.base)
+    if any(char in rule.pattern for char in "*?["):
+        return sorted(base.glob(rule.pattern))
+    return [base / rule.pattern if rule.pattern else base]
+
+
+def _matches(entry: str, workspace: Path, home: Path) -> list[Path]:
+    return _expand(_rule(entry, workspace, home))
 
 
 def _existing_unique(paths: list[Path]) -> list[Path]:

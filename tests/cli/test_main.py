@@ -82,3 +82,14 @@ def test_exec_with_a_bad_sandbox_policy_is_one_clear_error(tmp_path: Path) -> No
     assert done.returncode == 1
     assert "filesystem.denyReed: Extra inputs are not permitted" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_doctor_and_readme_state_the_same_threat_model() -> None:
+    from ipybox.sandbox.doctor import THREAT_MODEL
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = [f"| {what} | {how} |" for what, how in THREAT_MODEL]
+    table = readme[readme.index("| what | how |") :].split("\n\n")[0].splitlines()[2:]
+    assert table == rows
+    human = ipybox("doctor")
+    assert "ipybox.toml, .env: read-only or hidden" in human.stdout

@@ -91,6 +91,8 @@ async def sandboxed(
     (workspace / ".env.local").write_text("OTHER=sandbox-secret-local\n")
     (workspace / "ipybox.toml").write_text("# the workspace's own policy\n")
     (workspace / "data.txt").write_text("ordinary data\n")
+    (workspace / "out").mkdir()
+    (workspace / "log.txt").write_text("")
     os.symlink(workspace / ".env", workspace / "innocent.txt")
     git = ["git", "-C", str(workspace), "-c", "user.name=t", "-c", "user.email=t@example.com"]
     subprocess.run([*git, "init", "-q"], check=True)

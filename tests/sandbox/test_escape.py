@@ -112,10 +112,20 @@ async def test_the_host_tmp_is_out_of_sight(sandboxed: Sandboxed, tmp_path: Path
 
 async def test_workspace_and_private_tmp_are_writable(sandboxed: Sandboxed) -> None:
     name = "ipybox-sandbox-private-tmp-probe"
-    code = f"open('written.txt', 'w').write('yes')\nopen('/tmp/{name}', 'w').write('x')\nprint('done')"
+    code = (
+        "import os\nos.makedirs('out/new', exist_ok=True)\nopen('out/new/written.txt', 'w').write('yes')\n"
+        f"open('log.txt', 'a').write('more\\n')\nopen('/tmp/{name}', 'w').write('x')\nprint('done')"
+    )
     assert await sandboxed.run(code) == "done"
-    assert (sandboxed.workspace / "written.txt").read_text() == "yes"
+    assert (sandboxed.workspace / "out" / "new" / "written.txt").read_text() == "yes"
+    assert (sandboxed.workspace / "log.txt").read_text().endswith("more\n")  # existing files too
     assert not Path(f"/tmp/{name}").exists()  # the kernel's /tmp is its own
+
+
+async def test_no_name_is_added_at_the_top_of_the_workspace(sandboxed: Sandboxed) -> None:
+    out = await sandboxed.run(attempt("open('written.txt', 'w')"))
+    assert out == "denied: OSError"  # EROFS: the host's files live there
+    assert not (sandboxed.workspace / "written.txt").exists()
 
 
 # -- network

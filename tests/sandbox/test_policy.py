@@ -73,16 +73,22 @@ def test_protected_paths(tmp_path: Path, name: str) -> None:
         home / ".ssh",
         workspace / "keys" / "a.pem",
     }
-    assert set(policy.deny_write_paths(workspace, home)) == {
-        workspace / ".git" / "hooks",
-        workspace / "ipybox.toml",
-    }
+    assert set(policy.deny_write_paths(workspace, home)) == {workspace / ".git", workspace / "ipybox.toml"}
     args = bwrap_args(policy, workspace, home=home)
-    # Protections are mounted after the writable workspace, so they win.
-    assert args.index(str(workspace / ".env")) > args.index("--bind")
-    assert ["--tmpfs", str(home / ".ssh"), "--remount-ro", str(home / ".ssh")] == args[
-        args.index(str(home / ".ssh")) - 1 : args.index(str(home / ".ssh")) + 3
-    ]
+
+    def mounted(*words: str) -> bool:
+        return any(args[i : i + len(words)] == list(words) for i in range(len(args)))
+
+    # The workspace is frozen: a read-only tmpfs with one mount per entry, so protected names can't be
+    # created or replaced there; hidden files can't be opened, protected ones are read-only.
+    assert mounted("--tmpfs", str(workspace)) and mounted("--remount-ro", str(workspace))
+    assert mounted("--ro-bind-try", "/dev/null", str(workspace / ".env"))
+    assert mounted("--ro-bind-try", str(workspace / ".git"), str(workspace / ".git"))
+    assert mounted("--ro-bind-try", str(workspace / "ipybox.toml"), str(workspace / "ipybox.toml"))
+    assert mounted("--tmpfs", str(workspace / "keys"))  # holds a hidden name: frozen too
+    assert mounted("--ro-bind-try", "/dev/null", str(workspace / "keys" / "a.pem"))
+    # The parent and the home are under /tmp here, which the sandbox replaces: not even listed.
+    assert str(tmp_path / "parent" / ".env.production") not in args and str(home) not in args
     assert "--unshare-all" in args and "--share-net" not in args
 
 
@@ -110,7 +116,7 @@ def test_allowed_domains_need_a_proxy(tmp_path: Path) -> None:
     argv = sandboxed_command(["true"], policy, tmp_path, proxy_socket=tmp_path / "p" / "proxy.sock")
     bridge = argv.index("ipybox.sandbox.netbridge")
     assert argv[bridge + 1 : bridge + 4] == [str(tmp_path / "p" / "proxy.sock"), "--", "true"]
-    assert ["--ro-bind", str(tmp_path / "p"), str(tmp_path / "p")] == argv[
+    assert ["--ro-bind-try", str(tmp_path / "p"), str(tmp_path / "p")] == argv[
         argv.index(str(tmp_path / "p")) - 1 : argv.index(str(tmp_path / "p")) + 2
     ]
 
@@ -149,4 +155,6 @@ def test_all_unix_sockets_are_refused_named_ones_are_bound(tmp_path: Path) -> No
     agent.touch()
     policy = SandboxPolicy.model_validate({"network": {"allowUnixSockets": [str(agent)]}})
     args = bwrap_args(policy, tmp_path)
-    assert ["--bind", str(agent), str(agent)] == args[args.index(str(agent)) - 1 : args.index(str(agent)) + 2]
+    assert ["--bind-try", str(agent), str(agent)] == args[
+        args.index(str(agent)) - 1 : args.index(str(agent)) + 2
+    ]

@@ -214,16 +214,16 @@ def test_deny_write_comes_after_allow_write(workspace: Path, home: Path) -> None
     deny_at, read_only = only_rule(profile, "deny", "file-write*")
     # In SBPL the last matching rule decides: a deny must follow the allow it narrows.
     assert deny_at > allow_at
-    assert ["subpath", Text(real(workspace / ".git" / "hooks"))] in read_only
-    assert ["literal", Text(real(workspace / ".git" / "config"))] in read_only
+    assert ["subpath", Text(real(workspace / ".git"))] in read_only  # hooks, config: all of it
     assert ["subpath", Text(real(workspace / "ipybox.toml"))] in read_only  # can't be created either
+    assert ["subpath", Text(real(workspace / ".env"))] not in read_only  # hidden, below
     assert ["subpath", Text(real(workspace / "reports" / "final"))] in read_only
     hide_at, _ = only_rule(profile, "deny", "file-read* file-write*")
     assert hide_at > allow_at
     # Nor can their directories be moved away and back: `mv .git g`, edit g/config, `mv g .git`.
     unlink_at, pinned = only_rule(profile, "deny", "file-write-unlink")
     assert unlink_at > allow_at
-    assert ["literal", Text(real(workspace / ".git"))] in pinned
+    assert ["literal", Text(real(workspace))] in pinned  # .git itself is read-only, its directory pinned
     assert ["literal", Text(real(workspace / "reports"))] in pinned
     assert ["literal", Text("/")] not in pinned
 
@@ -305,7 +305,7 @@ def test_glob_characters_in_the_workspace_path_are_not_patterns(tmp_path: Path, 
     policy = SandboxPolicy.model_validate({"filesystem": {"denyRead": ["keys/*.key"]}})
     profile = seatbelt_profile(policy, workspace, temp_dir=tmp_path / "tmp", home=home)
     _, read_only = only_rule(profile, "deny", "file-write*")
-    assert ["subpath", Text(real(workspace / ".git" / "hooks"))] in read_only
+    assert ["subpath", Text(real(workspace / ".git"))] in read_only
     assert ["subpath", Text(real(workspace / "ipybox.toml"))] in read_only
     _, hidden = only_rule(profile, "deny", "file-read* file-write*")
     assert ["literal", Text(real(workspace / "keys" / "one.key"))] in hidden  # the entry's glob, expanded
@@ -426,7 +426,10 @@ def test_dispatch_picks_bubblewrap_on_linux(monkeypatch: pytest.MonkeyPatch, wor
     monkeypatch.setattr(seatbelt, "check_seatbelt", lambda: pytest.fail("seatbelt on Linux"))
     assert ipybox.sandbox.check_sandbox() == "/usr/bin/bwrap"
     spec = ipybox.sandbox.sandboxed_kernel_spec(SandboxPolicy(), workspace)
-    assert spec.argv[0] == "/usr/bin/bwrap" and "--unshare-all" in spec.argv
+    # Kernels start through the launcher, which builds the view per kernel and execs bubblewrap.
+    assert spec.argv[1:3] == ["-m", "ipybox.sandbox.launch"]
+    plan = json.loads(spec.resources["sandbox.json"])
+    assert plan["bwrap"] == "/usr/bin/bwrap" and "--unshare-all" in plan["namespaces"]
     assert spec.interrupt_mode == "message"
     argv = ipybox.sandbox.sandboxed_command(["true"], SandboxPolicy(), workspace, temp_dir=workspace)
     assert argv == bwrap.sandboxed_command(["true"], SandboxPolicy(), workspace)

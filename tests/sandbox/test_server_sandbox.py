@@ -31,6 +31,7 @@ async def connect(name: str, server_params: dict[str, Any]) -> MCPConnection:
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     workspace = tmp_path_factory.mktemp("server-sandbox")
     (workspace / ".env").write_text("TOKEN=server-sandbox-secret\n")
+    (workspace / "notes").mkdir()
     return workspace
 
 
@@ -43,9 +44,19 @@ async def filesystem(workspace: Path) -> AsyncIterator[MCPConnection]:
 
 
 async def test_it_works_in_its_workspace(filesystem: MCPConnection, workspace: Path) -> None:
-    await filesystem.call_tool("write_file", {"path": str(workspace / "note.txt"), "content": "kept"})
-    assert (workspace / "note.txt").read_text() == "kept"
-    assert "kept" in text(await filesystem.call_tool("read_text_file", {"path": str(workspace / "note.txt")}))
+    note = workspace / "notes" / "note.txt"
+    await filesystem.call_tool("write_file", {"path": str(note), "content": "kept"})
+    assert note.read_text() == "kept"
+    assert "kept" in text(await filesystem.call_tool("read_text_file", {"path": str(note)}))
+
+
+async def test_its_workspace_top_level_stays_as_it_started(
+    filesystem: MCPConnection, workspace: Path
+) -> None:
+    # The top level is where the host's files live (.env, ipybox.toml, .git): no name is added there.
+    result = await filesystem.call_tool("write_file", {"path": str(workspace / ".env.new"), "content": "X=1"})
+    assert result.is_error and "read-only" in text(result).lower()
+    assert not (workspace / ".env.new").exists()
 
 
 async def test_it_cannot_read_secrets_it_was_given_access_to(
