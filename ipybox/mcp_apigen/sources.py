@@ -10,6 +10,7 @@ from typing import Any
 from ipybox.mcp_apigen.package import check_server_name, write_mcp_sources
 from ipybox.mcp_client.connection import MCPConnection
 from ipybox.tool_exec.registry import ServerRegistry
+from ipybox.tool_exec.servers import annotations_of
 
 
 async def generate_mcp_sources(
@@ -30,7 +31,9 @@ async def generate_mcp_sources(
 
     The server's parameters (with `${VAR}` placeholders unresolved) are recorded in the host's server
     registry under `root_dir`, so a `CodeExecutor` whose `mcptools_dir` is `root_dir` can run the tools
-    later, in this process or another. Generated code only ever names the server.
+    later, in this process or another. Generated code only ever names the server. Each tool's
+    annotations (`readOnlyHint`, ...) as listed now are recorded with them, so the application sees them
+    on a call that is decided before the server starts (while the server's parameters stay the same).
 
     Args:
         server_name: Package name, and the name generated code uses for the server.
@@ -39,7 +42,8 @@ async def generate_mcp_sources(
         root_dir: Directory the package is created in (e.g. `Path("mcptools")`).
         connect_timeout: Seconds allowed for starting the server and completing the MCP handshake.
         dotenv_path: `.env` file consulted for placeholders missing from the environment.
-        registry: Where the server's parameters are recorded (default: the user's registry file).
+        registry: Where the server's parameters and tool annotations are recorded (default: the user's
+            registry file).
 
     Returns:
         The module names (sanitized tool names), in the order the server lists its tools.
@@ -61,7 +65,8 @@ async def generate_mcp_sources(
     try:
         tools = await connection.list_tools()
         names = write_mcp_sources(server_name, tools, Path(root_dir))
-        (registry or ServerRegistry()).register(Path(root_dir), server_name, server_params)
+        annotations = {tool.name: annotations_of(tool) for tool in tools}
+        (registry or ServerRegistry()).register(Path(root_dir), server_name, server_params, annotations)
     except BaseException:
         await connection.stop()
         raise

@@ -16,9 +16,11 @@ class ToolCallRequest:
         tool_name: The tool.
         tool_args: Its arguments.
         annotations: The tool's MCP annotations (`readOnlyHint`, `destructiveHint`, ...) as the server
-            declares them.
+            declared them in its last listing known to the host (in this process, or recorded by
+            `generate_mcp_sources`); empty (no hint declared) when none is known, since a call is decided
+            before its server starts.
         caller: Who made the call: the name its token was issued under (`ToolServer.add_caller`), or ""
-            for the server's own token.
+            for `ToolServer.call_token` (the token `kernel_env` hands out).
     """
 
     server_name: str

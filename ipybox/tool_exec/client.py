@@ -112,7 +112,8 @@ class ToolRunner:
             ([ToolServer.calls_address][ipybox.tool_exec.server.ToolServer.calls_address]).
         address: Call channel address (`unix:/path` or `tcp://127.0.0.1:PORT`); defaults to the
             `IPYBOX_TOOL_SERVER` environment variable set by ipybox in the kernel.
-        token: Bearer token; defaults to `IPYBOX_TOOL_TOKEN`.
+        token: A call token (`ToolServer.call_token` or one from `ToolServer.add_caller`); defaults to
+            `IPYBOX_TOOL_TOKEN`.
 
     Example:
         ```python

@@ -8,6 +8,17 @@ fast path). Applications use its HTTP endpoints (every one requires `Authorizati
 - `WS /approval`: where an [ApprovalClient][ipybox.tool_exec.approval.client.ApprovalClient] connects.
 
 Both listen on Unix sockets in a private directory by default (or on loopback TCP ports).
+
+Two kinds of credentials, never interchangeable: the application's `token` opens the HTTP endpoints
+only, and never reaches a kernel; call tokens (`call_token`, the one `kernel_env` hands to kernels, and
+those `add_caller` issues, one caller each) authenticate tool calls on the call channel only. So code in
+a kernel can't reset the servers over HTTP or connect as the approver of its own calls.
+
+A call is decided before its MCP server starts: an unknown server name is refused at once (no approver
+is asked, nothing starts), and the approver sees the annotations the tool server already knows: from the
+server's last listing in this process, else those `annotations_lookup` has recorded for its parameters
+(`CodeExecutor` reads the ones `generate_mcp_sources` recorded in the host's registry), else none (no
+hint declared).
 """
 
 from __future__ import annotations
@@ -21,7 +32,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-import mcp_types as types
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -34,7 +44,7 @@ from ipybox.mcp_client import MCPServerError, ToolCallError, tool_result_value
 from ipybox.tool_exec.approval.server import ApprovalChannel
 from ipybox.tool_exec.calls import Approver, ToolCallRequest
 from ipybox.tool_exec.channel import CallChannel, error
-from ipybox.tool_exec.servers import MCPServers, UnknownServerError
+from ipybox.tool_exec.servers import AnnotationsLookup, MCPServers, UnknownServerError
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +67,21 @@ class ToolServer:
         environ: Environment for `${VAR}` placeholders in server parameters (default: the host's).
         dotenv_path: `.env` file for placeholders missing from `environ`.
         lookup: Consulted for a server name not in `servers` (e.g. a registry read on demand).
+        annotations_lookup: Known tool annotations of a server that has not listed its tools in this
+            process, by its name and parameters (e.g. those recorded in a registry): what the approver
+            sees for a call decided before the server starts.
+
+    Attributes:
+        token: The application's token, for the HTTP endpoints (`ApprovalClient(token=...)`, `PUT /reset`)
+            only: it is not accepted on the call channel and must never reach a kernel.
+        call_token: The call token `kernel_env` gives kernels: it authenticates tool calls on the call
+            channel only (caller ""). `add_caller` issues one per caller instead.
 
     Example:
         ```python
         async with ToolServer(servers={"time": {"command": "uvx", "args": ["mcp-server-time"]}}) as server:
-            kernel_env = server.kernel_env  # lets ToolRunner in a kernel reach this server
+            kernel_env = server.kernel_env  # lets ToolRunner in a kernel reach this server (call token)
+            approvals = ApprovalClient(on_request, address=server.address, token=server.token)
         ```
     """
 
@@ -81,6 +101,7 @@ class ToolServer:
         environ: Mapping[str, str] | None = None,
         dotenv_path: Path | None = None,
         lookup: Callable[[str], Mapping[str, Any] | None] | None = None,
+        annotations_lookup: AnnotationsLookup | None = None,
     ) -> None:
         if host == "localhost":
             host = "127.0.0.1"
@@ -90,10 +111,16 @@ class ToolServer:
         self.port = port
         self.unix_socket = unix_socket
         self.token = secrets.token_urlsafe(32)
+        self.call_token = secrets.token_urlsafe(32)
         self.media_dir = media_dir or Path("images")
         self.approval = ApprovalChannel(approval_required, approval_timeout)
         self.servers = MCPServers(
-            servers, connect_timeout=connect_timeout, environ=environ, dotenv_path=dotenv_path, lookup=lookup
+            servers,
+            connect_timeout=connect_timeout,
+            environ=environ,
+            dotenv_path=dotenv_path,
+            lookup=lookup,
+            annotations_lookup=annotations_lookup,
         )
         self.log_level = log_level.upper()
         self.approval_wait: Callable[[], Callable[[], None]] | None = None
@@ -130,13 +157,14 @@ class ToolServer:
 
     @property
     def kernel_env(self) -> dict[str, str]:
-        """Environment variables that point a kernel's `ToolRunner` at this server."""
+        """Environment variables that point a kernel's `ToolRunner` at this server, with `call_token`
+        (which works on the call channel only, never on the HTTP endpoints)."""
         from ipybox.tool_exec.client import SERVER_ENV, TOKEN_ENV
 
-        return {SERVER_ENV: self.calls_address, TOKEN_ENV: self.token}
+        return {SERVER_ENV: self.calls_address, TOKEN_ENV: self.call_token}
 
     def app(self) -> ASGIApp:
-        """The ASGI application (authenticated)."""
+        """The ASGI application, authenticated with the application's `token` (call tokens are refused)."""
         routes = [
             Route("/reset", self._reset, methods=["PUT"]),
             WebSocketRoute("/approval", self._approval),
@@ -186,6 +214,8 @@ class ToolServer:
         """Issue a token of its own to a caller (e.g. one kernel): its calls reach the approver with
         `caller` set, so decisions can be routed to whoever answers for that kernel.
 
+        The token authenticates tool calls on the call channel only, each call as `caller`.
+
         Returns:
             The token, for the caller's `IPYBOX_TOOL_TOKEN`.
         """
@@ -198,7 +228,8 @@ class ToolServer:
         self._callers.pop(token, None)
 
     def _caller_of(self, token: str) -> str | None:
-        if secrets.compare_digest(token.encode(), self.token.encode()):
+        # Call tokens only: the application's `token` is not one (it never reaches a kernel).
+        if secrets.compare_digest(token.encode(), self.call_token.encode()):
             return ""
         return self._callers.get(token)
 
@@ -206,21 +237,19 @@ class ToolServer:
         server_name, tool_name, args = request.get("server"), request.get("tool"), request.get("args") or {}
         if not (isinstance(server_name, str) and isinstance(tool_name, str) and isinstance(args, dict)):
             return error("bad_request", "expected {'server': str, 'tool': str, 'args': object}")
+        # Decided before anything starts: an unknown name is refused without asking anyone, and the
+        # decision uses the annotations known without starting the server (a listing, or recorded ones).
         try:
-            tool = await self.servers.tool(server_name, tool_name)
+            self.servers.resolve(server_name)
         except UnknownServerError as e:
             return error("unknown_server", str(e))
-        except MCPServerError as e:
-            return error("server_error", str(e))
-        annotations = (
-            tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool and tool.annotations else {}
-        )
+        annotations = self.servers.known_annotations(server_name, tool_name)
         if self.approver is not None:
             call = ToolCallRequest(server_name, tool_name, args, annotations, request.get("caller", ""))
             reason = await self.approver(call)
             if reason is not None:
                 return error("approval_rejected", f"{server_name}.{tool_name} was rejected: {reason}")
-            return await self._execute(server_name, tool_name, args, tool)
+            return await self._execute(server_name, tool_name, args)
         done = self.approval_wait() if self.approval_wait else None
         try:
             accepted = await self.approval.request(server_name, tool_name, args, annotations)
@@ -236,13 +265,12 @@ class ToolServer:
                 done()
         if not accepted:
             return error("approval_rejected", f"{server_name}.{tool_name} was rejected")
-        return await self._execute(server_name, tool_name, args, tool)
+        return await self._execute(server_name, tool_name, args)
 
-    async def _execute(
-        self, server_name: str, tool_name: str, args: dict[str, Any], tool: types.Tool | None
-    ) -> dict[str, Any]:
+    async def _execute(self, server_name: str, tool_name: str, args: dict[str, Any]) -> dict[str, Any]:
         try:
-            result = await self.servers.call(server_name, tool_name, args)
+            result = await self.servers.call(server_name, tool_name, args)  # starts the server if needed
+            tool = self.servers.known_tool(server_name, tool_name)
             value = tool_result_value(
                 result,
                 server_name=server_name,
@@ -254,6 +282,8 @@ class ToolServer:
             return error("tool_error", str(e))
         except MCPServerError as e:
             return error("server_error", str(e))
+        except UnknownServerError as e:  # unregistered while the call waited for its decision
+            return error("unknown_server", str(e))
         return {"result": value}
 
     async def _reset_op(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,9 @@
 A server starts on its first call, is shared by concurrent calls, is started again on the next call
 after it crashed, and stops on `stop()`. Names are the only thing callers choose: parameters are set on
 the host side, so a kernel cannot make the tool server start a command or reach a URL of its choosing.
+Whether a name is known (`resolve`) and what its tools declare (`known_annotations`: from the server's
+last listing in this process, else from annotations recorded on the host for its parameters) can be
+asked without starting anything, so a call can be approved before its server starts.
 """
 
 from __future__ import annotations
@@ -26,6 +29,18 @@ class UnknownServerError(LookupError):
     """No MCP server is registered under the requested name."""
 
 
+AnnotationsLookup = Callable[[str, Mapping[str, Any]], Mapping[str, Mapping[str, Any]] | None]
+"""`(server_name, server_params) -> {tool_name: annotations}`, or `None` when none are known for those
+parameters; e.g. `ServerRegistry.recorded_annotations` for a package root (as `CodeExecutor` uses it)."""
+
+
+def annotations_of(tool: types.Tool | None) -> dict[str, Any]:
+    """A tool's MCP annotations as a dict (`{"readOnlyHint": True, ...}`), `{}` when it declares none."""
+    if tool is None or tool.annotations is None:
+        return {}
+    return tool.annotations.model_dump(by_alias=True, exclude_none=True)
+
+
 class MCPServers:
     """Named MCP servers, started lazily.
 
@@ -36,6 +51,8 @@ class MCPServers:
         environ: Environment for placeholders (default: the host's).
         dotenv_path: A `.env` file for placeholders missing from `environ`.
         lookup: Consulted for a name not in `servers`, to find servers registered on the host later.
+        annotations_lookup: Consulted for the annotations of a server's tools while it has not listed
+            them in this process, with its name and parameters (see `known_annotations`).
     """
 
     def __init__(
@@ -46,14 +63,18 @@ class MCPServers:
         environ: Mapping[str, str] | None = None,
         dotenv_path: Path | None = None,
         lookup: Callable[[str], Mapping[str, Any] | None] | None = None,
+        annotations_lookup: AnnotationsLookup | None = None,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.lookup = lookup
+        self.annotations_lookup = annotations_lookup
         self.environ = environ
         self.dotenv_path = dotenv_path
         self._params: dict[str, Mapping[str, Any]] = dict(servers or {})
         self._connections: dict[str, MCPConnection] = {}
         self._tools: dict[str, dict[str, types.Tool]] = {}
+        # The last listing of each server, kept after it stops (until its parameters change).
+        self._listed: dict[str, dict[str, types.Tool]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     @property
@@ -62,11 +83,14 @@ class MCPServers:
 
     def register(self, server_name: str, server_params: Mapping[str, Any]) -> None:
         """Add or replace a server. A replaced server that is running keeps running until `stop(name)`."""
+        if self._params.get(server_name) != server_params:
+            self._listed.pop(server_name, None)  # another server may stand behind the name now
         self._params[server_name] = dict(server_params)
 
     async def unregister(self, server_name: str) -> None:
         """Remove a server and stop it if it runs."""
         self._params.pop(server_name, None)
+        self._listed.pop(server_name, None)
         await self.stop(server_name)
 
     def started(self, server_name: str) -> MCPConnection | None:
@@ -83,15 +107,7 @@ class MCPServers:
         connection = self._connections.get(server_name)
         if connection is not None and connection.running:
             return connection
-        if server_name not in self._params and self.lookup is not None:
-            found = self.lookup(server_name)
-            if found is not None:
-                self._params[server_name] = dict(found)
-        if server_name not in self._params:
-            known = ", ".join(self.names) or "none"
-            raise UnknownServerError(
-                f"no MCP server named {server_name!r} is registered with this ipybox (registered: {known})"
-            )
+        self.resolve(server_name)
         async with self._locks.setdefault(server_name, asyncio.Lock()):
             connection = self._connections.get(server_name)
             if connection is not None and connection.running:
@@ -110,8 +126,47 @@ class MCPServers:
                 await connection.stop()
                 raise
             self._connections[server_name] = connection
-            self._tools[server_name] = {tool.name: tool for tool in tools}
+            self._tools[server_name] = self._listed[server_name] = {tool.name: tool for tool in tools}
             return connection
+
+    def resolve(self, server_name: str) -> Mapping[str, Any]:
+        """The parameters of a server (from `servers`, else `lookup`), without starting anything.
+
+        Raises:
+            UnknownServerError: No server has that name.
+        """
+        if server_name not in self._params and self.lookup is not None:
+            found = self.lookup(server_name)
+            if found is not None:
+                self._params[server_name] = dict(found)
+        if server_name not in self._params:
+            known = ", ".join(self.names) or "none"
+            raise UnknownServerError(
+                f"no MCP server named {server_name!r} is registered with this ipybox (registered: {known})"
+            )
+        return self._params[server_name]
+
+    def known_tool(self, server_name: str, tool_name: str) -> types.Tool | None:
+        """A tool's definition as the server listed it when it last started in this process (it need not
+        run now), without starting it; `None` when it has not been listed (or lists no such tool)."""
+        return self._listed.get(server_name, {}).get(tool_name)
+
+    def known_annotations(self, server_name: str, tool_name: str) -> dict[str, Any]:
+        """A tool's annotations as far as they are known without starting its server: from the server's
+        last listing in this process, else from `annotations_lookup` for the server's current parameters
+        (e.g. recorded when its package was generated), else `{}` (no hint declared, as far as known)."""
+        listed = self._listed.get(server_name)
+        if listed is not None:
+            return annotations_of(listed.get(tool_name))
+        params = self._params.get(server_name)
+        if params is None or self.annotations_lookup is None:
+            return {}
+        try:
+            recorded = self.annotations_lookup(server_name, params)
+        except Exception:  # unknown annotations are "none declared": the call is still decided
+            logger.exception("looking up the recorded tool annotations of MCP server %r failed", server_name)
+            return {}
+        return dict(recorded.get(tool_name) or {}) if recorded else {}
 
     def tools(self, server_name: str) -> list[types.Tool]:
         """The tools a started server listed when it started, in its order; empty when it is not running.

@@ -13,7 +13,7 @@ from tests.servers import params
 
 
 async def call(server: ToolServer, message: str) -> object:
-    runner = ToolRunner("everything", address=server.calls_address, token=server.token)
+    runner = ToolRunner("everything", address=server.calls_address, token=server.call_token)
     return await asyncio.to_thread(runner.run_sync, "echo", {"message": message})
 
 
@@ -40,7 +40,9 @@ async def test_accept_and_reject(server: ToolServer) -> None:
         ("everything", "echo", {"message": "yes"}),
         ("everything", "echo", {"message": "no"}),
     ]
-    assert seen[0].annotations.get("readOnlyHint") is True
+    # Known once the server listed its tools (the accepted first call started it); a call is decided before
+    # its server starts, so a first call may carry none (see test_attacks).
+    assert seen[1].annotations.get("readOnlyHint") is True
     assert str(seen[0]) == "everything.echo(message='yes')"
 
 

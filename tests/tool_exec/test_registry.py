@@ -1,6 +1,15 @@
+import stat
 from pathlib import Path
 
-from ipybox.tool_exec.registry import ServerRegistry, default_registry_path
+import pytest
+
+from ipybox.tool_exec.registry import (
+    ServerRegistry,
+    UnsafeRegistryError,
+    default_registry_path,
+    ensure_registry_dir,
+    registry_dir,
+)
 
 
 def test_register_lookup_unregister(tmp_path: Path) -> None:
@@ -21,3 +30,23 @@ def test_register_lookup_unregister(tmp_path: Path) -> None:
 def test_default_path_follows_xdg_state_home(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     assert default_registry_path() == tmp_path / "ipybox" / "mcp_servers.json"
+
+
+def test_the_registry_directory_follows_xdg_state_home_and_ignores_a_relative_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert registry_dir() == tmp_path / "ipybox"
+    assert default_registry_path().parent == registry_dir()
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/state")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert registry_dir() == tmp_path / "home" / ".local" / "state" / "ipybox"
+
+
+def test_ensure_registry_dir_creates_it_private_and_refuses_a_symlink(tmp_path: Path) -> None:
+    made = ensure_registry_dir(tmp_path / "state" / "ipybox")
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+    (tmp_path / "other").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "other")
+    with pytest.raises(UnsafeRegistryError, match="symlink"):
+        ensure_registry_dir(tmp_path / "link")

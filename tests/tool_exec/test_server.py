@@ -22,7 +22,9 @@ from tests.tool_exec.conftest import TAG
 
 
 def runner(server: ToolServer, name: str = "everything", token: str | None = None) -> ToolRunner:
-    return ToolRunner(name, address=server.calls_address, token=token if token is not None else server.token)
+    return ToolRunner(
+        name, address=server.calls_address, token=token if token is not None else server.call_token
+    )
 
 
 async def call(server: ToolServer, tool: str, args: dict[str, object], **kw: object) -> object:
@@ -88,7 +90,7 @@ async def test_requests_without_the_token_are_refused(tool_server: ToolServer, t
 async def test_a_wrong_token_closes_the_connection(tool_server: ToolServer) -> None:
     request = {"op": "run", "server": "everything", "tool": "echo", "args": {"message": "x"}}
     bad = json.dumps({**request, "token": "wrong"}).encode() + b"\n"
-    good = json.dumps({**request, "token": tool_server.token}).encode() + b"\n"
+    good = json.dumps({**request, "token": tool_server.call_token}).encode() + b"\n"
     # The good request after a bad one on the same connection is never answered.
     [answer] = await raw_exchange(tool_server, bad, good)
     assert json.loads(answer)["error"]["type"] == "unauthorized"
@@ -105,7 +107,7 @@ async def test_unknown_server_is_refused_and_no_command_can_be_smuggled(
         "evil",
         {"command": "touch", "args": [str(canary)]},
         address=tool_server.calls_address,
-        token=tool_server.token,
+        token=tool_server.call_token,
     )
     with pytest.raises(ToolRunnerError, match="is registered with this ipybox"):
         await asyncio.to_thread(smuggler.run_sync, "x", {})
@@ -125,7 +127,7 @@ async def test_malformed_requests_are_answered_and_the_connection_closed(
 
 
 async def test_bad_requests_keep_the_connection(tool_server: ToolServer) -> None:
-    token = tool_server.token
+    token = tool_server.call_token
     lines = [
         {"token": token, "op": "run", "server": 1},
         {"token": token, "op": "shell", "command": "id"},
@@ -187,7 +189,9 @@ async def test_tcp_loopback_and_stop_leaves_nothing() -> None:
     assert server.calls_address.startswith("tcp://127.0.0.1:")
     assert await call(server, "echo", {"message": "tcp"}) == "Echo: tcp"
     port = int(server.calls_address.rpartition(":")[2])
-    legacy = ToolRunner("everything", {"ignored": True}, "localhost", port, token=server.token)  # 0.9 form
+    legacy = ToolRunner(
+        "everything", {"ignored": True}, "localhost", port, token=server.call_token
+    )  # 0.9 form
     assert await asyncio.to_thread(legacy.run_sync, "echo", {"message": "0.9"}) == "Echo: 0.9"
     started = pids("tool-exec-tcp")
     await server.stop()
@@ -205,7 +209,7 @@ async def test_a_restarted_server_is_reached_again_on_the_same_thread(tmp_path: 
         for attempt in range(2):
             everything = {"everything": tagged(params.everything(), "tool-exec-restart")}
             async with ToolServer(unix_socket=tmp_path / "tools.sock", servers=everything) as server:
-                runner = ToolRunner("everything", address=server.calls_address, token=server.token)
+                runner = ToolRunner("everything", address=server.calls_address, token=server.call_token)
                 answer = await loop.run_in_executor(
                     thread, runner.run_sync, "echo", {"message": str(attempt)}
                 )

@@ -31,7 +31,7 @@ class ApprovalClient:
         host: Host of the tool server (with `port`), when `address` is not given.
         port: Port of the tool server.
         address: The tool server's address, `unix:/path/to.sock` or `http://127.0.0.1:PORT`.
-        token: The tool server's token.
+        token: The tool server's application token (`ToolServer.token`); a kernel's call token is refused.
         path: The websocket's path (a workspace supervisor serves one per kernel).
 
     Example:
