@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 EXIT_ERROR = 1
 
@@ -91,11 +91,16 @@ async def _up(workspace: Path) -> int:
 
 
 def _up_detached(workspace: Path) -> int:
-    from ipybox.supervisor.state import NotRunningError, StatePaths, read_state
+    from ipybox.supervisor.state import StateDirError, StatePaths, open_state_file, prepare_state_dir
 
     paths = StatePaths.of(workspace)
-    paths.log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(paths.log.with_name("up.out"), "wb") as out:
+    try:  # never through a symlink a kernel planted in the state directory
+        prepare_state_dir(paths)
+        fd = open_state_file(paths, "logs/up.out", os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    except StateDirError as e:
+        return _fail(str(e))
+    with os.fdopen(fd, "r+b") as out:
+        out.truncate(0)
         process = subprocess.Popen(
             [sys.executable, "-m", "ipybox.cli", "up", str(workspace)],
             stdin=subprocess.DEVNULL,
@@ -103,10 +108,17 @@ def _up_detached(workspace: Path) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        return _wait_until_up(workspace, process, out)
+
+
+def _wait_until_up(workspace: Path, process: subprocess.Popen[bytes], out: IO[bytes]) -> int:
+    from ipybox.supervisor.state import NotRunningError, read_state
+
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            output = paths.log.with_name("up.out").read_text(errors="replace").strip()
+            out.seek(0)
+            output = out.read().decode(errors="replace").strip()
             return _fail(
                 f"ipybox up failed: {output.splitlines()[-1] if output else f'exit {process.returncode}'}"
             )
@@ -225,12 +237,16 @@ def down(workspace: Path) -> int:
 
 def logs(workspace: Path, follow: bool) -> int:
     """Print the supervisor's log (and keep printing new lines with `follow`)."""
-    from ipybox.supervisor.state import StatePaths
+    from ipybox.supervisor.state import StateDirError, StatePaths, open_state_file
 
-    path = StatePaths.of(workspace).log
-    if not path.exists():
-        return _fail(f"no log yet in {path} (start the workspace with `ipybox up`)")
-    with open(path, errors="replace") as file:
+    paths = StatePaths.of(workspace)
+    try:  # never through a symlink a kernel planted in the state directory
+        fd = open_state_file(paths, "logs/supervisor.log", os.O_RDONLY)
+    except FileNotFoundError:
+        return _fail(f"no log yet in {paths.log} (start the workspace with `ipybox up`)")
+    except StateDirError as e:
+        return _fail(str(e))
+    with os.fdopen(fd, errors="replace") as file:
         sys.stdout.write(file.read())
         sys.stdout.flush()
         try:

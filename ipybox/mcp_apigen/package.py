@@ -1,12 +1,22 @@
 """Writing a server's generated package: every module rendered first, then the package directory
-written next to its target and swapped in, so a kernel never imports a half-written package."""
+written next to its target and swapped in, so a kernel never imports a half-written package.
+
+The root directory (`mcptools/`) is one a kernel may have written in. Everything is done through a
+descriptor of it, opened without following a symlink, and entries are created new (`O_EXCL`,
+`O_NOFOLLOW`): if a kernel replaced the root or a package directory by a symlink, generation stops with
+a `SymlinkRefusedError` naming it rather than writing into, or deleting, what it points to. Symlinks above
+the root directory (a workspace reached through one) are followed as usual.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import keyword
 import os
+import secrets
 import shutil
-import tempfile
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +25,7 @@ import mcp_types as types
 
 from ipybox.mcp_apigen.names import module_names
 from ipybox.mcp_apigen.render import ToolSchema, render_package_init, render_tool_module
+from ipybox.safefs import DIR_FLAGS, NEW_FILE_FLAGS
 
 
 def tool_schema(tool: types.Tool | ToolSchema | Mapping[str, Any]) -> ToolSchema:
@@ -33,9 +44,20 @@ def tool_schema(tool: types.Tool | ToolSchema | Mapping[str, Any]) -> ToolSchema
     )
 
 
+class SymlinkRefusedError(OSError):
+    """A directory ipybox generates in, or an entry it would replace or remove there, is a symlink that
+    ipybox did not make (a kernel that could write in the workspace may have planted it)."""
+
+
+def is_package_name(name: str) -> bool:
+    """Whether `name` is a package name the generator makes (an ASCII identifier, not a keyword): the
+    only names that are ever used as paths under the root directory."""
+    return name.isidentifier() and name.isascii() and not keyword.iskeyword(name)
+
+
 def check_server_name(server_name: str) -> None:
     """Raise `ValueError` unless `server_name` can be a Python package name."""
-    if not (server_name.isidentifier() and server_name.isascii()) or keyword.iskeyword(server_name):
+    if not is_package_name(server_name):
         raise ValueError(
             f"server name {server_name!r} cannot be a Python package name: use ASCII letters, digits and "
             "underscores, not starting with a digit (e.g. 'brave_search')"
@@ -83,6 +105,7 @@ def write_mcp_sources(
 
     Raises:
         ValueError: `server_name` is not a valid package name.
+        SymlinkRefusedError: `root_dir` or the package is a symlink (nothing is written or deleted).
 
     Example:
         ```python
@@ -92,27 +115,93 @@ def write_mcp_sources(
     """
     schemas = [tool_schema(tool) for tool in tools]
     files = render_sources(server_name, schemas, root_dir.name or "mcptools")
-    root_dir.mkdir(parents=True, exist_ok=True)
-    target = root_dir / server_name
-    staging = Path(tempfile.mkdtemp(prefix=f".{server_name}.tmp-", dir=root_dir))
+    root_fd = open_directory(root_dir, create=True)
     try:
-        for filename, source in sorted(files.items()):
-            (staging / filename).write_text(source, encoding="utf-8")
-        _swap_in(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        staging = make_temp_dir(root_fd, f".{server_name}.tmp-")
+        try:
+            staging_fd = os.open(staging, DIR_FLAGS, dir_fd=root_fd)
+            try:
+                for filename, source in sorted(files.items()):
+                    fd = os.open(filename, NEW_FILE_FLAGS, 0o666, dir_fd=staging_fd)
+                    with os.fdopen(fd, "w", encoding="utf-8") as file:
+                        file.write(source)
+            finally:
+                os.close(staging_fd)
+            _swap_in(root_fd, root_dir, staging, server_name)
+        except BaseException:
+            shutil.rmtree(staging, dir_fd=root_fd, ignore_errors=True)
+            raise
+    finally:
+        os.close(root_fd)
     names = module_names([schema.name for schema in schemas])
     return list(dict.fromkeys(names[schema.name] for schema in schemas))
 
 
-def _swap_in(staging: Path, target: Path) -> None:
-    if not target.exists() and not target.is_symlink():
-        os.rename(staging, target)
+def _swap_in(root_fd: int, root_dir: Path, staging: str, target: str) -> None:
+    try:
+        info = os.stat(target, dir_fd=root_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        os.rename(staging, target, src_dir_fd=root_fd, dst_dir_fd=root_fd)
         return
+    if stat.S_ISLNK(info.st_mode):
+        raise symlink_refused(root_dir / target, "replace", _readlink(target, root_fd))
     # Directories cannot be renamed over non-empty ones: move the old one aside first, so `target`
     # is only ever missing for the instant between two renames, never half-written.
-    retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-    os.rename(target, retired / target.name)
-    os.rename(staging, target)
-    shutil.rmtree(retired, ignore_errors=True)
+    retired = make_temp_dir(root_fd, f".{target}.old-")
+    retired_fd = os.open(retired, DIR_FLAGS, dir_fd=root_fd)
+    try:
+        os.rename(target, target, src_dir_fd=root_fd, dst_dir_fd=retired_fd)
+    finally:
+        os.close(retired_fd)
+    os.rename(staging, target, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+    shutil.rmtree(retired, dir_fd=root_fd, ignore_errors=True)
+
+
+def open_directory(path: Path, *, create: bool = False) -> int:
+    """A descriptor of the directory `path` (created, with its parents, if missing and `create`), opened
+    without following a symlink in its last component.
+
+    Raises:
+        SymlinkRefusedError: `path` is a symlink.
+        OSError: It is missing (without `create`), not a directory, or can't be opened.
+    """
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path)
+    try:
+        return os.open(path, DIR_FLAGS)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK) and os.path.islink(path):
+            raise symlink_refused(path, "write in", _readlink(path)) from None
+        raise
+
+
+def make_temp_dir(dir_fd: int, prefix: str) -> str:
+    """Create a new directory (mode 0700) with an unpredictable name starting with `prefix` in the
+    directory `dir_fd`; returns its name."""
+    for _ in range(100):
+        name = f"{prefix}{secrets.token_hex(6)}"
+        try:
+            os.mkdir(name, 0o700, dir_fd=dir_fd)
+        except FileExistsError:
+            continue
+        return name
+    raise FileExistsError(errno.EEXIST, f"no free name for a directory starting with {prefix!r}")
+
+
+def symlink_refused(path: Path, doing: str, target: str | None) -> SymlinkRefusedError:
+    """The error for finding a symlink at `path` where ipybox would `doing` a directory it made."""
+    to = f" (to {target})" if target is not None else ""
+    return SymlinkRefusedError(
+        f"refusing to {doing} {path}: it is a symlink{to}, which ipybox never makes there (a kernel that "
+        f"could write in the workspace may have planted it). Check what it points to, then remove the "
+        f"symlink (`rm {path}`) and run again"
+    )
+
+
+def _readlink(path: str | Path, dir_fd: int | None = None) -> str | None:
+    try:
+        return os.readlink(path, dir_fd=dir_fd)
+    except OSError:
+        return None

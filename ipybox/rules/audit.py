@@ -11,9 +11,11 @@ Each decision is one JSON object on one line:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -80,10 +82,11 @@ class AuditLog:
     """Appends one `AuditEntry` per decision to a JSONL file.
 
     The file and its missing parent directories are created on the first append, the file with mode
-    0600 (an existing file is narrowed to 0600). Each append opens the file in append mode and writes the
-    whole line with one `write` call, so lines from concurrent tasks, threads and processes never
-    interleave, and a line reaches the OS before `record` returns. It is a short blocking call, fine on
-    the event loop.
+    0600 (an existing file is narrowed to 0600). It is never opened through a symlink, and only written
+    if it is a regular file of ours with one link (a kernel may have planted a link where it goes). Each
+    append opens the file in append mode and writes the whole line with one `write` call, so lines from
+    concurrent tasks, threads and processes never interleave, and a line reaches the OS before `record`
+    returns. It is a short blocking call, fine on the event loop.
 
     Args:
         path: The log file.
@@ -155,18 +158,50 @@ class AuditLog:
         return entry
 
     def read(self) -> list[AuditEntry]:
-        """All entries in the log, oldest first (none if the file does not exist)."""
+        """All entries in the log, oldest first (none if the file does not exist).
+
+        Raises:
+            OSError: The file is a symlink or not a regular file.
+        """
         try:
-            text = self.path.read_text(encoding="utf-8")
+            fd = self._open(os.O_RDONLY)
         except FileNotFoundError:
             return []
+        with os.fdopen(fd, encoding="utf-8") as file:
+            text = file.read()
         return [AuditEntry.from_json(line) for line in text.split("\n") if line]
+
+    def _open(self, flags: int) -> int:
+        """Open the log without following a symlink (a kernel may have planted one where the log goes) or
+        blocking on a FIFO; a log written to must be a regular file of ours with one link."""
+        try:
+            fd = os.open(self.path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO) and not self.path.is_dir():
+                kind = "a symlink" if self.path.is_symlink() else "not a regular file"
+                raise OSError(
+                    e.errno, f"the audit log {self.path} is {kind}: not writing through it"
+                ) from None
+            raise
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(errno.EINVAL, f"the audit log {self.path} is not a regular file")
+            if flags & os.O_WRONLY and (info.st_nlink != 1 or info.st_uid != os.geteuid()):
+                raise OSError(
+                    errno.EPERM,
+                    f"the audit log {self.path} is hard-linked or owned by another user: not writing to it",
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def _append(self, line: bytes) -> None:
         with _WRITE_LOCK:
             if not self._prepared:
                 self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = self._open(os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             try:
                 if not self._prepared:
                     if os.fstat(fd).st_mode & 0o077:
