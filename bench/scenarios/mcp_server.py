@@ -72,6 +72,14 @@ async def spawn_to_initialized(subcommand: str | None, runs: int, warmup: int, e
     return watch.samples_ms
 
 
+REGISTER_RULE = """[[approval.rules]]
+id = "bench-registers-servers"
+server = "ipybox"
+tool = "register_mcp_server"
+decision = "allow"
+"""
+
+
 async def one_session(
     subcommand: str | None, runs: int, warmup: int, errlog: Any, with_floor: bool = False
 ) -> None:
@@ -82,6 +90,10 @@ async def one_session(
 
     with tempfile.TemporaryDirectory(prefix="bench-mcp-session-") as tmp:
         workspace = Path(tmp)
+        if subcommand is not None:
+            # Ours decides registrations by the workspace's rules (default: ask, which this client can't
+            # answer); the published ipybox registers without asking.
+            (workspace / "ipybox.toml").write_text(REGISTER_RULE)
         async with contextlib.AsyncExitStack() as stack:
             read, write = await stack.enter_async_context(
                 stdio_client(_params(subcommand, workspace), errlog=errlog)

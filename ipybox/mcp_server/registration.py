@@ -1,61 +1,267 @@
-"""Adding an MCP server to a workspace's `ipybox.toml` (comments and formatting kept, with tomlkit)."""
+"""`register_mcp_server` over MCP: a host command on the MCP client's say-so.
+
+Registering a server makes the host start a command (or connect to a URL) that the client chose, so it is
+checked, decided and written with care:
+
+- `parse_registration` validates the parameters with the model `ipybox.toml` is loaded with
+  (`ServerSection`), accepting only the keys a registration may set; in a workspace whose kernels are
+  sandboxed, a stdio server is registered sandboxed unless the client gives a sandbox policy of its own.
+- `decide_registration` decides it with the workspace's approval rules as the pseudo tool call
+  `ipybox.register_mcp_server(server_name, server_params)`; when no rule decides, it is asked.
+- `add_server` writes exactly what was parsed into `ipybox.toml` (comments and formatting kept, with
+  tomlkit), and only if the file still loads afterwards.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+import threading
+import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import tomlkit
+from pydantic import ValidationError
 from tomlkit.items import Table
 
 from ipybox.mcp_apigen.package import check_server_name
 from ipybox.mcp_client import MCPServerError
 from ipybox.mcp_client.params import parse_server_params
-from ipybox.workspace import CONFIG_FILE
+from ipybox.rules import ApprovalPolicy, Rule, ToolCall, Verdict
+from ipybox.rules.engine import SEVERITY, RuleEngine, rule_id
+from ipybox.workspace import CONFIG_FILE, ConfigError, ServerSection, WorkspaceConfig, load_config
 
-_STDIO_KEYS = ("command", "args", "env", "cwd")
-_HTTP_KEYS = ("url", "headers", "type")
+REGISTRATION_SERVER: Final = "ipybox"
+"""The server name approval rules see for a registration (`server = "ipybox"`)."""
+REGISTRATION_TOOL: Final = "register_mcp_server"
+"""The tool name approval rules see for a registration (`tool = "register_mcp_server"`)."""
+
+ALLOW_RULE_EXAMPLE: Final = (
+    f'[[approval.rules]]\nserver = "{REGISTRATION_SERVER}"\ntool = "{REGISTRATION_TOOL}"\ndecision = "allow"'
+)
+
+_STDIO_KEYS: Final = ("command", "args", "env", "cwd", "sandbox")
+_REMOTE_KEYS: Final = ("url", "headers", "type")
+# Server parameters may say where the workspace is (as the supervisor fills them in).
+_WORKSPACE_ENV: Final = "IPYBOX_WORKSPACE"
+# Two registrations at once must not both read the file and each write it without the other's server.
+_WRITE_LOCK: Final = threading.Lock()
 
 
-def add_server(workspace: Path, server_name: str, server_params: Mapping[str, Any]) -> None:
-    """Write `[servers.<server_name>]` into the workspace's `ipybox.toml` (created when missing), replacing
-    a server of that name; everything else in the file stays as it was.
+@dataclass(frozen=True)
+class Registration:
+    """A registration, parsed and ready to decide and write.
+
+    Attributes:
+        name: The server's name.
+        server: The server as `ipybox.toml` will load it.
+        table: What is written as `[servers.<name>]` (loads back as `server`).
+        replaces: Whether a server of that name is configured already (and is replaced).
+        sandboxed_by_default: Whether `sandbox = true` was added because the client gave no policy.
+    """
+
+    name: str
+    server: ServerSection
+    table: dict[str, Any]
+    replaces: bool
+    sandboxed_by_default: bool
+
+    def call(self) -> ToolCall:
+        """The registration as the pseudo tool call approval rules decide.
+
+        Rules see `args = {server_name, server_params}` with the parameters as they will be written (the
+        sandbox added by default included). Annotations are declared, not left to the MCP defaults: it
+        writes the config (not read-only), runs what the client names (open world), and is destructive
+        only when it replaces a configured server.
+        """
+        annotations = {
+            "readOnlyHint": False,
+            "destructiveHint": self.replaces,
+            "idempotentHint": True,
+            "openWorldHint": True,
+        }
+        args = {"server_name": self.name, "server_params": self.table}
+        return ToolCall(REGISTRATION_SERVER, REGISTRATION_TOOL, args, annotations)
+
+    def __str__(self) -> str:
+        """How the registration is shown to the person asked about it."""
+        where = "in a sandbox of its own" if self.server.sandbox_policy() is not None else "unsandboxed"
+        action = (
+            f"starts `{self.server.command}` on the host {where}"
+            if self.server.is_stdio
+            else f"connects to {self.server.url} from the host"
+        )
+        replacing = f", replacing the configured server {self.name!r}" if self.replaces else ""
+        return (
+            f"register the MCP server {self.name!r}: writes [servers.{self.name}] to {CONFIG_FILE} and "
+            f"{action}{replacing}; parameters: {json.dumps(self.table)}"
+        )
+
+
+def parse_registration(
+    workspace: Path, config: WorkspaceConfig, server_name: str, server_params: Mapping[str, Any]
+) -> Registration:
+    """Validate a registration for the workspace whose configuration is `config`.
+
+    A key whose value is null counts as not given. In a workspace whose kernels are sandboxed
+    (`[sandbox] enabled = true`), a stdio server without a `sandbox` key gets `sandbox = true`.
 
     Raises:
-        ValueError: The name is not a valid package name or the parameters are invalid (named in the
-            message); the file is left unchanged.
+        ValueError: One clear message: an invalid name, a key that is not accepted (naming the keys that
+            are), a value that doesn't fit (naming the key and what it accepts), a placeholder whose
+            variable is not set, or a sandboxed workspace asked for an unsandboxed server.
     """
     check_server_name(server_name)
-    try:  # fails before anything is written
-        parse_server_params(server_name, server_params, dotenv_path=workspace / ".env")
+    if server_name == REGISTRATION_SERVER:
+        raise ValueError(
+            f"server name {REGISTRATION_SERVER!r} is reserved: approval rules with "
+            f'server = "{REGISTRATION_SERVER}" decide registrations; choose another name'
+        )
+    if not isinstance(server_params, Mapping):
+        raise ValueError(f"server_params must be an object, not {type(server_params).__name__}")
+    params = {key: value for key, value in server_params.items() if value is not None}
+    accepted = f"a stdio server takes {', '.join(_STDIO_KEYS)}; a url server takes {', '.join(_REMOTE_KEYS)}"
+    for key in params:
+        if key not in _STDIO_KEYS and key not in _REMOTE_KEYS:
+            raise ValueError(f"server_params: key {key!r} is not accepted ({accepted})")
+    sandboxed = config.sandbox.enabled
+    by_default = sandboxed and "command" in params and "url" not in params and "sandbox" not in params
+    if by_default:
+        params["sandbox"] = True
+    try:
+        server = ServerSection.model_validate(params)
+    except ValidationError as e:
+        raise ValueError(_problems(e, accepted)) from None
+    if sandboxed and server.is_stdio and server.sandbox_policy() is None:
+        # Refused rather than left to a rule: an agent that may register servers (an allow rule, or a
+        # person approving quickly) must not thereby gain an unsandboxed command on the host that the
+        # kernels' sandbox exists to prevent. Unsandboxed servers are added to ipybox.toml by hand.
+        raise ValueError(
+            "server_params.sandbox: this workspace's kernels are sandboxed ([sandbox] enabled = true), so "
+            "servers registered over MCP run sandboxed too: leave 'sandbox' out (or give true, or a "
+            "policy table); to run a server unsandboxed, add it to ipybox.toml yourself"
+        )
+    table = {key: _written(server, key, value) for key, value in params.items()}
+    if ServerSection.model_validate(table) != server:  # never write something other than what was parsed
+        raise RuntimeError(f"server_params of {server_name!r} would not be written as parsed: {table}")
+    try:  # the placeholders' variables must be set, as they must when the server starts
+        environ = {**os.environ, _WORKSPACE_ENV: str(workspace)}
+        parse_server_params(
+            server_name, server.server_params(workspace), environ=environ, dotenv_path=workspace / ".env"
+        )
     except MCPServerError as e:
         raise ValueError(str(e)) from None
-    keys = _STDIO_KEYS if "command" in server_params else _HTTP_KEYS
-    table = tomlkit.table()
-    for key in keys:
-        if server_params.get(key) is not None:
-            table.add(key, server_params[key])
+    return Registration(server_name, server, table, server_name in config.servers, by_default)
+
+
+def _written(server: ServerSection, key: str, given: Any) -> Any:
+    """The value written for `key`: the parsed one (a sandbox policy in its published spelling)."""
+    if key == "sandbox":
+        if isinstance(given, bool) or server.sandbox is None:
+            return given
+        return server.sandbox.model_dump(by_alias=True, exclude_unset=True)
+    value = getattr(server, key)
+    return dict(value) if isinstance(value, Mapping) else list(value) if isinstance(value, list) else value
+
+
+def _problems(error: ValidationError, accepted: str) -> str:
+    problems = []
+    for problem in error.errors():
+        key = ".".join(["server_params", *map(str, problem["loc"])])
+        got = problem.get("input")
+        shown = "" if isinstance(got, Mapping) or not problem["loc"] else f" (got {got!r})"
+        problems.append(f"{key}: {problem['msg']}{shown}")
+    if any(p["type"] == "server_kind" and not p["loc"] for p in error.errors()):
+        problems.append(accepted)
+    return "; ".join(problems)
+
+
+def decide_registration(policy: ApprovalPolicy, call: ToolCall) -> Verdict:
+    """Decide a registration with the workspace's rules; when none decides, it is asked.
+
+    The rules are tried as for a tool call (highest priority first; at equal priority deny, ask, allow;
+    then file order), with two differences, both because a registration makes the host run what the MCP
+    client names, which rules and defaults written for tool calls did not have in mind:
+
+    - `[approval] default` does not apply: without a rule, a registration is asked (`ask`).
+    - An allow rule decides it only if its `server` names `ipybox` itself (not through a glob such as
+      `*`), so a catch-all allow rule doesn't let clients register servers. Deny and ask rules apply as
+      to any call.
+    """
+    engine = RuleEngine(policy.rules, "ask")
+    rules = policy.rules
+    order = sorted(range(len(rules)), key=lambda i: (-rules[i].priority, -SEVERITY[rules[i].decision]))
+    for index in order:
+        rule, matcher = rules[index], engine.matchers[index]
+        if rule.decision == "allow" and not _names_registrations(rule):
+            continue
+        if matcher.applies(call):
+            return Verdict(rule.decision, rule_id(rule, index), f"{matcher.label} applies")
+    return Verdict("ask", None, "no rule applies; registering an MCP server is asked by default")
+
+
+def _names_registrations(rule: Rule) -> bool:
+    servers = [rule.server] if isinstance(rule.server, str) else rule.server
+    return REGISTRATION_SERVER in servers
+
+
+def load_workspace_config(workspace: Path) -> WorkspaceConfig:
+    """The workspace's configuration, as the supervisor loads it.
+
+    Raises:
+        ValueError: `ipybox.toml` does not load (then nothing can be registered until it is fixed).
+    """
+    try:
+        return load_config(workspace / CONFIG_FILE)
+    except ConfigError as e:
+        raise ValueError(
+            f"{CONFIG_FILE} does not load, so nothing is registered until it is fixed:\n{e}"
+        ) from None
+
+
+def add_server(workspace: Path, registration: Registration) -> None:
+    """Write `[servers.<name>]` into the workspace's `ipybox.toml`, replacing a server of that name;
+    everything else in the file stays as it was.
+
+    Raises:
+        ValueError: The file would not load with the server in it; it is left unchanged.
+    """
     path = workspace / CONFIG_FILE
-    document = tomlkit.parse(path.read_text()) if path.exists() else tomlkit.document()
-    servers = document.get("servers")
-    if not isinstance(servers, Table):
-        servers = tomlkit.table(is_super_table=True)
-        document["servers"] = servers
-    servers[server_name] = table
-    _write_atomically(path, tomlkit.dumps(document))
+    with _WRITE_LOCK:
+        document = tomlkit.parse(path.read_text()) if path.exists() else tomlkit.document()
+        servers = document.get("servers")
+        if not isinstance(servers, Table):
+            servers = tomlkit.table(is_super_table=True)
+            document["servers"] = servers
+        table = tomlkit.table()
+        for key, value in registration.table.items():
+            table.add(key, value)
+        servers[registration.name] = table
+        text = tomlkit.dumps(document)
+        loaded = tomllib.loads(text)["servers"][registration.name]
+        if ServerSection.model_validate(loaded) != registration.server:
+            raise RuntimeError(f"[servers.{registration.name}] would not be written as parsed: {loaded}")
+        _write_atomically(path, text)
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    # The reconciler watches this file: it must never see half of it.
+    # The reconciler watches this file: it must never see half of it, nor a file that doesn't load.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as file:
             file.write(text)
         if path.exists():
             os.chmod(tmp, path.stat().st_mode & 0o777)
+        try:
+            load_config(tmp)
+        except ConfigError as e:
+            raise ValueError(
+                f"{CONFIG_FILE} would not load with this server, so nothing was written:\n{e}"
+            ) from None
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

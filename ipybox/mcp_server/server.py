@@ -4,7 +4,9 @@ for agents that act by writing code.
 Each MCP session gets a kernel of its own from the workspace's warm pool (a `CodeExecutor` attached to the
 workspace); all sessions share the workspace's tool server and its approval rules. A tool call a rule
 answers with `ask` becomes an elicitation to the MCP client when it supports them; otherwise it is
-denied, and the cell's output says which rule to add.
+denied, and the cell's output says which rule to add. `register_mcp_server` makes the host run what the
+client names, so it is decided by the same rules (as the call `ipybox.register_mcp_server`, asked when no
+rule decides it; see `ipybox.mcp_server.registration`) before anything is written.
 """
 
 from __future__ import annotations
@@ -28,10 +30,19 @@ from pydantic import BaseModel, Field
 from ipybox import __version__
 from ipybox.code_exec.result import CodeExecutionError, CodeExecutionResult
 from ipybox.facade import CodeExecutor
-from ipybox.mcp_server.registration import add_server
+from ipybox.mcp_server.registration import (
+    ALLOW_RULE_EXAMPLE,
+    Registration,
+    add_server,
+    decide_registration,
+    load_workspace_config,
+    parse_registration,
+)
+from ipybox.rules import ApprovalPolicy, AuditLog
 from ipybox.supervisor.client import ControlClient
-from ipybox.supervisor.state import read_state
+from ipybox.supervisor.state import StatePaths, read_state
 from ipybox.tool_exec.approval.request import ApprovalRequest
+from ipybox.workspace import CONFIG_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -107,18 +118,38 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
     @server.tool()
     async def register_mcp_server(server_name: str, server_params: dict[str, Any], ctx: Context) -> str:
         """Add an MCP server to the workspace and generate its Python API under mcptools/<server_name>/.
+        The workspace's approval rules decide whether it may be added (usually the user is asked).
 
         Args:
             server_name: A Python identifier; the package name the generated API gets.
-            server_params: {"command", "args", "env"} for a stdio server, or {"url", "headers"} for a remote
-                one. "${VAR}" placeholders are filled on the host from its environment or the workspace's
-                .env; their values never reach the kernel.
+            server_params: {"command", "args", "env", "cwd", "sandbox"} for a stdio server, or {"url",
+                "headers", "type"} for a remote one ("type": "streamable_http" or "sse"). In a workspace
+                with sandboxed kernels, a stdio server runs sandboxed ("sandbox": true unless a policy is
+                given). "${VAR}" placeholders are filled on the host from its environment or the
+                workspace's .env; their values never reach the kernel.
 
         Returns the generated modules, e.g. "mcptools.fetch: fetch" (import mcptools.<server_name>.<tool>).
         """
         try:
+            config = await asyncio.to_thread(load_workspace_config, workspace)
+            registration = await asyncio.to_thread(
+                parse_registration, workspace, config, server_name, server_params
+            )
+        except ValueError as e:
+            raise ToolError(str(e)) from None
+        # The supervisor's audit log (it finds its state directory the same way).
+        audit = AuditLog(StatePaths(config.resolve(config.workspace.state_dir)).audit)
+        try:
+            denied = await _approve_registration(ctx, config.approval, audit, registration)
+        except OSError as e:  # the decision could not be recorded: never act on an unrecorded decision
+            raise ToolError(f"the audit log could not be written ({e}); nothing was registered") from None
+        if denied is not None:
+            raise ToolError(
+                f"registering MCP server {server_name!r} was denied: {denied}. Nothing was written."
+            )
+        try:
             before = await _generation(workspace, server_name)
-            await asyncio.to_thread(add_server, workspace, server_name, server_params)
+            await asyncio.to_thread(add_server, workspace, registration)
         except ValueError as e:
             raise ToolError(str(e)) from None
         state = await _wait_for_generation(workspace, server_name, before)
@@ -247,6 +278,45 @@ async def _ask(ctx: Context, request: ApprovalRequest) -> bool:
     allowed = answer.action == "accept" and getattr(answer, "data", None) is not None and answer.data.allow
     await (request.accept() if allowed else request.reject())
     return bool(allowed)
+
+
+async def _approve_registration(
+    ctx: Context, policy: ApprovalPolicy, audit: AuditLog, registration: Registration
+) -> str | None:
+    """Decide a registration by the workspace's rules, asking the MCP client when they say `ask`, as for
+    the tool calls of its code. `None` when it may go ahead, else why not. The decision is audited.
+
+    Raises:
+        OSError: The audit log could not be written.
+    """
+    call = registration.call()
+    verdict = decide_registration(policy, call)
+    source = f"rule {verdict.rule_id!r}" if verdict.rule_id is not None else "the default for registrations"
+    logger.info("registration of MCP server %r: %s (%s)", registration.name, verdict.decision, verdict.reason)
+    if verdict.decision != "ask":
+        await asyncio.to_thread(audit.record, call, verdict)
+        return None if verdict.decision == "allow" else f"denied by {source}"
+    if not _can_elicit(ctx):
+        reason = (
+            f"{source} asks, but this client cannot answer approval questions. To let MCP clients "
+            f"register servers, add to {CONFIG_FILE}:\n{ALLOW_RULE_EXAMPLE}"
+        )
+        await asyncio.to_thread(audit.record, call, verdict, timed_out=True, reason=reason)
+        return reason
+    try:
+        with anyio.fail_after(policy.ask_timeout):
+            answer = await ctx.elicit(f"ipybox: {registration}. Allow?", _Approval)
+    except TimeoutError:
+        reason = f"no answer within {policy.ask_timeout:g} s ({source} asks)"
+        await asyncio.to_thread(audit.record, call, verdict, timed_out=True, reason=reason)
+        return reason
+    except Exception as e:  # the client broke off: never approve what nobody approved
+        reason = f"the client could not be asked ({e}; {source} asks)"
+        await asyncio.to_thread(audit.record, call, verdict, timed_out=True, reason=reason)
+        return reason
+    allowed = answer.action == "accept" and getattr(answer, "data", None) is not None and answer.data.allow
+    await asyncio.to_thread(audit.record, call, verdict, answer="allow" if allowed else "deny")
+    return None if allowed else "rejected by the application"
 
 
 async def _progress(ctx: Context, timeout: float) -> None:

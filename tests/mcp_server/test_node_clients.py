@@ -59,9 +59,22 @@ def sdk_modules() -> Path:
     return NODE_MODULES
 
 
+# These clients cannot answer an elicitation, so registering a server needs a rule that allows it.
+ALLOW_REGISTRATION = """
+[[approval.rules]]
+id = "registrations"
+server = "ipybox"
+tool = "register_mcp_server"
+decision = "allow"
+"""
+
+
 def write_workspace(directory: Path) -> Path:
-    """A workspace without servers whose rules allow `edge.echo(text="hi")` and ask about the rest."""
-    (directory / "ipybox.toml").write_text("[sandbox]\nenabled = false\n" + RULES.format(ask_timeout=10))
+    """A workspace without servers whose rules allow registering servers and `edge.echo(text="hi")`, and
+    ask about the rest."""
+    (directory / "ipybox.toml").write_text(
+        "[sandbox]\nenabled = false\n" + RULES.format(ask_timeout=10) + ALLOW_REGISTRATION
+    )
     return directory
 
 

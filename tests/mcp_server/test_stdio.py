@@ -61,6 +61,7 @@ async def test_tools_and_instructions(session: ClientSession) -> None:
 
 async def test_register_then_use_the_generated_api(session: ClientSession, workspace: Path) -> None:
     params = {"command": sys.executable, "args": [str(EDGE_SERVER)], "env": {"EDGE_TOKEN": "${EDGE_TOKEN}"}}
+    ANSWERS[:] = [True]  # no rule covers registrations: the client is asked
     result = await session.call_tool("register_mcp_server", {"server_name": "edge", "server_params": params})
     assert not result.is_error, text(result)
     assert text(result).startswith("mcptools.edge: ") and "echo" in text(result)

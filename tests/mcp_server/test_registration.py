@@ -1,0 +1,291 @@
+"""`register_mcp_server` over MCP is a host command on the client's say-so: in a sandboxed workspace the
+server is registered sandboxed, exactly what was parsed is written, and the registration itself is decided
+by the workspace's approval rules (pseudo tool call `ipybox.register_mcp_server`, asked when no rule
+applies, whatever `[approval] default` says). Real MCP sessions over streamable HTTP against a running
+workspace whose kernels are sandboxed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import tomllib
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import ClientSession
+from mcp.client.session import ElicitationFnT
+from mcp.client.streamable_http import streamable_http_client
+
+from ipybox.rules import AuditLog
+from ipybox.supervisor import Supervisor, read_state
+from ipybox.supervisor.state import StatePaths
+from tests.mcp_server.sessions import owned_session, text
+from tests.servers.params import EDGE_SERVER
+from tests.supervisor.workspaces import make_workspace
+
+ALLOW_REGISTRATION = """
+[[approval.rules]]
+id = "registrations"
+server = "ipybox"
+tool = "register_mcp_server"
+decision = "allow"
+"""
+
+
+@pytest.fixture(scope="module")
+async def supervisor(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Supervisor]:
+    directory = tmp_path_factory.mktemp("mcp-register")
+    # Sandboxed kernels; none kept warm: registering starts no kernel.
+    supervisor = Supervisor(
+        make_workspace(directory, "mcp-register", sandbox=True, warm_pool=0, ask_timeout=3)
+    )
+    await supervisor.start()
+    yield supervisor
+    await supervisor.stop()
+
+
+@pytest.fixture
+def config(supervisor: Supervisor) -> Iterator[Path]:
+    """The workspace's `ipybox.toml`, put back as it was after the test."""
+    path = supervisor.workspace / "ipybox.toml"
+    original = path.read_bytes()
+    yield path
+    replace(path, original)
+
+
+def replace(path: Path, content: bytes) -> None:
+    # Atomically, as editors save: the reconciler never sees half a file.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".test-")
+    with os.fdopen(fd, "wb") as file:
+        file.write(content)
+    os.replace(tmp, path)
+
+
+def add_to(path: Path, toml: str) -> bytes:
+    """Append `toml` to the file; returns the file's new content."""
+    replace(path, path.read_bytes() + toml.encode())
+    return path.read_bytes()
+
+
+class Client:
+    """What the MCP client was asked, and how it answers: allow, reject, or never."""
+
+    def __init__(self, answer: bool | None) -> None:
+        self.answer = answer
+        self.asked: list[str] = []
+
+    async def elicit(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.asked.append(params.message)
+        if self.answer is None:
+            await asyncio.sleep(60)
+        return types.ElicitResult(action="accept", content={"allow": bool(self.answer)})
+
+
+def session(
+    supervisor: Supervisor, elicitation_callback: ElicitationFnT | None
+) -> AbstractAsyncContextManager[ClientSession]:
+    state = read_state(supervisor.workspace)
+    assert state.mcp_url is not None and state.mcp_token is not None
+    url, token = state.mcp_url, state.mcp_token
+
+    async def open_session(stack: AsyncExitStack) -> ClientSession:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120)
+        await stack.enter_async_context(http)
+        read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
+        return await stack.enter_async_context(
+            ClientSession(read, write, elicitation_callback=elicitation_callback)
+        )
+
+    return owned_session(open_session)
+
+
+async def register(
+    supervisor: Supervisor,
+    name: str,
+    params: dict[str, Any],
+    answer: bool | None = True,
+    *,
+    elicit: bool = True,
+) -> tuple[types.CallToolResult, list[str]]:
+    """Register `name` from a client that answers `answer` when asked; the result and what it was asked."""
+    client = Client(answer)
+    async with session(supervisor, client.elicit if elicit else None) as mcp:
+        result = await mcp.call_tool("register_mcp_server", {"server_name": name, "server_params": params})
+    return result, client.asked
+
+
+def edge(**extra: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [str(EDGE_SERVER)], **extra}
+
+
+def written(path: Path, name: str) -> dict[str, Any]:
+    server: dict[str, Any] = tomllib.loads(path.read_text())["servers"][name]
+    return server
+
+
+def audited(supervisor: Supervisor, name: str) -> list[dict[str, Any]]:
+    entries = AuditLog(StatePaths.of(supervisor.workspace).audit).read()
+    return [
+        {"decision": e.decision, "decided_by": e.decided_by, "rule_id": e.rule_id, "reason": e.reason}
+        for e in entries
+        if e.server == "ipybox" and e.tool == "register_mcp_server" and e.args.get("server_name") == name
+    ]
+
+
+# Sandboxed by default, and written as parsed
+
+
+async def test_a_stdio_server_registered_in_a_sandboxed_workspace_is_written_sandboxed(
+    supervisor: Supervisor, config: Path
+) -> None:
+    result, _ = await register(supervisor, "boxed", edge())
+    assert not result.is_error, text(result)
+    assert text(result).startswith("mcptools.boxed: ")
+    assert written(config, "boxed")["sandbox"] is True
+
+
+async def test_a_sandbox_policy_given_by_the_client_is_written_not_dropped(
+    supervisor: Supervisor, config: Path
+) -> None:
+    policy = {"filesystem": {"denyRead": ["private"]}, "network": {"allowedDomains": []}}
+    result, _ = await register(supervisor, "own_policy", edge(sandbox=policy))
+    assert not result.is_error, text(result)
+    assert written(config, "own_policy")["sandbox"] == policy
+
+
+async def test_turning_the_sandbox_off_in_a_sandboxed_workspace_is_refused_and_writes_nothing(
+    supervisor: Supervisor, config: Path
+) -> None:
+    before = config.read_bytes()
+    for sandbox in (False, {"enabled": False}):
+        result, asked = await register(supervisor, "unboxed", edge(sandbox=sandbox))
+        assert result.is_error and "sandbox" in text(result) and "[sandbox] enabled = true" in text(result)
+        assert asked == []  # refused before anybody is asked
+    assert config.read_bytes() == before
+
+
+async def test_a_transport_the_file_cannot_load_is_refused_naming_the_key_and_what_is_accepted(
+    supervisor: Supervisor, config: Path
+) -> None:
+    before = config.read_bytes()
+    result, asked = await register(supervisor, "remote", {"url": "http://127.0.0.1:9/mcp", "type": "http"})
+    assert result.is_error
+    assert (
+        "server_params.type" in text(result)
+        and "'streamable_http'" in text(result)
+        and "'sse'" in text(result)
+    )
+    assert asked == [] and config.read_bytes() == before
+
+
+async def test_an_unknown_key_is_refused_naming_it_and_the_keys_accepted(
+    supervisor: Supervisor, config: Path
+) -> None:
+    before = config.read_bytes()
+    result, asked = await register(supervisor, "typo", edge(cmd_args=["-v"]))
+    assert result.is_error and "'cmd_args'" in text(result)
+    assert "command, args, env, cwd, sandbox" in text(result)
+    assert asked == [] and config.read_bytes() == before
+
+
+# Decided by the approval rules
+
+
+async def test_a_registration_no_rule_covers_is_asked_and_written_when_the_client_accepts(
+    supervisor: Supervisor, config: Path
+) -> None:
+    result, asked = await register(supervisor, "asked_yes", edge(), answer=True)
+    assert not result.is_error, text(result)
+    assert len(asked) == 1 and "asked_yes" in asked[0] and str(EDGE_SERVER) in asked[0]
+    assert written(config, "asked_yes")["command"] == sys.executable
+    assert audited(supervisor, "asked_yes") == [
+        {
+            "decision": "allow",
+            "decided_by": "application",
+            "rule_id": None,
+            "reason": "no rule applies; registering an MCP server is asked by default; "
+            "the application answered allow",
+        }
+    ]
+
+
+async def test_a_registration_the_client_rejects_leaves_the_file_unchanged_byte_for_byte(
+    supervisor: Supervisor, config: Path
+) -> None:
+    before = config.read_bytes()
+    result, asked = await register(supervisor, "asked_no", edge(), answer=False)
+    assert result.is_error and "rejected" in text(result)
+    assert len(asked) == 1
+    assert config.read_bytes() == before
+    assert not (supervisor.workspace / "mcptools" / "asked_no").exists()
+    assert [e["decision"] for e in audited(supervisor, "asked_no")] == ["deny"]
+
+
+async def test_a_registration_nobody_answers_is_denied_after_the_ask_timeout(
+    supervisor: Supervisor, config: Path
+) -> None:
+    before = config.read_bytes()
+    result, asked = await register(supervisor, "unanswered", edge(), answer=None)
+    assert result.is_error and "no answer within 3 s" in text(result)
+    assert len(asked) == 1 and config.read_bytes() == before
+    assert [e["decided_by"] for e in audited(supervisor, "unanswered")] == ["timeout"]
+
+
+async def test_a_client_that_cannot_be_asked_is_refused_with_the_rule_to_add(
+    supervisor: Supervisor, config: Path
+) -> None:
+    before = config.read_bytes()
+    result, _ = await register(supervisor, "no_elicitation", edge(), elicit=False)
+    assert result.is_error
+    assert 'server = "ipybox"' in text(result) and 'tool = "register_mcp_server"' in text(result)
+    assert config.read_bytes() == before
+
+
+async def test_a_deny_rule_refuses_a_registration_without_asking(
+    supervisor: Supervisor, config: Path
+) -> None:
+    before = add_to(
+        config,
+        '\n[[approval.rules]]\nid = "no-new-servers"\nserver = "ipybox"\ntool = "register_mcp_server"\n'
+        'decision = "deny"\n',
+    )
+    result, asked = await register(supervisor, "denied", edge())
+    assert result.is_error and "no-new-servers" in text(result)
+    assert asked == [] and config.read_bytes() == before
+    assert audited(supervisor, "denied")[0]["rule_id"] == "no-new-servers"
+
+
+async def test_an_allow_rule_lets_a_registration_through_without_asking(
+    supervisor: Supervisor, config: Path
+) -> None:
+    add_to(config, ALLOW_REGISTRATION)
+    result, asked = await register(supervisor, "allowed", edge())
+    assert not result.is_error, text(result)
+    assert asked == [] and "[servers.allowed]" in config.read_text()
+    assert audited(supervisor, "allowed")[0] == {
+        "decision": "allow",
+        "decided_by": "rule",
+        "rule_id": "registrations",
+        "reason": "rule 'registrations' applies",
+    }
+
+
+async def test_an_allow_default_does_not_allow_a_registration(supervisor: Supervisor, config: Path) -> None:
+    replace(config, config.read_bytes().replace(b'default = "ask"', b'default = "allow"', 1))
+    result, asked = await register(supervisor, "default_allow", edge(), answer=False)
+    assert result.is_error and len(asked) == 1
+
+
+async def test_a_catch_all_allow_rule_does_not_allow_a_registration(
+    supervisor: Supervisor, config: Path
+) -> None:
+    add_to(config, '\n[[approval.rules]]\nid = "everything"\ndecision = "allow"\n')
+    result, asked = await register(supervisor, "catch_all", edge(), answer=False)
+    assert result.is_error and len(asked) == 1

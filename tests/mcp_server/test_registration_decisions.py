@@ -1,0 +1,156 @@
+"""`ipybox.mcp_server.registration` without a running workspace: what a registration parses to and writes,
+and how the approval rules decide it."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ipybox.mcp_server.registration import (
+    Registration,
+    add_server,
+    decide_registration,
+    load_workspace_config,
+    parse_registration,
+)
+from ipybox.rules import ApprovalPolicy
+from ipybox.workspace import load_config
+
+FILE = """\
+# my workspace
+[sandbox]
+enabled = {sandboxed}  # kernels
+
+[servers.kept]
+command = "kept"  # a comment that stays
+"""
+
+
+def workspace(tmp_path: Path, *, sandboxed: bool) -> Path:
+    (tmp_path / "ipybox.toml").write_text(FILE.format(sandboxed=str(sandboxed).lower()))
+    return tmp_path
+
+
+def parse(directory: Path, name: str, params: dict[str, Any]) -> Registration:
+    return parse_registration(directory, load_workspace_config(directory), name, params)
+
+
+def register(directory: Path, name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Parse and write; the server's table as `ipybox.toml` then loads it."""
+    add_server(directory, parse(directory, name, params))
+    return load_config(directory).servers[name].model_dump(exclude_unset=True)
+
+
+def test_sandbox_true_given_in_an_unsandboxed_workspace_is_written(tmp_path: Path) -> None:
+    directory = workspace(tmp_path, sandboxed=False)
+    register(directory, "fs", {"command": sys.executable, "sandbox": True})
+    config = load_config(directory)
+    assert config.servers["fs"].sandbox_policy() is not None
+    assert "sandbox = true" in (directory / "ipybox.toml").read_text()
+
+
+def test_a_stdio_server_in_an_unsandboxed_workspace_stays_unsandboxed_unless_asked(tmp_path: Path) -> None:
+    directory = workspace(tmp_path, sandboxed=False)
+    register(directory, "plain", {"command": "plain", "sandbox": False})
+    register(directory, "bare", {"command": "bare"})
+    config = load_config(directory)
+    assert config.servers["plain"].sandbox_policy() is None and config.servers["bare"].sandbox is None
+
+
+def test_the_file_keeps_its_comments_and_other_servers(tmp_path: Path) -> None:
+    directory = workspace(tmp_path, sandboxed=True)
+    (directory / ".env").write_text("TOKEN_X=secret-value\n")
+    register(directory, "new", {"command": "x", "args": ["-v"], "env": {"TOKEN": "${TOKEN_X}"}})
+    text = (directory / "ipybox.toml").read_text()
+    assert text.startswith(FILE.format(sandboxed="true"))
+    assert 'TOKEN = "${TOKEN_X}"' in text and "sandbox = true" in text and "secret-value" not in text
+
+
+def test_nulls_count_as_not_given(tmp_path: Path) -> None:
+    directory = workspace(tmp_path, sandboxed=True)
+    registration = parse(directory, "n", {"command": "x", "env": None, "cwd": None, "sandbox": None})
+    assert registration.table == {"command": "x", "sandbox": True} and registration.sandboxed_by_default
+
+
+def test_a_url_server_is_written_with_its_transport(tmp_path: Path) -> None:
+    directory = workspace(tmp_path, sandboxed=True)
+    server = register(directory, "remote", {"url": "https://example.com/sse", "type": "sse"})
+    assert server == {"url": "https://example.com/sse", "type": "sse"}
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"command": "x", "headers": {}}, "'headers' is for url servers"),
+        ({"url": "https://example.com/mcp", "args": []}, "'args' is for stdio servers"),
+        ({"args": ["x"]}, "a stdio server takes command, args, env, cwd, sandbox"),
+        ({"command": "x", "enabled": False}, "key 'enabled' is not accepted"),
+        ({"command": "x", "env": {"A": 1}}, "server_params.env.A: Input should be a valid string"),
+        ({"command": "x", "env": {"A": "${NOT_SET_ANYWHERE_XYZ}"}}, "NOT_SET_ANYWHERE_XYZ is not set"),
+        ({"command": "x", "sandbox": {"network": {"allowAllUnixSockets": True}}}, "server_params.sandbox"),
+    ],
+)
+def test_bad_parameters_are_one_clear_error(tmp_path: Path, params: dict[str, Any], message: str) -> None:
+    directory = workspace(tmp_path, sandboxed=True)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse(directory, "bad", params)
+
+
+def test_the_name_ipybox_is_reserved_for_the_rules(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="reserved"):
+        parse(workspace(tmp_path, sandboxed=True), "ipybox", {"command": "x"})
+
+
+def test_a_file_that_does_not_load_refuses_registrations(tmp_path: Path) -> None:
+    (tmp_path / "ipybox.toml").write_text("[sandbox]\nenabeld = true\n")
+    with pytest.raises(ValueError, match="does not load"):
+        load_workspace_config(tmp_path)
+
+
+def policy(*rules: dict[str, Any], default: str = "ask") -> ApprovalPolicy:
+    return ApprovalPolicy.model_validate({"default": default, "rules": list(rules)})
+
+
+def call(tmp_path: Path, name: str = "fs") -> Any:
+    directory = workspace(tmp_path, sandboxed=True)
+    return parse(directory, name, {"command": "x"}).call()
+
+
+def test_no_rule_means_ask_whatever_the_default(tmp_path: Path) -> None:
+    for default in ("allow", "deny", "ask"):
+        verdict = decide_registration(policy(default=default), call(tmp_path))
+        assert verdict.decision == "ask" and verdict.rule_id is None
+
+
+def test_an_allow_rule_must_name_the_ipybox_server(tmp_path: Path) -> None:
+    catch_all = {"id": "all", "decision": "allow"}
+    glob = {"id": "glob", "server": "ipy*", "decision": "allow"}
+    named = {"server": ["other", "ipybox"], "tool": "register_*", "decision": "allow"}
+    assert decide_registration(policy(catch_all, glob), call(tmp_path)).decision == "ask"
+    verdict = decide_registration(policy(catch_all, named), call(tmp_path))
+    assert verdict.decision == "allow" and verdict.rule_id == "rules[1]"
+
+
+def test_deny_rules_apply_through_globs_and_beat_allow_rules(tmp_path: Path) -> None:
+    allow = {"id": "allow", "server": "ipybox", "decision": "allow"}
+    deny = {"id": "deny", "tool": "register_*", "decision": "deny"}
+    verdict = decide_registration(policy(allow, deny), call(tmp_path))
+    assert verdict.decision == "deny" and verdict.rule_id == "deny"
+    higher = {**allow, "priority": 1}
+    assert decide_registration(policy(higher, deny), call(tmp_path)).decision == "allow"
+
+
+def test_rules_see_the_written_parameters_and_whether_a_server_is_replaced(tmp_path: Path) -> None:
+    sandboxed_only = {
+        "server": "ipybox",
+        "args": {"server_params.sandbox": True},
+        "decision": "allow",
+    }
+    keep_existing = {"server": "ipybox", "annotations": {"destructiveHint": True}, "decision": "deny"}
+    rules = policy(sandboxed_only, keep_existing)
+    assert decide_registration(rules, call(tmp_path, "fresh")).decision == "allow"
+    assert decide_registration(rules, call(tmp_path, "kept")).decision == "deny"
