@@ -213,6 +213,8 @@ class CodeExecutor:
                 max_output_chars=self.max_output_chars,
                 kernel_env=kernel_env,
                 spare_kernel=self.spare_kernel,
+                # A kernel that dies while starting is reported with the end of the gateway's log.
+                gateway_log=self._gateway.log_path if self._gateway is not None else None,
             )
             await self._client.connect()
         except BaseException:
@@ -243,11 +245,14 @@ class CodeExecutor:
         if policy.network.allowed_domains:
             self._proxy = DomainProxy(policy.network.allowed_domains, policy.network.denied_domains)
             proxy_socket = await self._proxy.start()
-        socket = self.tool_server.unix_socket
+        # The sandbox shows the working dir's top level as it was when a kernel started: a package
+        # directory made later would stay out of sight until a reset, so it is made now.
+        if self.mcptools_dir.parent.resolve() == self.working_dir.resolve():
+            self.mcptools_dir.mkdir(exist_ok=True)
         return sandboxed_kernel_spec(
             policy,
             self.working_dir,
-            tool_server_dir=socket.parent if socket is not None else None,
+            tool_socket=Path(self.tool_server.calls_address.removeprefix("unix:")),
             proxy_socket=proxy_socket,
         )
 
@@ -266,6 +271,11 @@ class CodeExecutor:
             dotenv_path=self.working_dir / ".env",
             # Sources generated after the executor started are found in the registry on first use.
             lookup=lambda name: registry.servers(self.mcptools_dir).get(name),
+            # Annotations recorded at generation decide a server's calls before it first starts here
+            # (only for the parameters they were listed with).
+            annotations_lookup=lambda name, params: registry.recorded_annotations(
+                self.mcptools_dir, name, params
+            ),
         )
         server.approval.handler = self._on_approval
         server.approval_wait = self._pause_timer

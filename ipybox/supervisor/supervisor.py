@@ -29,6 +29,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.websockets import WebSocket
 
 from ipybox.asgi_server import BearerAuth, EmbeddedServer
+from ipybox.code_exec.connection import GatewayError, GatewayUnreachableError, log_tail
 from ipybox.code_exec.kernelspec import KernelSpec
 from ipybox.code_exec.mcptools_refresh import MCPTOOLS_DIR_ENV
 from ipybox.code_exec.server import KernelGateway
@@ -37,9 +38,9 @@ from ipybox.rules import ApprovalPolicy, AuditLog
 from ipybox.sandbox import DomainProxy, SandboxPolicy, sandboxed_kernel_spec
 from ipybox.supervisor.approvals import WorkspaceApprover
 from ipybox.supervisor.control import control_app
-from ipybox.supervisor.pool import KernelPool
-from ipybox.supervisor.state import StatePaths, SupervisorLock, SupervisorState, write_state
-from ipybox.tool_exec.client import TOKEN_ENV
+from ipybox.supervisor.pool import KernelPool, PoolStoppedError
+from ipybox.supervisor.state import StateLogHandler, StatePaths, SupervisorLock, SupervisorState, write_state
+from ipybox.tool_exec.client import SERVER_ENV, TOKEN_ENV
 from ipybox.tool_exec.server import ToolServer
 from ipybox.workspace import CONFIG_FILE, WorkspaceConfig, load_config
 from ipybox.workspace.reconcile import Reconciler
@@ -51,6 +52,8 @@ logger = logging.getLogger("ipybox.supervisor")
 
 WORKSPACE_ENV = "IPYBOX_WORKSPACE"
 MCP_SESSION_IDLE = 1800.0  # seconds, as the MCP SDK's own session idle timeout
+# Claims a lease makes across gateway restarts before it gives up (each waits for one restart).
+_LEASE_ATTEMPTS = 3
 
 
 class Supervisor:
@@ -104,6 +107,7 @@ class Supervisor:
         self._log_handler: logging.Handler | None = None
         self._kernels_lock = asyncio.Lock()
         self.kernel_generation = 0  # kernels recycled or restarted this many times
+        self._gateway_failure: str | None = None  # why the gateway is down, while it is
 
     @property
     def run_dir(self) -> Path:
@@ -232,14 +236,30 @@ class Supervisor:
 
     async def lease_kernel(self, lease: str) -> str:
         kernels = self._leases[lease]
-        async with self._kernels_lock:  # not while kernels are being recycled
-            assert self.pool is not None
-            kernel_id = await self.pool.claim()
+        pool, kernel_id = await self._claim_kernel()
         kernels.add(kernel_id)
-        caller = self.pool.callers.get(kernel_id)
+        caller = pool.callers.get(kernel_id)
         if caller is not None:
             self._lease_of_caller[caller] = lease
         return kernel_id
+
+    async def _claim_kernel(self) -> tuple[KernelPool, str]:
+        for attempt in range(_LEASE_ATTEMPTS):
+            async with self._kernels_lock:  # not while kernels are being recycled or restarted
+                pool, gateway = self.pool, self.gateway
+                if pool is None or gateway is None:
+                    raise GatewayError(
+                        f"the kernel gateway is not running: {self._gateway_failure or 'stopped'}"
+                    )
+                try:
+                    return pool, await pool.claim()
+                except (GatewayUnreachableError, PoolStoppedError) as e:
+                    failure: Exception = e
+            # Its gateway exited under the claim (or the pool was recycled): once `_watch_gateway` has
+            # restarted it, claim again from the new pool. Any other failure is the caller's to see.
+            if attempt == _LEASE_ATTEMPTS - 1 or not await self._gateway_replaced(gateway):
+                raise failure
+        raise AssertionError("unreachable")
 
     async def release_lease(self, lease: str) -> None:
         kernels = self._leases.pop(lease)
@@ -296,6 +316,9 @@ class Supervisor:
         config = self.config
         spec: KernelSpec | None = None
         if config.sandbox.enabled:
+            # A sandbox shows the workspace's top level as it was when its kernel started: the package
+            # directory is made before any kernel, so packages generated later are importable.
+            config.resolve(config.workspace.mcptools_dir).mkdir(parents=True, exist_ok=True)
             policy = self._kernel_policy()
             if policy.network.allowed_domains:
                 self.proxy = DomainProxy(policy.network.allowed_domains, policy.network.denied_domains)
@@ -304,7 +327,7 @@ class Supervisor:
             spec = sandboxed_kernel_spec(
                 policy,
                 self.workspace,
-                tool_server_dir=self.tool_server.unix_socket.parent,
+                tool_socket=Path(self.tool_server.calls_address.removeprefix("unix:")),
                 proxy_socket=self.proxy.unix_socket if self.proxy is not None else None,
             )
         assert self.tool_server is not None
@@ -313,7 +336,9 @@ class Supervisor:
         base_env[MCPTOOLS_DIR_ENV] = str(config.resolve(config.workspace.mcptools_dir))
         self.gateway = KernelGateway(
             unix_socket=self.run_dir / "gateway.sock",
-            env={**base_env, **self.tool_server.kernel_env},
+            # No call token for all: each pool kernel gets one of its own (`_pool_kernel_env`), so a token
+            # only ever stands for one kernel's calls.
+            env={**base_env, SERVER_ENV: self.tool_server.calls_address},
             working_dir=self.workspace,
             kernel_spec=spec,
             request_env=[TOKEN_ENV],
@@ -321,7 +346,12 @@ class Supervisor:
             token=self._gateway_token,
         )
         await self.gateway.start()
-        self.pool = KernelPool(self.gateway.endpoint, config.kernel.warm_pool, self._pool_kernel_env)
+        self.pool = KernelPool(
+            self.gateway.endpoint,
+            config.kernel.warm_pool,
+            self._pool_kernel_env,
+            gateway_log=self.gateway.log_path,
+        )
         await self.pool.start()
 
     async def _stop_kernels(self, *, end_leases: bool = False) -> None:
@@ -369,27 +399,47 @@ class Supervisor:
         if token is not None and self.tool_server is not None:
             self.tool_server.remove_caller(token)
 
+    async def _gateway_replaced(self, gateway: KernelGateway) -> bool:
+        """Whether `gateway` exited (or was replaced) and is being restarted; waits up to a second for a
+        gateway that just refused connections to be seen exiting, and for `_watch_gateway` to take over."""
+        if gateway.running and gateway is self.gateway:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_gateway_exit(gateway), 1.0)
+            if gateway.running:
+                return False
+        # `_watch_gateway` (running from the end of `start()` on) notices the exit within its poll interval
+        # and takes the kernels lock, which the next claim then waits for until the new gateway is up.
+        for _ in range(50):
+            if self.gateway is not gateway or self._kernels_lock.locked() or self._stopping:
+                break
+            await asyncio.sleep(0.02)
+        return not self._stopping
+
     async def _watch_gateway(self) -> None:
         while not self._stopping:
             gateway = self.gateway
             if gateway is None:
                 await asyncio.sleep(0.5)
                 continue
-            code = await gateway.join()
+            code = await _gateway_exit(gateway)
             if self._stopping or gateway is not self.gateway:
                 continue
-            logger.error("the kernel gateway exited (code %s): restarting it and the warm pool", code)
+            why = f"the kernel gateway exited (code {code})"
+            logger.error("%s: restarting it and the warm pool%s", why, log_tail(gateway.log_path))
+            self._gateway_failure = why
             started = time.monotonic()
             async with self._kernels_lock:
                 await self._stop_kernels()
                 try:
                     await self._start_kernels()
                 except Exception as e:
+                    self._gateway_failure = f"{why}, and restarting it failed: {e}"
                     logger.error("could not restart the kernel gateway: %s; retrying in 2 s", e)
                     await asyncio.sleep(2)
                     continue
                 self._write_state()
                 self.kernel_generation += 1
+            self._gateway_failure = None
             self.restarts["gateway"] += 1
             logger.info("kernel gateway restarted in %.1f s", time.monotonic() - started)
 
@@ -427,7 +477,7 @@ class Supervisor:
         from ipybox.mcp_server import create_server
 
         endpoints = self.config.endpoints
-        self._mcp = create_server(self.workspace, output_dir=self.paths.dir / "outputs")
+        self._mcp = create_server(self.workspace, output_dir=self.paths.outputs)
         local = [endpoints.host, "127.0.0.1", "localhost", "[::1]"]
         # Browsers may only reach it from a page on the same machine; other hosts are refused.
         security = TransportSecuritySettings(
@@ -457,8 +507,7 @@ class Supervisor:
         write_state(self.paths, state)
 
     def _start_logging(self) -> None:
-        self.paths.log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        handler = logging.FileHandler(self.paths.log)
+        handler = StateLogHandler(self.paths)  # never through a symlink a kernel planted
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root = logging.getLogger("ipybox")
         root.addHandler(handler)
@@ -473,6 +522,22 @@ class Supervisor:
 
 
 KERNEL_ENV_PREFIX = "KERNEL_ENV_"
+
+
+async def _gateway_exit(gateway: KernelGateway) -> int | None:
+    """Wait for the gateway process to exit and return its exit code.
+
+    Sooner than `gateway.join()`, which returns once the gateway's stdout is closed, and its kernels keep
+    it open until they notice that the gateway is gone (a second or more later).
+    """
+    join = asyncio.ensure_future(gateway.join())
+    try:
+        while gateway.running and not join.done():
+            await asyncio.wait([join], timeout=0.2)
+    finally:
+        join.cancel()
+    process = gateway._process
+    return process.returncode if process is not None else None
 
 
 def _prefixed_kernel_env(dotenv: Path) -> dict[str, str]:
