@@ -16,9 +16,13 @@ Example:
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+# Not `from typing import ...`: processes that need a small part of the package (the kernel launcher runs
+# for every kernel start) would pay for importing typing.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ipybox.code_exec.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
     from ipybox.facade import CodeExecutor
     from ipybox.mcp_apigen import generate_mcp_sources

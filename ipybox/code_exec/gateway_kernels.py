@@ -7,11 +7,18 @@ given the same names before either had bound them, and a dead kernel's clean-up 
 kernel was using by then. A directory per kernel (0700, random name, removed at shutdown) makes names
 private to one kernel, and lets a sandbox bind exactly that kernel's sockets and nothing of the others'.
 
+It also starts sandboxed kernels without a process in between: a kernelspec of
+[sandboxed_kernel_spec][ipybox.sandbox.bwrap.sandboxed_kernel_spec] runs the
+[launch][ipybox.sandbox.launch] module, which builds the sandbox for that kernel and execs bubblewrap;
+here the same command line is built in the gateway's own process, which saves a Python start (about
+40 ms) per kernel.
+
 Imported only inside the gateway process (the gateway's config names this class).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -19,6 +26,8 @@ from typing import Any
 
 from kernel_gateway.services.kernels.manager import KernelGatewayIOLoopKernelManager
 from traitlets import Unicode
+
+from ipybox.sandbox.launch import LAUNCH_MODULE, command_line
 
 
 class PrivateIpcKernelManager(KernelGatewayIOLoopKernelManager):  # type: ignore[misc]
@@ -40,3 +49,12 @@ class PrivateIpcKernelManager(KernelGatewayIOLoopKernelManager):  # type: ignore
         if not restart and self._ipc_dir is not None:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
             self._ipc_dir = None
+
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+        cmd: list[str] = super().format_kernel_cmd(extra_arguments)
+        # [python, -m, ipybox.sandbox.launch, PLAN, CONNECTION_FILE, --, kernel argv...]
+        if cmd[1:3] == ["-m", LAUNCH_MODULE] and len(cmd) > 5 and cmd[5] == "--":
+            with open(cmd[3]) as f:
+                plan = json.load(f)
+            return command_line(plan, cmd[4], cmd[6:])
+        return cmd

@@ -11,9 +11,13 @@ does not support `network.allowedDomains`).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+# Not `from typing import ...`: processes that need a small part of the package (the kernel launcher runs
+# for every kernel start) would pay for importing typing.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ipybox.sandbox.errors import SandboxUnavailableError
     from ipybox.sandbox.platforms import check_sandbox, sandboxed_command, sandboxed_kernel_spec
     from ipybox.sandbox.policy import SandboxPolicy

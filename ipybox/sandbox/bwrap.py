@@ -14,19 +14,17 @@ proxy the sandbox's `HTTP(S)_PROXY`: the only way out, and only to those domains
 from __future__ import annotations
 
 import functools
-import json
 import platform
 import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 from ipybox.code_exec.kernelspec import KernelSpec, default_kernel_argv
 from ipybox.code_exec.sandbox_hint import SANDBOX_WORKSPACE_ENV
 from ipybox.sandbox.errors import SandboxUnavailableError
-from ipybox.sandbox.launch import PLAN_FILE, LaunchPlan
+from ipybox.sandbox.launch import LAUNCH_MODULE, PLAN_FILE, make_plan
 from ipybox.sandbox.policy import SandboxPolicy
 from ipybox.sandbox.view import View, mount_args
 
@@ -240,17 +238,12 @@ def sandboxed_kernel_spec(
         readable.append(proxy_socket.parent)
         prefix = [sys.executable, "-m", "ipybox.sandbox.netbridge", str(proxy_socket), "--"]
     workspace = workspace.resolve()
-    plan = LaunchPlan(
-        bwrap=bwrap,
-        namespaces=list(NAMESPACE_ARGS),
-        view=bwrap_view(policy, workspace, readable=readable, home=home).to_json(),
-        environment=environment_args(workspace),
-        prefix=prefix,
-    )
+    view = bwrap_view(policy, workspace, readable=readable, home=home)
+    plan = make_plan(bwrap, list(NAMESPACE_ARGS), view, environment_args(workspace), prefix)
     argv = [
         sys.executable,
         "-m",
-        "ipybox.sandbox.launch",
+        LAUNCH_MODULE,
         f"{{resource_dir}}/{PLAN_FILE}",
         "{connection_file}",
     ]
@@ -260,7 +253,7 @@ def sandboxed_kernel_spec(
         argv=argv,
         interrupt_mode="message",
         display_name="Python 3 (ipybox, sandboxed)",
-        resources={PLAN_FILE: json.dumps(asdict(plan))},
+        resources={PLAN_FILE: plan},
     )
 
 

@@ -10,7 +10,8 @@ replaces itself with bubblewrap. Two things are only known here, per kernel:
 
 The plan (written by [sandboxed_kernel_spec][ipybox.sandbox.bwrap.sandboxed_kernel_spec] next to the
 kernelspec, in the gateway's private runtime directory) is host-only: no kernel can read or write it.
-Stdlib only, to keep kernel starts fast.
+Stdlib only, to keep kernel starts fast. ipybox's own gateway builds the same command line in its
+process instead of running this one ([gateway_kernels][ipybox.code_exec.gateway_kernels]).
 """
 
 from __future__ import annotations
@@ -18,34 +19,45 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass, field
 
 from ipybox.sandbox.view import View, mount_args
 
+TYPE_CHECKING = False  # not `typing`: see view
+if TYPE_CHECKING:
+    from typing import Any
+
 PLAN_FILE = "sandbox.json"
+LAUNCH_MODULE = "ipybox.sandbox.launch"
 
 
-@dataclass
-class LaunchPlan:
-    """The parts of a kernel's bubblewrap command line that are fixed when the gateway starts."""
-
-    bwrap: str
-    namespaces: list[str]
-    view: dict[str, object]
-    environment: list[str]
-    prefix: list[str] = field(default_factory=list)
+def make_plan(
+    bwrap: str, namespaces: list[str], view: View, environment: list[str], prefix: list[str]
+) -> str:
+    """The plan file's content: the parts of a kernel's bubblewrap command line fixed when the gateway
+    starts (the executable, namespace options, the view's rules, environment, a command prefix)."""
+    plan = {"bwrap": bwrap, "namespaces": namespaces, "view": view.to_json()}
+    return json.dumps({**plan, "environment": environment, "prefix": prefix})
 
 
-def command_line(plan: LaunchPlan, connection_file: str, command: list[str]) -> list[str]:
+def command_line(plan: dict[str, Any], connection_file: str, command: list[str]) -> list[str]:
     """The bubblewrap command line that starts `command` as the kernel of `connection_file`."""
-    view = View.from_json(dict(plan.view))
+    view = View.from_json(plan["view"])
     with open(connection_file) as f:
         connection = json.load(f)
     view.readable.append(connection_file)
     if connection.get("transport") == "ipc":
         # Its own socket directory (the gateway gives every kernel one), where the kernel binds its sockets.
         view.writable.append(os.path.dirname(connection["ip"]))
-    return [plan.bwrap, *plan.namespaces, *mount_args(view), *plan.environment, "--", *plan.prefix, *command]
+    bwrap = str(plan["bwrap"])
+    return [
+        bwrap,
+        *plan["namespaces"],
+        *mount_args(view),
+        *plan["environment"],
+        "--",
+        *plan["prefix"],
+        *command,
+    ]
 
 
 def main(argv: list[str]) -> None:
@@ -53,7 +65,7 @@ def main(argv: list[str]) -> None:
         sys.exit("usage: python -m ipybox.sandbox.launch PLAN CONNECTION_FILE -- COMMAND...")
     plan_path, connection_file, command = argv[0], argv[1], argv[3:]
     with open(plan_path) as f:
-        plan = LaunchPlan(**json.load(f))
+        plan = json.load(f)
     args = command_line(plan, connection_file, command)
     os.execv(args[0], args)
 

@@ -29,9 +29,12 @@ import glob
 import os
 import posixpath
 import stat
-from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any
+
+# Not `typing`/`dataclasses`: importing them (and `inspect`) would cost a third of the launcher's start.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _GLOB_CHARS = frozenset("*?[")
 # Mounted by bubblewrap itself: `--proc`, `--dev` and a private `/tmp`.
@@ -39,7 +42,6 @@ _SPECIAL = {"/proc": ["--proc", "/proc"], "/dev": ["--dev", "/dev"], "/tmp": ["-
 _PRIVATE_TMP = "/tmp"
 
 
-@dataclass
 class PathRule:
     """Names under `base` (a literal absolute directory): `pattern` is relative, literal or a glob.
 
@@ -47,11 +49,20 @@ class PathRule:
     expanded when the sandbox starts.
     """
 
-    base: str
-    pattern: str
+    def __init__(self, base: str, pattern: str) -> None:
+        self.base = base
+        self.pattern = pattern
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PathRule) and (self.base, self.pattern) == (other.base, other.pattern)
+
+    def __hash__(self) -> int:
+        return hash((self.base, self.pattern))
+
+    def __repr__(self) -> str:
+        return f"PathRule({self.base!r}, {self.pattern!r})"
 
 
-@dataclass
 class View:
     """What a sandbox sees, as data (JSON for the kernel launcher).
 
@@ -64,15 +75,31 @@ class View:
         protected: Read-only inside writable trees, and impossible to create there.
     """
 
-    workspace: str
-    writable: list[str] = field(default_factory=list)
-    readable: list[str] = field(default_factory=list)
-    sockets: list[str] = field(default_factory=list)
-    hidden: list[PathRule] = field(default_factory=list)
-    protected: list[PathRule] = field(default_factory=list)
+    def __init__(
+        self,
+        workspace: str,
+        writable: list[str] | None = None,
+        readable: list[str] | None = None,
+        sockets: list[str] | None = None,
+        hidden: list[PathRule] | None = None,
+        protected: list[PathRule] | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.writable = list(writable or [])
+        self.readable = list(readable or [])
+        self.sockets = list(sockets or [])
+        self.hidden = list(hidden or [])
+        self.protected = list(protected or [])
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        rules = {key: [vars(rule) for rule in getattr(self, key)] for key in ("hidden", "protected")}
+        return {
+            "workspace": self.workspace,
+            "writable": self.writable,
+            "readable": self.readable,
+            "sockets": self.sockets,
+            **rules,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> View:

@@ -311,6 +311,8 @@ class Supervisor:
                 server.servers.register(name, self.config.server_params(name))
         await server.start()
         self.tool_server = server
+        if self.reconciler is not None:  # it registers and generates on the servers of the running one
+            self.reconciler.servers = server.servers
 
     async def _start_kernels(self) -> None:
         config = self.config

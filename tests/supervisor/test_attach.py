@@ -122,6 +122,10 @@ async def test_a_stopped_tool_server_is_restarted(supervisor: Supervisor) -> Non
             break
         await asyncio.sleep(0.05)
     assert supervisor.restarts["tool_server"] == 1
+    # Servers added by later edits go to the running tool server, not the one that stopped.
+    assert (
+        supervisor.reconciler is not None and supervisor.reconciler.servers is supervisor.tool_server.servers
+    )
     async with CodeExecutor(workspace=supervisor.workspace) as executor:
         code = "from mcptools.edge import echo\nprint(echo.run(echo.Params(text='after restart')))"
         assert (await executor.execute(code)).text == "after restart"
