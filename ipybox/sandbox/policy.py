@@ -1,8 +1,9 @@
 """`SandboxPolicy`: what a sandboxed kernel may read, write and reach.
 
 The default: read the whole filesystem except `.env` files (in the workspace and its parent directories)
-and the usual credential stores in the home directory; write only the workspace (minus the files that
-control the host: git hooks and config, ipybox's own configuration) and a private `/tmp`; no network.
+and the usual credential stores in the home directory; write only inside the workspace (whose top level
+stays fixed, and whose protected names, `DEFAULT_DENY_WRITE`, stay read-only: the host acts on them
+later) and a private `/tmp`; no network. How that holds on Linux: [view][ipybox.sandbox.view].
 
 A policy file in the format of Anthropic's sandbox-runtime (as used by ipybox 0.9) is accepted:
 
