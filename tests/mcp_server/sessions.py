@@ -71,3 +71,14 @@ async def check_cancellation_frees_the_kernel(session: ClientSession) -> None:
     result = await session.call_tool("execute_ipython_cell", {"code": "print('free again')"})
     assert text(result) == "free again"
     assert asyncio.get_running_loop().time() - started < 10  # not waiting for the 300 s timeout
+
+
+# A rule that lets clients register servers without being asked (clients that cannot answer an
+# elicitation need it).
+ALLOW_REGISTRATION = """
+[[approval.rules]]
+id = "registrations"
+server = "ipybox"
+tool = "register_mcp_server"
+decision = "allow"
+"""

@@ -18,6 +18,7 @@ import pytest
 
 from ipybox.supervisor import Supervisor, read_state
 from tests.cli.test_main import IPYBOX
+from tests.mcp_server.sessions import ALLOW_REGISTRATION
 from tests.servers.params import CACHE, EDGE_SERVER
 from tests.supervisor.workspaces import RULES
 
@@ -57,16 +58,6 @@ def sdk_modules() -> Path:
         "npm package @modelcontextprotocol/sdk",
     )
     return NODE_MODULES
-
-
-# These clients cannot answer an elicitation, so registering a server needs a rule that allows it.
-ALLOW_REGISTRATION = """
-[[approval.rules]]
-id = "registrations"
-server = "ipybox"
-tool = "register_mcp_server"
-decision = "allow"
-"""
 
 
 def write_workspace(directory: Path) -> Path:

@@ -26,17 +26,9 @@ from mcp.client.streamable_http import streamable_http_client
 from ipybox.rules import AuditLog
 from ipybox.supervisor import Supervisor, read_state
 from ipybox.supervisor.state import StatePaths
-from tests.mcp_server.sessions import owned_session, text
+from tests.mcp_server.sessions import ALLOW_REGISTRATION, owned_session, text
 from tests.servers.params import EDGE_SERVER
 from tests.supervisor.workspaces import make_workspace
-
-ALLOW_REGISTRATION = """
-[[approval.rules]]
-id = "registrations"
-server = "ipybox"
-tool = "register_mcp_server"
-decision = "allow"
-"""
 
 
 @pytest.fixture(scope="module")
