@@ -87,6 +87,13 @@ async def test_pool_kernel_death_then_reset(attached: CodeExecutor, workspace_up
             idle = await pool_ready(workspace_up)
             gateway = gateway_pid(workspace_up)
             if i % 2 == 0:
+                # The kernel killed while starting last round may be between the gateway's restart of it
+                # and its new process: wait for a process to kill.
+                for _ in range(500):
+                    if idle in kernel_processes(gateway):
+                        break
+                    await asyncio.sleep(0.01)
+                    idle = await pool_ready(workspace_up)
                 kill_kernel(gateway, idle)
                 while workspace_up.pool is not None and idle in workspace_up.pool.idle_kernels:
                     await asyncio.sleep(0.01)  # until the pool saw it die (and started another)
