@@ -23,20 +23,20 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from ipybox.code_exec.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
-    from ipybox.facade import CodeExecutor
+    from ipybox.approval.request import ApprovalRequest
+    from ipybox.executor.code_executor import CodeExecutor
+    from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
     from ipybox.mcp_apigen import generate_mcp_sources
-    from ipybox.tool_exec.approval.request import ApprovalRequest
 
 __version__ = "0.10.0.dev0"
 
 _EXPORTS: dict[str, str] = {
-    "CodeExecutor": "ipybox.facade",
-    "CodeExecutionResult": "ipybox.code_exec.result",
-    "CodeExecutionChunk": "ipybox.code_exec.result",
-    "CodeExecutionError": "ipybox.code_exec.result",
+    "CodeExecutor": "ipybox.executor.code_executor",
+    "CodeExecutionResult": "ipybox.kernels.result",
+    "CodeExecutionChunk": "ipybox.kernels.result",
+    "CodeExecutionError": "ipybox.kernels.result",
     "generate_mcp_sources": "ipybox.mcp_apigen",
-    "ApprovalRequest": "ipybox.tool_exec.approval.request",
+    "ApprovalRequest": "ipybox.approval.request",
 }
 
 __all__ = [

@@ -14,7 +14,7 @@ EXIT_TIMEOUT = 124
 
 
 async def _decide(request: object, approve: str) -> bool:
-    from ipybox.tool_exec.approval.request import ApprovalRequest
+    from ipybox.approval.request import ApprovalRequest
     from ipybox.utils import arun
 
     assert isinstance(request, ApprovalRequest)
@@ -31,10 +31,10 @@ async def _decide(request: object, approve: str) -> bool:
 async def _exec(
     code: str, workspace: Path, timeout: float, approve: str, sandbox: bool, sandbox_config: Path | None
 ) -> int:
-    from ipybox.code_exec.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
-    from ipybox.facade import CodeExecutor
+    from ipybox.approval.request import ApprovalRequest
+    from ipybox.executor.code_executor import CodeExecutor
+    from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
     from ipybox.sandbox import SandboxUnavailableError
-    from ipybox.tool_exec.approval.request import ApprovalRequest
 
     executor = CodeExecutor(
         working_dir=workspace, spare_kernel=False, sandbox=sandbox, sandbox_config=sandbox_config
@@ -91,10 +91,10 @@ def _doctor(as_json: bool) -> int:
 
 
 def _mcp(parser: argparse.ArgumentParser, workspace: Path, sandbox: bool, sandbox_config: Path | None) -> int:
-    from ipybox.mcp_server import serve_stdio
+    from ipybox.config import ConfigError
     from ipybox.sandbox import SandboxUnavailableError
     from ipybox.supervisor import AlreadyRunningError
-    from ipybox.workspace import ConfigError
+    from ipybox.supervisor.mcp_stdio import serve_stdio
 
     if not workspace.is_dir():
         parser.error(f"--workspace {workspace}: no such directory")

@@ -21,7 +21,7 @@ def _fail(message: str) -> int:
 
 def validate(workspace: Path) -> int:
     """Check `ipybox.toml`; errors as `file:line:column: reason`, one per line."""
-    from ipybox.workspace import CONFIG_FILE, ConfigError, load_config
+    from ipybox.config import CONFIG_FILE, ConfigError, load_config
 
     try:
         config = load_config(workspace / CONFIG_FILE)
@@ -39,7 +39,7 @@ def validate(workspace: Path) -> int:
 def up(workspace: Path, detach: bool) -> int:
     """Run the workspace in the foreground (until Ctrl-C / SIGTERM / `ipybox down`), or start it in the
     background and return once it is up."""
-    from ipybox.supervisor.state import NotRunningError, read_state
+    from ipybox.running.state import NotRunningError, read_state
 
     if (problem := validate_quietly(workspace)) is not None:
         print(problem, file=sys.stderr)
@@ -58,7 +58,7 @@ def up(workspace: Path, detach: bool) -> int:
 
 
 def validate_quietly(workspace: Path) -> str | None:
-    from ipybox.workspace import CONFIG_FILE, ConfigError, load_config
+    from ipybox.config import CONFIG_FILE, ConfigError, load_config
 
     try:
         load_config(workspace / CONFIG_FILE)
@@ -68,9 +68,9 @@ def validate_quietly(workspace: Path) -> str | None:
 
 
 async def _up(workspace: Path) -> int:
+    from ipybox.config import ConfigError
     from ipybox.sandbox import SandboxUnavailableError
     from ipybox.supervisor import AlreadyRunningError, Supervisor
-    from ipybox.workspace import ConfigError
 
     try:
         supervisor = Supervisor(workspace)
@@ -91,7 +91,7 @@ async def _up(workspace: Path) -> int:
 
 
 def _up_detached(workspace: Path) -> int:
-    from ipybox.supervisor.state import StateDirError, StatePaths, open_state_file, prepare_state_dir
+    from ipybox.running.state import StateDirError, StatePaths, open_state_file, prepare_state_dir
 
     paths = StatePaths.of(workspace)
     try:  # never through a symlink a kernel planted in the state directory
@@ -112,7 +112,7 @@ def _up_detached(workspace: Path) -> int:
 
 
 def _wait_until_up(workspace: Path, process: subprocess.Popen[bytes], out: IO[bytes]) -> int:
-    from ipybox.supervisor.state import NotRunningError, read_state
+    from ipybox.running.state import NotRunningError, read_state
 
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -153,7 +153,7 @@ async def _status(workspace: Path) -> dict[str, Any]:
 
 
 def _print_endpoints(status: dict[str, Any], log: Path) -> None:
-    from ipybox.supervisor.state import read_state
+    from ipybox.running.state import read_state
 
     state = read_state(Path(status["workspace"]))
     print(f"ipybox is up in {status['workspace']} (pid {status['pid']})")
@@ -237,7 +237,7 @@ def down(workspace: Path) -> int:
 
 def logs(workspace: Path, follow: bool) -> int:
     """Print the supervisor's log (and keep printing new lines with `follow`)."""
-    from ipybox.supervisor.state import StateDirError, StatePaths, open_state_file
+    from ipybox.running.state import StateDirError, StatePaths, open_state_file
 
     paths = StatePaths.of(workspace)
     try:  # never through a symlink a kernel planted in the state directory

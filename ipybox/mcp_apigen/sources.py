@@ -9,8 +9,8 @@ from typing import Any
 
 from ipybox.mcp_apigen.package import check_server_name, write_mcp_sources
 from ipybox.mcp_client.connection import MCPConnection
-from ipybox.tool_exec.registry import ServerRegistry
-from ipybox.tool_exec.servers import annotations_of
+from ipybox.mcp_client.pool import annotations_of
+from ipybox.mcp_client.registry import ServerRegistry
 
 
 async def generate_mcp_sources(

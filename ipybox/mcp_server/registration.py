@@ -28,12 +28,12 @@ import tomlkit
 from pydantic import ValidationError
 from tomlkit.items import Table
 
+from ipybox.config import CONFIG_FILE, ConfigError, ServerSection, WorkspaceConfig, load_config
 from ipybox.mcp_apigen.package import check_server_name
 from ipybox.mcp_client import MCPServerError
 from ipybox.mcp_client.params import parse_server_params
 from ipybox.rules import ApprovalPolicy, Rule, ToolCall, Verdict
 from ipybox.rules.engine import SEVERITY, RuleEngine, rule_id
-from ipybox.workspace import CONFIG_FILE, ConfigError, ServerSection, WorkspaceConfig, load_config
 
 REGISTRATION_SERVER: Final = "ipybox"
 """The server name approval rules see for a registration (`server = "ipybox"`)."""

@@ -21,8 +21,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ipybox.code_exec.kernelspec import KernelSpec, default_kernel_argv
-from ipybox.code_exec.sandbox_hint import SANDBOX_WORKSPACE_ENV
+from ipybox.in_kernel.sandbox_hint import SANDBOX_WORKSPACE_ENV
+from ipybox.kernels.kernelspec import KernelSpec, default_kernel_argv
 from ipybox.sandbox.errors import SandboxUnavailableError
 from ipybox.sandbox.launch import LAUNCH_MODULE, PLAN_FILE, make_plan
 from ipybox.sandbox.policy import SandboxPolicy

@@ -11,7 +11,7 @@ replaces itself with bubblewrap. Two things are only known here, per kernel:
 The plan (written by [sandboxed_kernel_spec][ipybox.sandbox.bwrap.sandboxed_kernel_spec] next to the
 kernelspec, in the gateway's private runtime directory) is host-only: no kernel can read or write it.
 Stdlib only, to keep kernel starts fast. ipybox's own gateway builds the same command line in its
-process instead of running this one ([gateway_kernels][ipybox.code_exec.gateway_kernels]).
+process instead of running this one ([gateway_kernels][ipybox.kernels.gateway_kernels]).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import platform
 from collections.abc import Sequence
 from pathlib import Path
 
-from ipybox.code_exec.kernelspec import KernelSpec
+from ipybox.kernels.kernelspec import KernelSpec
 from ipybox.sandbox import bwrap, seatbelt
 from ipybox.sandbox.errors import SandboxUnavailableError
 from ipybox.sandbox.policy import SandboxPolicy

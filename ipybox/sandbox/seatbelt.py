@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ipybox.code_exec.kernelspec import RUNTIME_DIR, KernelSpec, default_kernel_argv
+from ipybox.kernels.kernelspec import RUNTIME_DIR, KernelSpec, default_kernel_argv
 from ipybox.sandbox import sbpl
 from ipybox.sandbox.errors import SandboxUnavailableError
 from ipybox.sandbox.policy import DEFAULT_DENY_READ, DEFAULT_DENY_WRITE, SandboxPolicy

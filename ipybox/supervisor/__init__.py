@@ -1,7 +1,7 @@
 """`ipybox up`: the supervisor that runs a workspace, its state files, and the client that reaches it."""
 
-from ipybox.supervisor.client import ControlClient
-from ipybox.supervisor.state import AlreadyRunningError, NotRunningError, SupervisorState, read_state
+from ipybox.running.control_client import ControlClient
+from ipybox.running.state import AlreadyRunningError, NotRunningError, SupervisorState, read_state
 from ipybox.supervisor.supervisor import Supervisor
 
 __all__ = [

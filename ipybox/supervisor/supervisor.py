@@ -22,31 +22,29 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dotenv import dotenv_values
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.websockets import WebSocket
 
+from ipybox.approval.rule_approver import WorkspaceApprover
 from ipybox.asgi_server import BearerAuth, EmbeddedServer
-from ipybox.code_exec.connection import GatewayError, GatewayUnreachableError, log_tail
-from ipybox.code_exec.kernelspec import KernelSpec
-from ipybox.code_exec.mcptools_refresh import MCPTOOLS_DIR_ENV
-from ipybox.code_exec.server import KernelGateway
+from ipybox.config import CONFIG_FILE, WorkspaceConfig, load_config
+from ipybox.in_kernel.mcptools_refresh import MCPTOOLS_DIR_ENV
+from ipybox.in_kernel.tool_runner import SERVER_ENV, TOKEN_ENV
+from ipybox.kernels.gateway import KernelGateway
+from ipybox.kernels.kernel_connection import GatewayError, GatewayUnreachableError, log_tail
+from ipybox.kernels.kernelspec import KernelSpec
+from ipybox.kernels.pool import KernelPool, PoolStoppedError
 from ipybox.mcp_client.params import resolve_placeholders
+from ipybox.mcp_server import WorkspaceMCP, create_server
+from ipybox.reconcile.reconciler import Reconciler
 from ipybox.rules import ApprovalPolicy, AuditLog
+from ipybox.running.state import StateLogHandler, StatePaths, SupervisorLock, SupervisorState, write_state
 from ipybox.sandbox import DomainProxy, SandboxPolicy, sandboxed_kernel_spec
-from ipybox.supervisor.approvals import WorkspaceApprover
-from ipybox.supervisor.control import control_app
-from ipybox.supervisor.pool import KernelPool, PoolStoppedError
-from ipybox.supervisor.state import StateLogHandler, StatePaths, SupervisorLock, SupervisorState, write_state
-from ipybox.tool_exec.client import SERVER_ENV, TOKEN_ENV
-from ipybox.tool_exec.server import ToolServer
-from ipybox.workspace import CONFIG_FILE, WorkspaceConfig, load_config
-from ipybox.workspace.reconcile import Reconciler
-
-if TYPE_CHECKING:
-    from ipybox.mcp_server import WorkspaceMCP
+from ipybox.supervisor.control_app import control_app
+from ipybox.tool_server.tool_server import ToolServer
 
 logger = logging.getLogger("ipybox.supervisor")
 
@@ -476,7 +474,6 @@ class Supervisor:
                 await self._mcp.close_sessions(idle_for)
 
     async def _start_mcp_endpoint(self) -> None:
-        from ipybox.mcp_server import create_server
 
         endpoints = self.config.endpoints
         self._mcp = create_server(self.workspace, output_dir=self.paths.outputs)

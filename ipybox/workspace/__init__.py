@@ -1,22 +1,45 @@
-"""Workspaces: a directory with an `ipybox.toml` declaring MCP servers, the sandbox, the kernels'
-environment, tool-call approval rules and endpoints.
+"""`ipybox.workspace`: the published import path of the workspace configuration, kept.
 
-Example:
-    ```python
-    from ipybox.workspace import ConfigError, load_config
-
-    try:
-        config = load_config("example-workspace")
-    except ConfigError as e:
-        print(e)  # example-workspace/ipybox.toml:12:1: unknown key 'comand' in [servers.fs] (...)
-    ```
+The code lives in [config][ipybox.config] (`ipybox.toml` -> `WorkspaceConfig`) and
+[reconcile][ipybox.reconcile] (applying edits to a running workspace).
 """
 
-from ipybox.workspace.config import WorkspaceConfig
-from ipybox.workspace.errors import ConfigError, ConfigProblem
-from ipybox.workspace.loading import CONFIG_FILE, load_config
-from ipybox.workspace.sections import EndpointsSection, KernelSection, SandboxSection, WorkspaceSection
-from ipybox.workspace.servers import ServerSection, check_server_name, suggest_server_name
+from ipybox.config import (
+    CONFIG_FILE as CONFIG_FILE,
+)
+from ipybox.config import (
+    ConfigError as ConfigError,
+)
+from ipybox.config import (
+    ConfigProblem as ConfigProblem,
+)
+from ipybox.config import (
+    EndpointsSection as EndpointsSection,
+)
+from ipybox.config import (
+    KernelSection as KernelSection,
+)
+from ipybox.config import (
+    SandboxSection as SandboxSection,
+)
+from ipybox.config import (
+    ServerSection as ServerSection,
+)
+from ipybox.config import (
+    WorkspaceConfig as WorkspaceConfig,
+)
+from ipybox.config import (
+    WorkspaceSection as WorkspaceSection,
+)
+from ipybox.config import (
+    check_server_name as check_server_name,
+)
+from ipybox.config import (
+    load_config as load_config,
+)
+from ipybox.config import (
+    suggest_server_name as suggest_server_name,
+)
 
 __all__ = [
     "CONFIG_FILE",

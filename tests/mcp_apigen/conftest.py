@@ -17,7 +17,7 @@ import pytest
 
 from ipybox.mcp_apigen import write_mcp_sources
 from ipybox.mcp_client import MCPConnection
-from ipybox.tool_exec.server import ToolServer
+from ipybox.tool_server.tool_server import ToolServer
 from tests.servers import params
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from ipybox.in_kernel.tool_runner import ToolRunnerError
 from ipybox.mcp_apigen import render_sources
-from ipybox.tool_exec.client import ToolRunnerError
 from tests.mcp_apigen.conftest import Generated
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ipybox.mcp_apigen.sources import generate_mcp_sources, wait_for_stopped_servers
-from ipybox.tool_exec.registry import ServerRegistry
+from ipybox.mcp_client.registry import ServerRegistry
 from tests.servers import params
 
 

@@ -24,8 +24,8 @@ from mcp.client.session import ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 
 from ipybox.rules import AuditLog
+from ipybox.running.state import StatePaths
 from ipybox.supervisor import Supervisor, read_state
-from ipybox.supervisor.state import StatePaths
 from tests.mcp_server.sessions import ALLOW_REGISTRATION, owned_session, text
 from tests.servers.params import EDGE_SERVER
 from tests.supervisor.workspaces import make_workspace

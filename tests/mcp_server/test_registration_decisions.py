@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ipybox.config import load_config
 from ipybox.mcp_server.registration import (
     Registration,
     add_server,
@@ -18,7 +19,6 @@ from ipybox.mcp_server.registration import (
     parse_registration,
 )
 from ipybox.rules import ApprovalPolicy
-from ipybox.workspace import load_config
 
 FILE = """\
 # my workspace

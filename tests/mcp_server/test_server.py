@@ -8,7 +8,7 @@ import pytest
 from mcp.server._otel import OpenTelemetryMiddleware
 from opentelemetry import trace
 
-from ipybox.mcp_server import server as server_module
+from ipybox.mcp_server import workspace_mcp as server_module
 
 
 def test_no_tracing_middleware_without_a_tracer_provider(tmp_path: Path) -> None:

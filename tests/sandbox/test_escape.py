@@ -160,7 +160,7 @@ async def test_host_loopback_ports_are_out_of_reach(sandboxed: Sandboxed) -> Non
 async def test_tool_server_without_the_token(sandboxed: Sandboxed) -> None:
     code = """
 import os
-from ipybox.tool_exec.client import ToolRunner, ToolRunnerError
+from ipybox.in_kernel.tool_runner import ToolRunner, ToolRunnerError
 try:
     ToolRunner("everything", token="wrong").run_sync("echo", {"message": "x"})
 except ToolRunnerError as e:
@@ -173,7 +173,7 @@ except ToolRunnerError as e:
 async def test_start_a_host_command_through_the_tool_server(sandboxed: Sandboxed, tmp_path: Path) -> None:
     canary = tmp_path / "canary"
     code = f"""
-from ipybox.tool_exec.client import ToolRunner, ToolRunnerError
+from ipybox.in_kernel.tool_runner import ToolRunner, ToolRunnerError
 try:
     ToolRunner("evil", {{"command": "touch", "args": [{str(canary)!r}]}}).run_sync("x", {{}})
 except ToolRunnerError as e:

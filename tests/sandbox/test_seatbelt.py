@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import ipybox.sandbox
-from ipybox.code_exec.kernelspec import RUNTIME_DIR
+from ipybox.kernels.kernelspec import RUNTIME_DIR
 from ipybox.sandbox import SandboxPolicy, SandboxUnavailableError, bwrap, doctor, sbpl, seatbelt
 from ipybox.sandbox.command import sandboxed
 from ipybox.sandbox.seatbelt import SANDBOX_EXEC, seatbelt_command, seatbelt_kernel_spec, seatbelt_profile

@@ -35,7 +35,7 @@ async def test_generated_tools_follow_the_rules(attached: CodeExecutor, supervis
     assert allowed.text == "hi"
     denied = await attached.execute(
         "from mcptools.edge import getenv\n"
-        "from ipybox.tool_exec.client import ApprovalRejectedError\n"
+        "from ipybox.in_kernel.tool_runner import ApprovalRejectedError\n"
         "try:\n    getenv.run(getenv.Params(name='HOME'))\nexcept ApprovalRejectedError as e:\n    print(e)"
     )
     assert denied.text == "edge.getenv was rejected: denied by rule 'no-getenv'"
@@ -72,7 +72,7 @@ async def test_ask_reaches_stream_and_the_answer_counts(
 
 async def test_an_unanswered_ask_is_denied(attached: CodeExecutor, supervisor: Supervisor) -> None:
     code = (
-        "from ipybox.tool_exec.client import ApprovalRejectedError\n"
+        "from ipybox.in_kernel.tool_runner import ApprovalRejectedError\n"
         f"try:\n    {ASK.splitlines()[1]}\nexcept ApprovalRejectedError as e:\n    print(e)"
     )
     code = "from mcptools.edge import slow\n" + code

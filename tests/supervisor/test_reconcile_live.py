@@ -72,7 +72,7 @@ async def test_an_added_server_is_importable_in_the_running_kernel(
 async def test_a_rule_change_applies_at_once(live: tuple[Supervisor, CodeExecutor]) -> None:
     supervisor, executor = live
     echo = (
-        "from mcptools.edge import echo\nfrom ipybox.tool_exec.client import ApprovalRejectedError\n"
+        "from mcptools.edge import echo\nfrom ipybox.in_kernel.tool_runner import ApprovalRejectedError\n"
         "try:\n print(echo.run(echo.Params(text='hi')))\nexcept ApprovalRejectedError as e:\n print(e)"
     )
     assert (await executor.execute(echo)).text == "hi"

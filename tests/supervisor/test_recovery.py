@@ -15,9 +15,10 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from ipybox import CodeExecutionChunk, CodeExecutor
-from ipybox.code_exec.result import KernelDiedError
-from ipybox.supervisor import Supervisor, pool
-from tests.code_exec.kernel_processes import kernel_processes, kill_kernel, kill_next_kernel, ready_timeouts
+from ipybox.kernels import pool
+from ipybox.kernels.result import KernelDiedError
+from ipybox.supervisor import Supervisor
+from tests.kernels.kernel_processes import kernel_processes, kill_kernel, kill_next_kernel, ready_timeouts
 
 ROUNDS = 20
 # Short, so that a regression fails fast; a kernel that starts takes about a second here.

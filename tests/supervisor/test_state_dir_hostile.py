@@ -16,8 +16,8 @@ import pytest
 
 from ipybox.cli import workspace as cli
 from ipybox.rules import AuditLog, ToolCall, Verdict
+from ipybox.running.state import StatePaths, SupervisorLock
 from ipybox.supervisor import NotRunningError, Supervisor, read_state
-from ipybox.supervisor.state import StatePaths, SupervisorLock
 from tests.supervisor.workspaces import make_workspace
 
 TAG = "state-dir-hostile"

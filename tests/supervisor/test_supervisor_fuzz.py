@@ -10,8 +10,8 @@ import pytest
 
 from ipybox import CodeExecutor
 from ipybox.supervisor import Supervisor
+from tests.reconcile.test_reconciler_fuzz import mutate
 from tests.supervisor.workspaces import make_workspace
-from tests.workspace.test_reconcile_fuzz import mutate
 
 SEED = 7
 CASES = 150

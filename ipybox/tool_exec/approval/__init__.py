@@ -1,6 +1,7 @@
-"""Approval of MCP tool calls: the server side that asks, and the client side that decides."""
+"""`ipybox.tool_exec.approval`: the published import path, kept; the code lives in [approval][ipybox.approval]."""
 
-from ipybox.tool_exec.approval.client import ApprovalClient, ApprovalRequest
-from ipybox.tool_exec.approval.server import ApprovalChannel
+from ipybox.approval import ApprovalChannel as ApprovalChannel
+from ipybox.approval import ApprovalClient as ApprovalClient
+from ipybox.approval import ApprovalRequest as ApprovalRequest
 
 __all__ = ["ApprovalChannel", "ApprovalClient", "ApprovalRequest"]

@@ -1,0 +1,82 @@
+"""`ApprovalRequest`: one tool call waiting for a decision."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+
+class ApprovalRequest:
+    """An MCP tool call waiting for the application to `accept()` or `reject()` it.
+
+    Attributes:
+        server_name: Name of the MCP server providing the tool.
+        tool_name: Name of the tool.
+        tool_args: The arguments the code passed.
+        annotations: The tool's MCP annotations (`readOnlyHint`, `destructiveHint`, `idempotentHint`,
+            `openWorldHint`, `title`), as far as the server declares them.
+
+    Example:
+        ```python
+        async for item in executor.stream(code):
+            if isinstance(item, ApprovalRequest):
+                if item.annotations.get("readOnlyHint"):
+                    await item.accept()
+                else:
+                    await item.reject()
+        ```
+    """
+
+    def __init__(
+        self,
+        server_name: str,
+        tool_name: str,
+        tool_args: dict[str, Any],
+        respond: Callable[[bool], Awaitable[None]],
+        annotations: dict[str, Any] | None = None,
+    ) -> None:
+        self.server_name = server_name
+        self.tool_name = tool_name
+        self.tool_args = tool_args
+        self.annotations = dict(annotations or {})
+        self._respond = respond
+        self._decided: bool | None = None
+        self._done_callbacks: list[Callable[[bool], None]] = []
+
+    @property
+    def decision(self) -> bool | None:
+        """`True` once accepted, `False` once rejected, `None` while undecided."""
+        return self._decided
+
+    def add_done_callback(self, callback: Callable[[bool], None]) -> None:
+        """Call `callback(accepted)` once the request is decided."""
+        self._done_callbacks.append(callback)
+
+    async def accept(self) -> None:
+        """Let the tool call run."""
+        await self._decide(True)
+
+    async def reject(self) -> None:
+        """Refuse the tool call: the code calling it gets an `ApprovalRejectedError`."""
+        await self._decide(False)
+
+    async def _decide(self, accepted: bool) -> None:
+        if self._decided is not None:
+            if self._decided != accepted:
+                raise RuntimeError(
+                    f"this tool call was already {'accepted' if self._decided else 'rejected'}"
+                )
+            return
+        self._decided = accepted
+        try:
+            await self._respond(accepted)
+        finally:
+            for callback in self._done_callbacks:
+                callback(accepted)
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{key}={value!r}" for key, value in self.tool_args.items())
+        return f"{self.server_name}.{self.tool_name}({args})"
+
+    def __repr__(self) -> str:
+        return f"ApprovalRequest({self})"

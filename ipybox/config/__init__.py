@@ -1,0 +1,34 @@
+"""Workspaces: a directory with an `ipybox.toml` declaring MCP servers, the sandbox, the kernels'
+environment, tool-call approval rules and endpoints.
+
+Example:
+    ```python
+    from ipybox.config import ConfigError, load_config
+
+    try:
+        config = load_config("example-workspace")
+    except ConfigError as e:
+        print(e)  # example-workspace/ipybox.toml:12:1: unknown key 'comand' in [servers.fs] (...)
+    ```
+"""
+
+from ipybox.config.errors import ConfigError, ConfigProblem
+from ipybox.config.loading import CONFIG_FILE, load_config
+from ipybox.config.sections import EndpointsSection, KernelSection, SandboxSection, WorkspaceSection
+from ipybox.config.servers import ServerSection, check_server_name, suggest_server_name
+from ipybox.config.workspace_config import WorkspaceConfig
+
+__all__ = [
+    "CONFIG_FILE",
+    "ConfigError",
+    "ConfigProblem",
+    "EndpointsSection",
+    "KernelSection",
+    "SandboxSection",
+    "ServerSection",
+    "WorkspaceConfig",
+    "WorkspaceSection",
+    "check_server_name",
+    "load_config",
+    "suggest_server_name",
+]

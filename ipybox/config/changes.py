@@ -1,0 +1,142 @@
+"""`diff()`: what changed between two workspace configurations, sorted by what it takes to apply.
+
+- servers: started (or restarted) and their packages generated, or stopped and their packages removed;
+- approval rules: handed to the rule engine;
+- the kernels' environment, sandbox and warm pool: running kernels are replaced;
+- `kernel.timeout`: applies to the next execution;
+- endpoints and workspace directories: only a restart of `ipybox up` applies them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ipybox.config.workspace_config import WorkspaceConfig
+
+
+@dataclass(frozen=True)
+class ConfigChanges:
+    """The differences between the configuration that runs and a new one.
+
+    Attributes:
+        added: Servers to start and generate: new, or enabled again.
+        changed: Enabled servers whose parameters changed: to restart and regenerate.
+        removed: Servers to stop and whose packages go: deleted from the file, or disabled.
+        approval_changed: `[approval]` differs.
+        kernel_reasons: Why running kernels must be replaced (kernel environment, sandbox, warm pool), one
+            line each; empty when they need not be.
+        kernel_timeout_changed: `kernel.timeout` differs (it applies to the next execution).
+        restart_reasons: Changes that take effect only when `ipybox up` restarts (endpoints, workspace
+            directories), one line each.
+
+    Example:
+        ```python
+        changes = diff(old, new)
+        if changes.removed:
+            print("stopping", ", ".join(changes.removed))
+        ```
+    """
+
+    added: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    approval_changed: bool = False
+    kernel_reasons: tuple[str, ...] = ()
+    kernel_timeout_changed: bool = False
+    restart_reasons: tuple[str, ...] = ()
+
+    @property
+    def to_generate(self) -> tuple[str, ...]:
+        """The servers to (re)start and generate: `added` and `changed`."""
+        return (*self.added, *self.changed)
+
+    @property
+    def kernels_changed(self) -> bool:
+        """Whether running kernels must be replaced."""
+        return bool(self.kernel_reasons)
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.added
+            or self.changed
+            or self.removed
+            or self.approval_changed
+            or self.kernel_reasons
+            or self.kernel_timeout_changed
+            or self.restart_reasons
+        )
+
+
+def diff(old: WorkspaceConfig | None, new: WorkspaceConfig) -> ConfigChanges:
+    """What `new` changes over `old` (pure: nothing is read or started).
+
+    Only enabled servers count: a server disabled in `new` is `removed`, one enabled again is `added`.
+    Without `old` (start-up) every enabled server is added and the approval policy counts as changed, so
+    it reaches the rule engine the way later changes do; kernels and endpoints start with `new` anyway.
+
+    Example:
+        ```python
+        changes = diff(old, new)
+        assert changes.changed == ("time",)  # its args were edited
+        ```
+    """
+    new_servers = {name: new.server_params(name) for name in new.enabled_servers()}
+    if old is None:
+        return ConfigChanges(added=tuple(sorted(new_servers)), approval_changed=True)
+    old_servers = {name: old.server_params(name) for name in old.enabled_servers()}
+    return ConfigChanges(
+        added=tuple(sorted(new_servers.keys() - old_servers.keys())),
+        changed=tuple(
+            sorted(n for n in new_servers.keys() & old_servers.keys() if new_servers[n] != old_servers[n])
+        ),
+        removed=tuple(sorted(old_servers.keys() - new_servers.keys())),
+        approval_changed=_dump(old.approval) != _dump(new.approval),
+        kernel_reasons=tuple(_kernel_reasons(old, new)),
+        kernel_timeout_changed=old.kernel.timeout != new.kernel.timeout,
+        restart_reasons=tuple(
+            _changed_values("endpoints", _dump(old.endpoints), _dump(new.endpoints))
+            + _changed_values("workspace", _dump(old.workspace), _dump(new.workspace))
+        ),
+    )
+
+
+def _kernel_reasons(old: WorkspaceConfig, new: WorkspaceConfig) -> list[str]:
+    reasons = []
+    env_change = _env_change(old.kernel.env, new.kernel.env)
+    if env_change:
+        reasons.append(f"kernel.env changed: {env_change}")
+    reasons += _changed_values("sandbox", _dump(old.sandbox), _dump(new.sandbox))
+    if old.kernel.warm_pool != new.kernel.warm_pool:
+        reasons.append(f"kernel.warm_pool: {old.kernel.warm_pool} -> {new.kernel.warm_pool}")
+    return reasons
+
+
+def _env_change(old: Mapping[str, str], new: Mapping[str, str]) -> str:
+    # Variable names only: the values may be secrets.
+    parts = [f"{name} added" for name in sorted(new.keys() - old.keys())]
+    parts += [f"{name} removed" for name in sorted(old.keys() - new.keys())]
+    parts += [f"{name} changed" for name in sorted(new.keys() & old.keys()) if old[name] != new[name]]
+    return ", ".join(parts)
+
+
+def _changed_values(prefix: str, old: Any, new: Any) -> list[str]:
+    """`path: old -> new` for each differing leaf of two dumped tables."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        lines = []
+        for key in [*old, *(k for k in new if k not in old)]:
+            lines += _changed_values(f"{prefix}.{key}", old.get(key), new.get(key))
+        return lines
+    return [] if old == new else [f"{prefix}: {_show(old)} -> {_show(new)}"]
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()  # as written in TOML
+    return "(unset)" if value is None else repr(value)
+
+
+def _dump(model: Any) -> Any:
+    # Dumps, not the models: models compare their private state too (a compiled rule engine).
+    return model.model_dump(mode="json", by_alias=True)

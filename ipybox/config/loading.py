@@ -1,0 +1,158 @@
+"""`load_config()`: reading a workspace's `ipybox.toml` into a `WorkspaceConfig`, with every problem
+reported as `file:line:column: reason`.
+
+`tomllib` parses the file (strict TOML 1.0; its syntax errors carry line and column). Validation errors
+are placed by key: `positions.key_positions` finds where each key is written, and a value that came
+from the environment or `.env` is blamed on its variable instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+from pydantic_settings import DotEnvSettingsSource, EnvSettingsSource
+from pydantic_settings.exceptions import SettingsError
+
+from ipybox.config.diagnostics import ValueSource, problems_from_errors
+from ipybox.config.errors import ConfigError, ConfigProblem
+from ipybox.config.positions import KeyPath, key_positions
+from ipybox.config.workspace_config import ENV_NESTED_DELIMITER, ENV_PREFIX, OwnSettingsOnly, WorkspaceConfig
+
+CONFIG_FILE = "ipybox.toml"
+
+_TOML_ERROR_PLACE = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+_DOTENV_ASSIGNMENT = re.compile(r"\s*(?:export\s+)?([^\s=#]+)\s*=")
+
+
+def load_config(path: str | Path) -> WorkspaceConfig:
+    """Read a workspace's configuration: `ipybox.toml`, then `IPYBOX_*` variables from the workspace's
+    `.env` and the environment over it (see the module's documentation for the precedence).
+
+    Args:
+        path: The `ipybox.toml` file, or the workspace directory containing it.
+
+    Raises:
+        ConfigError: The file is missing or unreadable, is not valid TOML, or has unknown keys or values
+            that don't fit; every problem is listed with its file, line and column.
+
+    Example:
+        ```python
+        config = load_config("example-workspace")
+        assert config.sandbox.enabled and "filesystem" in config.servers
+        ```
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / CONFIG_FILE
+    source = _read(path)
+    try:
+        data = tomllib.loads(source)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(path, [_syntax_problem(path, e)]) from None
+    dotenv_path = path.parent / ".env"
+    dotenv = dotenv_path if dotenv_path.is_file() else None
+    # Keys like `_env_file` would reach BaseSettings as its options, not as settings.
+    reserved = [key for key in data if key.startswith("_")]
+    try:
+        if reserved:
+            raise _unknown_keys(reserved, data)
+        # mypy knows the fields as __init__'s arguments, not BaseSettings' own `_env_file`.
+        config = WorkspaceConfig(_env_file=dotenv, **data)  # type: ignore[call-arg]
+    except ValidationError as e:
+        raise ConfigError(path, _problems(e.errors(), path, source, data, dotenv)) from None
+    except SettingsError as e:
+        raise ConfigError(path, [_unparsable_variable(e, dotenv)]) from None
+    except UnicodeDecodeError as e:
+        reason = f"not UTF-8 text ({e.reason} at byte {e.start}): save it as UTF-8"
+        raise ConfigError(path, [ConfigProblem(str(dotenv), None, None, reason)]) from None
+    config._path = path.resolve()
+    return config
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        reason = f"no such file: create {CONFIG_FILE} (see ipybox.toml.example)"
+    except IsADirectoryError:
+        reason = "is a directory"
+    except UnicodeDecodeError as e:
+        reason = f"not UTF-8 text: {e.reason} at byte {e.start}"
+    except OSError as e:
+        reason = e.strerror or str(e)
+    raise ConfigError(path, [ConfigProblem(str(path), None, None, reason)])
+
+
+def _syntax_problem(path: Path, error: tomllib.TOMLDecodeError) -> ConfigProblem:
+    message = str(error)
+    place = _TOML_ERROR_PLACE.search(message)
+    if place is None:
+        return ConfigProblem(str(path), None, None, f"not valid TOML: {message}")
+    reason = f"not valid TOML: {message[: place.start()]}"
+    return ConfigProblem(str(path), int(place.group(1)), int(place.group(2)), reason)
+
+
+def _unknown_keys(keys: list[str], data: Mapping[str, Any]) -> ValidationError:
+    errors: list[Any] = [{"type": "extra_forbidden", "loc": (key,), "input": data[key]} for key in keys]
+    return ValidationError.from_exception_data(WorkspaceConfig.__name__, errors)
+
+
+def _problems(
+    errors: list[ErrorDetails], path: Path, source: str, data: dict[str, Any], dotenv: Path | None
+) -> list[ConfigProblem]:
+    positions = key_positions(source)
+
+    def in_file(key_path: KeyPath) -> tuple[str, int | None, int | None]:
+        for end in range(len(key_path), 0, -1):
+            if key_path[:end] in positions:
+                return (str(path), *positions[key_path[:end]])
+        return str(path), None, None
+
+    environ = {name.upper(): name for name in os.environ}
+    sources = [ValueSource(EnvSettingsSource(WorkspaceConfig)(), lambda p: _in_environment(p, environ))]
+    if dotenv is not None:
+        lines = dotenv.read_text(encoding="utf-8", errors="replace").splitlines()
+        dotenv_data = OwnSettingsOnly(DotEnvSettingsSource(WorkspaceConfig, env_file=dotenv))()
+        sources.append(ValueSource(dotenv_data, lambda p: _in_dotenv(p, dotenv, lines)))
+    sources.append(ValueSource(data, in_file))
+    problems = problems_from_errors(errors, sources, WorkspaceConfig)
+    # File problems in file order, then the others.
+    return sorted(problems, key=lambda p: (p.source != str(path), p.line or 0, p.column or 0))
+
+
+def _variable_names(key_path: KeyPath) -> list[str]:
+    """The variables that could set the value at `key_path`, most specific first."""
+    parts = [str(part).upper() for part in key_path]
+    return [ENV_PREFIX + ENV_NESTED_DELIMITER.join(parts[:end]) for end in range(len(parts), 0, -1)]
+
+
+def _in_environment(key_path: KeyPath, environ: Mapping[str, str]) -> tuple[str, None, None]:
+    for name in _variable_names(key_path):
+        if name in environ:
+            return f"environment variable {environ[name]}", None, None
+    return "environment", None, None
+
+
+def _in_dotenv(key_path: KeyPath, dotenv: Path, lines: list[str]) -> tuple[str, int | None, int | None]:
+    for name in _variable_names(key_path):
+        for number, line in enumerate(lines, start=1):
+            match = _DOTENV_ASSIGNMENT.match(line)
+            if match is not None and match.group(1).upper() == name:
+                return str(dotenv), number, match.start(1) + 1
+    return str(dotenv), None, None
+
+
+def _unparsable_variable(error: SettingsError, dotenv: Path | None) -> ConfigProblem:
+    # pydantic-settings parses a variable for a list or table as JSON, and names only the field and source.
+    message = " ".join(str(error).split())
+    source = str(dotenv) if dotenv is not None and "DotEnvSettingsSource" in message else "environment"
+    return ConfigProblem(
+        source, None, None, f"{message}: lists and tables in {ENV_PREFIX}* variables are JSON"
+    )

@@ -1,0 +1,1 @@
+"""`CodeExecutor`, the SDK's entry point: a kernel with MCP tools, embedded or attached to a workspace."""

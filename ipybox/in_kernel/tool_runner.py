@@ -1,0 +1,217 @@
+"""The client that generated tool modules use, inside the kernel, to run MCP tools on the tool server.
+
+It imports only the standard library, so that the first tool call in a fresh kernel costs milliseconds,
+and keeps one persistent connection per thread to the tool server's call channel (a Unix socket by
+default), speaking one JSON object per line each way.
+The kernel only ever sends a server *name*, a tool name and arguments: which process or URL backs that
+name is decided on the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import socket
+import threading
+from typing import Any
+
+SERVER_ENV = "IPYBOX_TOOL_SERVER"
+TOKEN_ENV = "IPYBOX_TOOL_TOKEN"
+
+# Below the allocator's mmap threshold: every recv() allocates a buffer of this size.
+_CHUNK = 64 * 1024
+
+
+class ToolRunnerError(Exception):
+    """Raised when a tool call fails: the tool reported an error, the server is unknown or unreachable,
+    or the call was not approved."""
+
+
+class ApprovalRejectedError(ToolRunnerError):
+    """Raised when the application (or an approval rule) rejected the tool call."""
+
+
+class ApprovalTimeoutError(ToolRunnerError):
+    """Raised when nobody decided on the tool call within the approval timeout."""
+
+
+_ERRORS: dict[str, type[ToolRunnerError]] = {
+    "approval_rejected": ApprovalRejectedError,
+    "approval_timeout": ApprovalTimeoutError,
+}
+
+
+class _Connection:
+    """One connection to the tool server's call channel: a socket and a buffered reader on it."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        if address.startswith("unix:"):
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            target: Any = address[len("unix:") :]
+        elif address.startswith("tcp://"):
+            host, _, port = address[len("tcp://") :].rstrip("/").rpartition(":")
+            self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            target = (host.strip("[]"), int(port))
+        else:
+            raise ToolRunnerError(
+                f"unsupported tool server address {address!r} (expected 'unix:PATH' or 'tcp://HOST:PORT')"
+            )
+        try:
+            # Tool calls may wait on a human approval, so there is no socket timeout: the server enforces
+            # the approval timeout and always answers.
+            self.sock.connect(target)
+        except OSError as e:
+            self.sock.close()
+            raise ToolRunnerError(f"cannot reach the ipybox tool server at {address}: {e}") from None
+
+    def exchange(self, line: bytes) -> bytes:
+        """Send one request line and return the answer line (without a newline if the server hung up)."""
+        self.sock.sendall(line)
+        chunks: list[bytes] = []
+        while True:
+            chunk = self.sock.recv(_CHUNK)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            # One answer per request, and JSON has no raw newlines: a newline only ends the answer.
+            if chunk.endswith(b"\n"):
+                return b"".join(chunks)
+
+    def stale(self) -> bool:
+        """Whether the server closed this idle connection (it is readable with nothing asked)."""
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        return bool(readable)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class _Connections(threading.local):
+    conn: _Connection | None = None
+
+
+_local = _Connections()
+
+
+class ToolRunner:
+    """Runs the tools of one MCP server on the tool server.
+
+    Generated modules under `mcptools/` create one of these per call; it is cheap, since connections are
+    shared per thread.
+
+    Args:
+        server_name: Name of the MCP server, as registered on the host.
+        server_params: Accepted for compatibility with ipybox 0.9 and ignored: the host alone decides how
+            a server is started, so code in the kernel cannot make it start a process of its choosing.
+        host: With `port`: the loopback host of the tool server's call channel (ipybox 0.9 compatibility).
+        port: The port of the tool server's call channel
+            ([ToolServer.calls_address][ipybox.tool_server.tool_server.ToolServer.calls_address]).
+        address: Call channel address (`unix:/path` or `tcp://127.0.0.1:PORT`); defaults to the
+            `IPYBOX_TOOL_SERVER` environment variable set by ipybox in the kernel.
+        token: A call token (`ToolServer.call_token` or one from `ToolServer.add_caller`); defaults to
+            `IPYBOX_TOOL_TOKEN`.
+
+    Example:
+        ```python
+        runner = ToolRunner("filesystem")
+        listing = runner.run_sync("list_directory", {"path": "."})
+        ```
+    """
+
+    def __init__(
+        self,
+        server_name: str,
+        server_params: dict[str, Any] | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        *,
+        address: str | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.server_name = server_name
+        if address is None and port is not None:
+            address = f"tcp://{'127.0.0.1' if host in (None, 'localhost') else host}:{port}"
+        self._address = address
+        self._token = token
+
+    def run_sync(self, tool_name: str, tool_args: dict[str, Any]) -> dict[str, Any] | str | None:
+        """Run a tool and return its result: structured content as a dict, else text.
+
+        Raises:
+            ApprovalRejectedError: The call was rejected.
+            ApprovalTimeoutError: Nobody decided in time.
+            ToolRunnerError: The tool failed, or the tool server could not be reached.
+        """
+        answer = self._request(
+            {"op": "run", "server": self.server_name, "tool": tool_name, "args": tool_args}
+        )
+        result: dict[str, Any] | str | None = answer.get("result")
+        return result
+
+    async def run(self, tool_name: str, tool_args: dict[str, Any]) -> dict[str, Any] | str | None:
+        """Async variant of [run_sync][ipybox.in_kernel.tool_runner.ToolRunner.run_sync]."""
+        return await asyncio.to_thread(self.run_sync, tool_name, tool_args)
+
+    def reset_sync(self) -> None:
+        """Stop all MCP servers the tool server started (they start again on their next call)."""
+        self._request({"op": "reset"})
+
+    async def reset(self) -> None:
+        """Async variant of [reset_sync][ipybox.in_kernel.tool_runner.ToolRunner.reset_sync]."""
+        await asyncio.to_thread(self.reset_sync)
+
+    def _request(self, request: dict[str, Any]) -> dict[str, Any]:
+        address = self._address or os.environ.get(SERVER_ENV)
+        if not address:
+            raise ToolRunnerError(
+                f"no tool server is configured ({SERVER_ENV} is not set): run this code through an "
+                "ipybox CodeExecutor or a running ipybox workspace"
+            )
+        request["token"] = self._token or os.environ.get(TOKEN_ENV, "")
+        try:
+            line = json.dumps(request, separators=(",", ":")).encode() + b"\n"
+        except (TypeError, ValueError) as e:
+            raise ToolRunnerError(f"tool arguments must be JSON-serializable: {e}") from None
+        answer = _exchange(address, line)
+        if "error" in answer:
+            error = answer["error"]
+            raise _ERRORS.get(error.get("type", ""), ToolRunnerError)(
+                error.get("message", "tool call failed")
+            )
+        return answer
+
+
+def _exchange(address: str, line: bytes) -> dict[str, Any]:
+    conn = _local.conn
+    if conn is not None and (conn.address != address or conn.stale()):
+        # A restarted tool server closed it while idle: reconnecting is safe, nothing was sent yet.
+        conn.close()
+        conn = _local.conn = None
+    if conn is None:
+        conn = _local.conn = _Connection(address)
+    try:
+        reply = conn.exchange(line)
+    except BaseException as e:
+        # Interrupted (KeyboardInterrupt) or broken mid-call: the answer may still arrive later and
+        # must not be read as the answer to the next call.
+        conn.close()
+        _local.conn = None
+        if isinstance(e, OSError):
+            raise ToolRunnerError(f"lost the connection to the ipybox tool server: {e}") from None
+        raise
+    if not reply.endswith(b"\n"):
+        conn.close()
+        _local.conn = None
+        raise ToolRunnerError("the ipybox tool server closed the connection during the call")
+    try:
+        answer: dict[str, Any] = json.loads(reply)
+    except ValueError:
+        raise ToolRunnerError(f"unexpected answer from the tool server: {reply[:200]!r}") from None
+    if answer.get("error", {}).get("type") == "unauthorized":
+        conn.close()
+        _local.conn = None
+    return answer

@@ -1,0 +1,474 @@
+"""`KernelClient`: stateful code execution in an IPython kernel on a kernel gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import aiohttp
+
+from ipybox.kernels.gateway import GatewayEndpoint
+from ipybox.kernels.kernel_connection import (
+    GatewayError,
+    GatewayUnreachableError,
+    KernelConnection,
+    KernelDied,
+    KernelMessage,
+    KernelStartError,
+    Request,
+    gateway_down,
+)
+from ipybox.kernels.output import OutputCollector, strip_ansi
+from ipybox.kernels.result import (
+    CodeExecutionChunk,
+    CodeExecutionError,
+    CodeExecutionResult,
+    KernelDiedError,
+    StreamName,
+)
+from ipybox.kernels.timer import ExecutionTimer
+
+__all__ = [
+    "CodeExecutionChunk",
+    "CodeExecutionError",
+    "CodeExecutionResult",
+    "ExecutionError",
+    "ExecutionResult",
+    "ExecutionTimeoutError",
+    "GatewayUnreachableError",
+    "KernelClient",
+    "KernelDiedError",
+    "KernelStartError",
+]
+
+logger = logging.getLogger(__name__)
+
+# Names of ipybox 0.9's kernel client module.
+ExecutionResult = CodeExecutionResult
+ExecutionError = CodeExecutionError
+
+DEFAULT_MAX_OUTPUT_CHARS = 4_000_000
+
+
+class ExecutionTimeoutError(TimeoutError):
+    """An execution ran past its timeout.
+
+    Attributes:
+        kernel_restarted: `False` when the interrupt stopped the code and the kernel kept its state; `True`
+            when the code ignored the interrupt and the kernel had to be replaced (its state is lost).
+        result: The output produced before the timeout.
+    """
+
+    def __init__(self, message: str, *, kernel_restarted: bool, result: CodeExecutionResult) -> None:
+        super().__init__(message)
+        self.kernel_restarted = kernel_restarted
+        self.result = result
+
+
+class KernelClient:
+    """Executes code in an IPython kernel on a kernel gateway; state persists across executions.
+
+    Executions on one client run one at a time, in call order. Output is complete: the client waits for
+    both the kernel's reply and its idle status. A warm spare kernel (on by default) makes `reset()` and
+    recovery from a dead or stuck kernel a swap instead of a kernel start.
+
+    Args:
+        gateway: The gateway's endpoint, or (as in ipybox 0.9) its host name, with `port` and `token`.
+        port: The gateway's port, when `gateway` is a host name.
+        token: The gateway's auth token, when `gateway` is a host name.
+        images_dir: Where displayed images are saved (default: `images` in the working directory).
+        output_dir: Where an output larger than `max_output_chars` is saved in full (default: a private
+            directory of this process under `$TMPDIR`, mode 0700).
+        max_output_chars: Output kept in memory per execution; more is saved to a file and shortened.
+        kernel_name: Kernelspec to start (default: the gateway's default).
+        kernel_env: Environment for kernels, sent with the kernel start request. An external gateway passes
+            only variables named `KERNEL_*` or whitelisted in its `env_whitelist`.
+        spare_kernel: Keep a started kernel in reserve for fast `reset()` and recovery.
+        interrupt_grace: Seconds a timed-out execution gets to stop after an interrupt before the kernel is
+            replaced.
+        ready_timeout: Seconds a new kernel gets to answer. A kernel that dies while starting fails at once
+            (`KernelStartError`), without waiting for this.
+        kernel_source: Where kernels come from instead of being started on the gateway: returns the id of
+            a running kernel to attach to (a workspace's warm pool).
+        gateway_log: The gateway's log file (`KernelGateway.log_path`), whose end is added to the error
+            about a kernel that died while starting (the kernel's own error output goes there).
+
+    Example:
+        ```python
+        async with KernelGateway() as gateway, KernelClient(gateway.endpoint) as client:
+            await client.execute("x = 2")
+            assert (await client.execute("print(x ** 10)")).text == "1024"
+        ```
+    """
+
+    def __init__(
+        self,
+        gateway: GatewayEndpoint | str = "localhost",
+        port: int = 8888,
+        *,
+        token: str = "",
+        images_dir: Path | None = None,
+        output_dir: Path | None = None,
+        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        kernel_name: str | None = None,
+        kernel_env: dict[str, str] | None = None,
+        spare_kernel: bool = True,
+        interrupt_grace: float = 2.0,
+        ready_timeout: float = 60,
+        kernel_source: Callable[[], Awaitable[str]] | None = None,
+        gateway_log: Path | None = None,
+    ) -> None:
+        if isinstance(gateway, str):
+            gateway = GatewayEndpoint(f"http://{gateway}:{port}", token)
+        self.endpoint = gateway
+        self.images_dir = images_dir or Path("images")
+        self.output_dir = output_dir  # None: a private per-process directory (see `output`)
+        self.max_output_chars = max_output_chars
+        self.kernel_name = kernel_name
+        self.kernel_env = kernel_env
+        self.spare_kernel = spare_kernel
+        self.interrupt_grace = interrupt_grace
+        self.ready_timeout = ready_timeout
+        self.kernel_source = kernel_source
+        self.gateway_log = gateway_log
+        self._spare_deaths = 0  # spares that died while idle since one was last taken into use
+        self._http: aiohttp.ClientSession | None = None
+        self._kernel: KernelConnection | None = None
+        self._spare: asyncio.Task[KernelConnection] | None = None
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()
+        self._timer: ExecutionTimer | None = None
+
+    async def __aenter__(self) -> Self:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.disconnect()
+
+    @property
+    def kernel_id(self) -> str:
+        """The ID of the current kernel. Raises RuntimeError when not connected."""
+        if self._kernel is None:
+            raise RuntimeError("not connected to a kernel")
+        return self._kernel.kernel_id
+
+    @property
+    def timer(self) -> ExecutionTimer | None:
+        """The running execution's timer (to pause it while the execution waits on something else)."""
+        return self._timer
+
+    async def connect(self) -> None:
+        """Start a kernel and connect to it (and start the spare in the background)."""
+        if self._http is not None:
+            raise RuntimeError("already connected")
+        connector: aiohttp.BaseConnector | None = None
+        if self.endpoint.unix_socket is not None:
+            connector = aiohttp.UnixConnector(path=str(self.endpoint.unix_socket))
+        headers = {"Authorization": f"token {self.endpoint.token}"} if self.endpoint.token else {}
+        self._http = aiohttp.ClientSession(connector=connector, headers=headers)
+        try:
+            self._kernel = await self._open_kernel()
+        except BaseException:
+            await self.disconnect()
+            raise
+        self._start_spare()
+
+    async def disconnect(self, shutdown_kernels: bool = True) -> None:
+        """Shut down this client's kernels and close its connections.
+
+        Args:
+            shutdown_kernels: Delete the kernels on the gateway. Pass `False` when the gateway itself is about
+                to stop (it ends all its kernels at once, which is faster than one by one).
+        """
+        kernels: list[KernelConnection] = []
+        if self._kernel is not None:
+            kernels.append(self._kernel)
+            self._kernel = None
+        if self._spare is not None:
+            spare, self._spare = self._spare, None
+            if spare.done() and not spare.cancelled() and spare.exception() is None:
+                kernels.append(spare.result())
+            else:
+                spare.cancel()
+                with contextlib.suppress(BaseException):
+                    kernels.append(await spare)
+        await asyncio.gather(
+            *(k.shutdown(delete=shutdown_kernels) for k in kernels), *self._retiring, return_exceptions=True
+        )
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    async def _open_kernel(self) -> KernelConnection:
+        """A new, answering kernel.
+
+        Raises:
+            GatewayUnreachableError: The gateway does not accept connections.
+            KernelStartError: The kernel died while starting.
+            TimeoutError: It was alive but did not answer within `ready_timeout`.
+        """
+        assert self._http is not None
+        try:
+            if self.kernel_source is not None:
+                kernel_id = await self.kernel_source()
+                return await KernelConnection.attach(
+                    self._http,
+                    self.endpoint,
+                    kernel_id,
+                    ready_timeout=self.ready_timeout,
+                    gateway_log=self.gateway_log,
+                )
+            return await KernelConnection.open(
+                self._http,
+                self.endpoint,
+                kernel_name=self.kernel_name,
+                env=self.kernel_env,
+                ready_timeout=self.ready_timeout,
+                gateway_log=self.gateway_log,
+            )
+        except aiohttp.ClientConnectionError as e:
+            raise GatewayUnreachableError(
+                f"cannot reach the kernel gateway at {self.endpoint.url}: {e}"
+            ) from None
+        except TimeoutError:
+            raise TimeoutError(f"the kernel did not become ready within {self.ready_timeout:g} s") from None
+
+    def _start_spare(self) -> None:
+        if self.spare_kernel and self._spare is None and self._http is not None:
+            self._spare = asyncio.create_task(self._open_spare(), name="ipybox-spare-kernel")
+
+    async def _open_spare(self) -> KernelConnection:
+        kernel = await self._open_kernel()
+        kernel.on_death(self._spare_died)
+        return kernel
+
+    def _spare_died(self, kernel: KernelConnection) -> None:
+        """A ready spare died while idle: start its replacement now rather than at the next `reset()`."""
+        spare = self._spare
+        if spare is None or not spare.done() or spare.cancelled() or spare.exception() is not None:
+            return
+        if spare.result() is not kernel:
+            return  # taken into use since: its death is the execution's business
+        self._spare = None
+        self._retire(kernel)
+        if kernel.death_cause == "connection":
+            return  # the gateway went away (or deleted it): the next kernel is started when needed
+        self._spare_deaths += 1
+        if self._spare_deaths > 3:  # a kernel that keeps dying: start one only when one is needed
+            logger.warning("the spare kernel died %d times in a row; not replacing it", self._spare_deaths)
+            return
+        logger.warning("the spare kernel died (%s); starting another", _death_text(kernel))
+        self._start_spare()
+
+    async def _fresh_kernel(self) -> KernelConnection:
+        spare, self._spare = self._spare, None
+        kernel: KernelConnection | None = None
+        if spare is not None:
+            try:
+                kernel = await spare
+            except Exception as e:
+                logger.warning("the spare kernel failed to start (%s); starting another", e)
+            if kernel is not None and kernel.dead:
+                self._retire(kernel)
+                kernel = None
+            elif kernel is not None:
+                self._spare_deaths = 0
+        if kernel is None:
+            kernel = await self._open_kernel()
+        self._start_spare()
+        return kernel
+
+    def _retire(self, kernel: KernelConnection) -> None:
+        task = asyncio.create_task(kernel.shutdown())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _replace_kernel(self) -> None:
+        old, self._kernel = self._kernel, None
+        if old is not None:
+            self._retire(old)
+        self._kernel = await self._fresh_kernel()
+
+    async def reset(self) -> None:
+        """Replace the kernel with a fresh one: all variables, imports and definitions are gone."""
+        async with self._lock:
+            await self._replace_kernel()
+
+    async def interrupt(self) -> None:
+        """Interrupt the running execution (it fails with KeyboardInterrupt)."""
+        if self._kernel is not None:
+            await self._kernel.interrupt()
+
+    async def interrupt_until_idle(self, timeout: float = 10) -> bool:
+        """Interrupt the kernel until it is free for the next execution, e.g. after the caller gave up on one.
+
+        An interrupt that lands before the code starts (or between two statements that swallow it) is
+        lost, so this repeats it until the kernel answers a `kernel_info_request`, which it does only once
+        the running code has stopped.
+
+        Returns:
+            Whether the kernel became free within `timeout` seconds.
+        """
+        kernel = self._kernel
+        if kernel is None or kernel.dead:
+            return True
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            with contextlib.suppress(GatewayError, aiohttp.ClientError):
+                await kernel.interrupt()
+            try:
+                await kernel.request("kernel_info_request", {}, channel="shell", timeout=0.5)
+                return True
+            except TimeoutError:
+                continue
+            except KernelDied:
+                return True  # the next execution starts a fresh kernel
+        return False
+
+    async def execute(self, code: str, timeout: float | None = 120) -> CodeExecutionResult:
+        """Execute code and return its result.
+
+        Raises:
+            CodeExecutionError: The code raised an exception (`str(e)` is the traceback).
+            KernelDiedError: The kernel died; it was replaced by a fresh one.
+            ExecutionTimeoutError: The code ran past `timeout` (a `TimeoutError`).
+        """
+        result: CodeExecutionResult | None = None
+        async for item in self.stream(code, timeout):
+            if isinstance(item, CodeExecutionResult):
+                result = item
+        assert result is not None
+        return result
+
+    async def stream(
+        self, code: str, timeout: float | None = 120
+    ) -> AsyncIterator[CodeExecutionChunk | CodeExecutionResult]:
+        """Execute code, yielding output chunks as they arrive and the result last.
+
+        Raises:
+            CodeExecutionError: The code raised an exception.
+            KernelDiedError: The kernel died; it was replaced by a fresh one.
+            ExecutionTimeoutError: The code ran past `timeout`.
+        """
+        async with self._lock:
+            if self._http is None:
+                raise RuntimeError("not connected: use 'async with KernelClient(...)' or call connect()")
+            if self._kernel is None or self._kernel.dead:
+                if self._kernel is not None:
+                    logger.warning(
+                        "the kernel died while idle (%s); continuing on a fresh kernel (its state is lost)",
+                        _death_text(self._kernel),
+                    )
+                await self._replace_kernel()
+            assert self._kernel is not None
+            kernel = self._kernel
+            collector = OutputCollector(self.max_output_chars, self.images_dir, self.output_dir)
+            timer = self._timer = ExecutionTimer(timeout)
+            try:
+                request = kernel.execute(code)
+            except KernelDied:
+                await self._replace_kernel()
+                request = (kernel := self._kernel).execute(code)
+            error: dict[str, Any] | None = None
+            try:
+                while not request.done:
+                    try:
+                        message = await request.next(timer.remaining())
+                    except TimeoutError:
+                        if not timer.expired():
+                            continue
+                        await self._stop_timed_out(kernel, request, collector, timeout)
+                        raise AssertionError("unreachable") from None
+                    chunk, failure = self._handle(message, collector)
+                    error = failure or error
+                    if chunk is not None:
+                        yield chunk
+            except KernelDied:
+                cause = await self._death_cause(kernel)
+                try:
+                    await self._replace_kernel()
+                    after = "It was replaced by a fresh kernel: all state is lost."
+                except GatewayUnreachableError:
+                    after = "All state is lost, and no fresh kernel can be started without the gateway."
+                except Exception as e:
+                    after = f"All state is lost, and no fresh kernel could be started: {e}"
+                raise KernelDiedError(
+                    f"The kernel died while running this code ({cause}). {after}",
+                    ename="KernelDied",
+                    result=collector.result(),
+                ) from None
+            finally:
+                kernel.finish(request)
+                self._timer = None
+            result = collector.result()
+            if error is not None:
+                traceback = strip_ansi("\n".join(error.get("traceback", [])))
+                ename, evalue = error.get("ename", ""), error.get("evalue", "")
+                raise CodeExecutionError(
+                    traceback or f"{ename}: {evalue}", ename=ename, evalue=evalue, result=result
+                )
+            yield result
+
+    async def _death_cause(self, kernel: KernelConnection) -> str:
+        if kernel.death_cause == "connection" and self._http is not None:
+            down = await gateway_down(self._http, self.endpoint)
+            if down is not None:
+                return f"the kernel gateway went away: {down}"
+        return _death_text(kernel)
+
+    @staticmethod
+    def _handle(
+        message: KernelMessage, collector: OutputCollector
+    ) -> tuple[CodeExecutionChunk | None, dict[str, Any] | None]:
+        content = message.content
+        match message.msg_type:
+            case "stream":
+                name: StreamName = "stderr" if content.get("name") == "stderr" else "stdout"
+                text = collector.add_text(content.get("text", ""), name)
+                return (CodeExecutionChunk(text, name) if text else None), None
+            case "execute_result" | "display_data":
+                added = collector.add_result(content.get("data", {}))
+                return (CodeExecutionChunk(added) if added else None), None
+            case "error":
+                return None, content
+            case "execute_reply" if content.get("status") == "error":
+                return None, content
+        return None, None
+
+    async def _stop_timed_out(
+        self, kernel: KernelConnection, request: Request, collector: OutputCollector, timeout: float | None
+    ) -> None:
+        """Interrupt a timed-out execution; replace the kernel if that does not stop it. Always raises."""
+        with contextlib.suppress(GatewayError, aiohttp.ClientError):
+            await kernel.interrupt()
+        try:
+            async with asyncio.timeout(self.interrupt_grace):
+                while not request.done:
+                    self._handle(await request.next(None), collector)
+        except (TimeoutError, KernelDied):
+            await self._replace_kernel()
+            raise ExecutionTimeoutError(
+                f"Execution timed out after {timeout:g} s and did not stop when interrupted: the kernel was "
+                "replaced by a fresh one and its state is lost.",
+                kernel_restarted=True,
+                result=collector.result(),
+            ) from None
+        raise ExecutionTimeoutError(
+            f"Execution timed out after {timeout:g} s: it was interrupted; the kernel keeps its state.",
+            kernel_restarted=False,
+            result=collector.result(),
+        )
+
+
+def _death_text(kernel: KernelConnection) -> str:
+    if kernel.death_cause == "connection":
+        return "the kernel gateway closed the connection to it"
+    return "its process exited: os._exit(), a crash or running out of memory"

@@ -1,0 +1,224 @@
+"""`KernelPool`: started, answering kernels kept in reserve on the workspace's gateway, each with a tool
+token of its own, so an application that attaches gets a ready kernel in milliseconds.
+
+Idle kernels stay connected, so one that dies while idle is noticed at once and replaced in the
+background. A claim never waits longer than the kernel start it waits for: when that start fails (the
+kernel died while starting, the gateway exited), the claim fails with the same error right away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+
+from ipybox.kernels.gateway import GatewayEndpoint
+from ipybox.kernels.kernel_connection import GatewayError, GatewayUnreachableError, KernelConnection
+
+logger = logging.getLogger(__name__)
+
+READY_TIMEOUT = 60.0
+"""Seconds a pool kernel gets to answer (unless the pool is given another), for one that neither answers
+nor dies: a kernel that dies while starting fails at once."""
+
+# Idle kernels that may die in a row (with no claim in between), and kernel starts that may fail in a
+# row, and still be replaced right away; past that, the next claim starts the next kernel.
+_MAX_DEATHS_IN_A_ROW = 3
+_MAX_FAILURES_IN_A_ROW = 2
+
+
+class PoolStoppedError(GatewayError):
+    """The pool was stopped (the gateway is being restarted or the kernels recycled) during a claim."""
+
+
+class KernelPool:
+    """Keeps `size` idle kernels ready.
+
+    Args:
+        endpoint: The gateway.
+        size: Idle kernels to keep (0: kernels are started on demand).
+        kernel_env: The environment of a new kernel, given its caller id (the kernel's tool token is
+            issued for that id).
+        ready_timeout: Seconds a new kernel gets to answer (default `READY_TIMEOUT`).
+        gateway_log: The gateway's log, whose end is added to the error about a kernel that died while
+            starting.
+    """
+
+    def __init__(
+        self,
+        endpoint: GatewayEndpoint,
+        size: int,
+        kernel_env: Callable[[str], dict[str, str]],
+        ready_timeout: float | None = None,
+        gateway_log: Path | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.size = size
+        self.kernel_env = kernel_env
+        self.ready_timeout = READY_TIMEOUT if ready_timeout is None else ready_timeout
+        self.gateway_log = gateway_log
+        self.callers: dict[str, str] = {}  # kernel id -> caller id of its tool token
+        self._idle: dict[str, KernelConnection] = {}  # in the order they became ready
+        self._starting: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[None]] = set()
+        self._http: aiohttp.ClientSession | None = None
+        self._deaths_in_a_row = 0
+        self._failures_in_a_row = 0
+        self.failures = 0
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+    @property
+    def idle_kernels(self) -> list[str]:
+        """The ids of the idle kernels, oldest first (the next claim takes the first)."""
+        return list(self._idle)
+
+    async def start(self) -> None:
+        connector = (
+            aiohttp.UnixConnector(path=str(self.endpoint.unix_socket)) if self.endpoint.unix_socket else None
+        )
+        headers = {"Authorization": f"token {self.endpoint.token}"} if self.endpoint.token else {}
+        self._http = aiohttp.ClientSession(connector=connector, headers=headers)
+        self.refill()
+
+    def refill(self) -> None:
+        """Start kernels until idle + starting reaches `size`."""
+        while self._http is not None and self.idle + len(self._starting) < self.size:
+            self._start_one()
+
+    async def claim(self) -> str:
+        """A ready kernel's id, taken out of the pool (which starts a replacement).
+
+        Raises:
+            GatewayError: The kernel start this claim waited for failed (`GatewayUnreachableError` when the
+                gateway exited, `KernelStartError` when the kernel died while starting); or the pool was
+                stopped (`PoolStoppedError`).
+            TimeoutError: That kernel was alive but did not answer within `ready_timeout`.
+        """
+        while True:
+            if self._http is None:
+                raise PoolStoppedError("the kernel pool is stopped")
+            while self._idle:
+                kernel_id = next(iter(self._idle))
+                kernel = self._idle.pop(kernel_id)
+                if kernel.dead:  # its death is being handled (`_idle_died`)
+                    continue
+                await kernel.shutdown(delete=False)  # the attaching client opens its own websocket
+                self._deaths_in_a_row = 0
+                self.refill()
+                return kernel_id
+            start = next(iter(self._starting), None) or self._start_one()
+            await asyncio.wait([start])
+            if start.cancelled():
+                raise PoolStoppedError("the kernel pool was stopped while a kernel was starting")
+            if (error := start.exception()) is not None:
+                raise error
+            # Its kernel is idle now, unless a claim that waited too took it: look again.
+
+    async def release(self, kernel_id: str) -> None:
+        """Delete a claimed kernel."""
+        self.callers.pop(kernel_id, None)
+        await self._delete(kernel_id)
+
+    async def recycle(self) -> None:
+        """Replace the idle kernels (after the kernel environment or the sandbox changed)."""
+        old, self._idle = self._idle, {}
+        for kernel in old.values():
+            self.callers.pop(kernel.kernel_id, None)
+        await asyncio.gather(*(kernel.shutdown() for kernel in old.values()))
+        self.refill()
+
+    async def stop(self) -> None:
+        """Stop starting kernels and close the idle kernels' connections (the gateway, stopped next, ends
+        the kernels). Claims waiting for a start fail with `PoolStoppedError`."""
+        http, self._http = self._http, None
+        tasks = [*self._starting, *self._background]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        idle, self._idle = self._idle, {}
+        await asyncio.gather(*(kernel.shutdown(delete=False) for kernel in idle.values()))
+        if http is not None:
+            await http.close()
+
+    def _start_one(self) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._add(), name="ipybox-pool-kernel")
+        self._starting.add(task)
+        task.add_done_callback(self._started)
+        return task
+
+    def _started(self, task: asyncio.Task[None]) -> None:
+        self._starting.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()  # logged by _add; a claim waiting for it raises it
+        if error is None:
+            self._failures_in_a_row = 0
+            return
+        self._failures_in_a_row += 1
+        if (
+            not isinstance(error, GatewayUnreachableError)
+            and self._failures_in_a_row <= _MAX_FAILURES_IN_A_ROW
+        ):
+            self.refill()  # a kernel that failed once may start the next time; one that keeps failing waits
+
+    async def _add(self) -> None:
+        http = self._http
+        assert http is not None
+        caller = uuid.uuid4().hex
+        try:
+            kernel = await KernelConnection.open(
+                http,
+                self.endpoint,
+                env=self.kernel_env(caller),
+                ready_timeout=self.ready_timeout,
+                gateway_log=self.gateway_log,
+            )
+        except GatewayUnreachableError as e:
+            self.failures += 1
+            logger.warning("could not start a kernel for the pool (the gateway exited?): %s", e)
+            raise
+        except Exception as e:
+            self.failures += 1
+            logger.error("could not start a kernel for the pool: %s", e)
+            raise
+        if self._http is not http:  # stopped meanwhile
+            await kernel.shutdown(delete=False)
+            return
+        self.callers[kernel.kernel_id] = caller
+        self._idle[kernel.kernel_id] = kernel
+        kernel.on_death(self._idle_died)
+
+    def _idle_died(self, kernel: KernelConnection) -> None:
+        if self._idle.get(kernel.kernel_id) is not kernel:
+            return  # claimed (or dropped) before it died
+        del self._idle[kernel.kernel_id]
+        self.callers.pop(kernel.kernel_id, None)
+        if self._http is None or kernel.death_cause != "process":
+            # The connection closed without the gateway saying the kernel died: the gateway exited (its
+            # restart brings a new pool) or deleted the kernel; the next claim starts one if needed.
+            return
+        self._deaths_in_a_row += 1
+        logger.warning("an idle kernel of the pool died (its process exited): replacing it")
+        # The gateway restarts the dead process under the same id; a kernel that failed once is not
+        # handed out, but deleted and replaced by a new one.
+        task = asyncio.create_task(self._delete(kernel.kernel_id), name="ipybox-pool-delete")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        if self._deaths_in_a_row <= _MAX_DEATHS_IN_A_ROW:
+            self.refill()
+        # Otherwise the next claim starts one: no loop of kernels that die as soon as they are up.
+
+    async def _delete(self, kernel_id: str) -> None:
+        if self._http is None:
+            return
+        with contextlib.suppress(aiohttp.ClientError):
+            async with self._http.delete(f"{self.endpoint.url}/api/kernels/{kernel_id}"):
+                pass

@@ -1,0 +1,82 @@
+"""What code execution returns: results, output chunks and errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+StreamName = Literal["stdout", "stderr"]
+
+
+@dataclass(frozen=True)
+class CodeExecutionChunk:
+    """A piece of output, yielded while code runs (`stream(..., chunks=True)`).
+
+    Attributes:
+        text: The output text.
+        stream: Which stream it was written to: `stdout` (also used for displayed results) or `stderr`.
+    """
+
+    text: str
+    stream: StreamName = "stdout"
+
+
+@dataclass(frozen=True)
+class CodeExecutionResult:
+    """The result of a successful execution.
+
+    Attributes:
+        text: All output in the order it was produced (stdout, stderr and displayed results), or `None` when
+            there was none. When the output exceeded the executor's limit, this holds its head and tail around
+            a notice naming its full size and `output_file`.
+        images: Files of the images (PNG, SVG) the code displayed.
+        stdout: What was written to stdout (and displayed results), bounded like `text`.
+        stderr: What was written to stderr, bounded like `text`.
+        output_file: The file holding the complete output, when `text` had to be truncated.
+    """
+
+    text: str | None
+    images: list[Path] = field(default_factory=list)
+    stdout: str = ""
+    stderr: str = ""
+    output_file: Path | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """Whether `text` is shortened (the whole output is in `output_file`)."""
+        return self.output_file is not None
+
+
+class CodeExecutionError(Exception):
+    """Raised when executed code fails, or when the kernel dies while running it.
+
+    `str(error)` is the kernel's traceback text (without ANSI colour codes).
+
+    Attributes:
+        ename: The exception's class name in the kernel (e.g. `ZeroDivisionError`), or `KernelDied`.
+        evalue: The exception's message.
+        traceback: The traceback text.
+        result: The output produced before the error, so nothing is lost.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        ename: str = "",
+        evalue: str = "",
+        result: CodeExecutionResult | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.ename = ename
+        self.evalue = evalue
+        self.traceback = message
+        self.result = result
+
+
+class KernelDiedError(CodeExecutionError):
+    """The kernel process died while running the code (e.g. `os._exit`, a segfault, out of memory).
+
+    Its state is lost; the executor has already replaced it with a fresh kernel.
+    """

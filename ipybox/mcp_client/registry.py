@@ -1,0 +1,456 @@
+"""`ServerRegistry`: the host's record of which MCP server stands behind which name.
+
+`generate_mcp_sources` records each server it generates a package for, keyed by the package root, in a
+file in the user's state directory ([registry_dir][ipybox.mcp_client.registry.registry_dir]:
+`$XDG_STATE_HOME/ipybox`, default `~/.local/state/ipybox`). A tool server started later, in another
+process, finds them there, so generated code keeps working across runs as in ipybox 0.9 while the kernel
+still only ever sends a server *name*.
+
+The registry names commands the host runs, so it is host-only state:
+
+- the directory is created 0700, the file (and its lock) 0600; the sandbox keeps the directory read-only
+  for kernels (and creates it before they start, so a kernel can't create it either);
+- the directory and the file are opened without following symlinks (`O_NOFOLLOW`, the file through the
+  directory's descriptor), and both must belong to the current user and be writable by nobody else;
+- every entry read back is validated as server parameters; a malformed one is skipped (with a warning),
+  never used.
+
+Next to the parameters, `generate_mcp_sources` records each tool's annotations (`readOnlyHint`, ...) as
+the server listed them, so that the tool server knows them for a call decided before the server starts.
+They are bound to the parameters they were listed with (a SHA-256 of their JSON) and used only for
+those, and read back as what they must be (tool name -> {str: bool | str}, a `...Hint` a bool, within
+size limits) or not at all. The file:
+
+```json
+{
+  "/home/me/project/mcptools": {"filesystem": {"command": "npx", "args": ["..."]}},
+  "tool_annotations": {
+    "/home/me/project/mcptools": {
+      "filesystem": {
+        "params_sha256": "<sha256 of the parameters' canonical JSON>",
+        "tools": {"read_file": {"readOnlyHint": true, "title": "Read File"}, "write_file": {}}
+      }
+    }
+  }
+}
+```
+
+Package roots are absolute paths, so `tool_annotations` can't be one. Entries without annotations (as
+earlier versions wrote them) still load; their tools' annotations are unknown until the server starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import stat
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from ipybox.mcp_client.errors import ServerParamsError
+from ipybox.mcp_client.params import parse_server_params
+from ipybox.paths import user_state_dir
+from ipybox.safefs import DIR_FLAGS, replace_file
+
+logger = logging.getLogger(__name__)
+
+REGISTRY_FILE = "mcp_servers.json"
+ANNOTATIONS_KEY = "tool_annotations"
+"""The registry's top-level section of recorded tool annotations (beside the package roots)."""
+
+# Limits on recorded annotations: what is beyond them is not recorded, and not used when read back.
+MAX_TOOLS = 1024
+"""Tools per server whose annotations are recorded."""
+MAX_ANNOTATIONS = 16
+"""Annotations per tool."""
+MAX_NAME_CHARS = 256
+"""Characters of a tool name or an annotation's name."""
+MAX_VALUE_CHARS = 256
+"""Characters of a string annotation (`title`, a short human-readable name; a longer one is left out)."""
+
+ToolAnnotations = dict[str, bool | str]
+
+
+class UnsafeRegistryError(PermissionError):
+    """The registry's directory or file is a symlink, not a regular directory or file, belongs to another
+    user or is writable by others: it is not used."""
+
+
+def registry_dir() -> Path:
+    """The directory of the host's server registry: `$XDG_STATE_HOME/ipybox` (an absolute
+    `XDG_STATE_HOME` only, as the XDG spec says), default `~/.local/state/ipybox`.
+
+    Host-only state: kernels must not be able to write it (the sandbox mounts it read-only).
+    """
+    return user_state_dir()
+
+
+def default_registry_path() -> Path:
+    """The registry file: `mcp_servers.json` in [registry_dir][ipybox.mcp_client.registry.registry_dir]."""
+    return registry_dir() / REGISTRY_FILE
+
+
+def ensure_registry_dir(directory: Path | None = None) -> Path:
+    """Create the registry directory (0700) if it is missing and check that it is safe to use.
+
+    Returns:
+        The directory (default: [registry_dir][ipybox.mcp_client.registry.registry_dir]).
+
+    Raises:
+        UnsafeRegistryError: It is a symlink, not a directory, or belongs to another user.
+    """
+    directory = directory or registry_dir()
+    os.close(_open_dir(directory, create=True))
+    return directory
+
+
+class ServerRegistry:
+    """MCP server parameters by package root (`mcptools/`) and server name, as given (`${VAR}` unresolved).
+
+    Reading never fails: a registry that is missing, unreadable, unsafe (see the module) or not JSON
+    reads as empty, with a warning for the last two; names found only there are then unknown to the tool
+    server, which refuses their calls and starts nothing. Refusing to read it, rather than failing, keeps
+    a planted symlink from stopping every later `CodeExecutor` on the host. Writing an unsafe registry
+    raises `UnsafeRegistryError` instead: a registration that silently went nowhere would leave
+    generated code that can't run, and the user has to learn that their state directory is not theirs.
+
+    Args:
+        path: The registry file (default: [default_registry_path][ipybox.mcp_client.registry.default_registry_path]).
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or default_registry_path()
+
+    def register(
+        self,
+        root_dir: Path,
+        server_name: str,
+        server_params: Mapping[str, Any],
+        annotations: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Record (or replace) the parameters of `server_name` for the packages under `root_dir`.
+
+        Args:
+            root_dir: The package root (`mcptools/`).
+            server_name: The server's name.
+            server_params: Its parameters, as given (`${VAR}` unresolved).
+            annotations: Each tool's annotations as the server listed them with these parameters (tool
+                name -> `{"readOnlyHint": True, ...}`); only `str` -> `bool | str` entries within the
+                size limits are recorded. `None` forgets annotations recorded earlier.
+
+        Raises:
+            UnsafeRegistryError: The registry's directory or file is not safe to use.
+        """
+        params = dict(server_params)
+        recorded = None
+        if annotations is not None:
+            recorded = {"params_sha256": _digest(params), "tools": _recordable(server_name, annotations)}
+        with self._locked() as (dir_fd, data):
+            key = _key(root_dir)
+            entries = data.get(key)
+            if not isinstance(entries, dict):
+                entries = data[key] = {}
+            entries[server_name] = params
+            _forget_annotations(data, key, server_name)
+            if recorded is not None:
+                section = data.get(ANNOTATIONS_KEY)
+                if not isinstance(section, dict):
+                    section = data[ANNOTATIONS_KEY] = {}
+                by_server = section.get(key)
+                if not isinstance(by_server, dict):
+                    by_server = section[key] = {}
+                by_server[server_name] = recorded
+            self._write(dir_fd, data)
+
+    def unregister(self, root_dir: Path, server_name: str) -> None:
+        with self._locked() as (dir_fd, data):
+            key = _key(root_dir)
+            entries = data.get(key)
+            removed = isinstance(entries, dict) and entries.pop(server_name, None) is not None
+            if _forget_annotations(data, key, server_name) or removed:
+                self._write(dir_fd, data)
+
+    def recorded_annotations(
+        self, root_dir: Path, server_name: str, server_params: Mapping[str, Any]
+    ) -> dict[str, ToolAnnotations] | None:
+        """The tool annotations recorded for `server_name` under `root_dir` (tool name -> annotations),
+        if they were recorded for exactly `server_params`; `None` otherwise, or when nothing usable was
+        recorded. Malformed entries are ignored with a warning: a tool's malformed annotations leave out
+        that tool, a malformed server entry all of them. Never fails, never starts anything.
+        """
+        section = self._read().get(ANNOTATIONS_KEY)
+        if section is None:
+            return None
+        if not isinstance(section, dict):
+            logger.warning("ignoring the tool annotations in %s: not a mapping", self.path)
+            return None
+        by_server = section.get(_key(root_dir))
+        if by_server is None:
+            return None
+        if not isinstance(by_server, dict):
+            logger.warning(
+                "ignoring the tool annotations for %s in %s: not a mapping of servers", root_dir, self.path
+            )
+            return None
+        entry = by_server.get(server_name)
+        return None if entry is None else _read_annotations(server_name, entry, server_params, self.path)
+
+    def servers(self, root_dir: Path) -> dict[str, dict[str, Any]]:
+        """The valid servers recorded for `root_dir`: name -> parameters."""
+        entries = self._read().get(_key(root_dir), {})
+        if not isinstance(entries, dict):
+            logger.warning("ignoring the entry for %s in %s: not a mapping of servers", root_dir, self.path)
+            return {}
+        return {name: dict(params) for name, params in entries.items() if _valid(name, params, self.path)}
+
+    def _read(self) -> dict[str, Any]:
+        """The registry's content, `{}` (with a warning) when it can't or must not be read."""
+        try:
+            dir_fd = _open_dir(self.path.parent, create=False)
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            logger.warning("not using the MCP server registry %s: %s", self.path, e)
+            return {}
+        try:
+            return _load(dir_fd, self.path)
+        except UnsafeRegistryError as e:
+            logger.warning("not using the MCP server registry: %s", e)
+            return {}
+        except OSError as e:
+            logger.warning("cannot read the MCP server registry %s: %s", self.path, e)
+            return {}
+        finally:
+            os.close(dir_fd)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        dir_fd = _open_dir(self.path.parent, create=True)
+        try:
+            lock_name = self.path.with_suffix(".lock").name
+            lock = _open_file(lock_name, os.O_RDWR | os.O_CREAT, dir_fd, self.path.parent / lock_name)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                yield dir_fd, _load(dir_fd, self.path)
+            finally:
+                os.close(lock)
+        finally:
+            os.close(dir_fd)
+
+    def _write(self, dir_fd: int, data: dict[str, Any]) -> None:
+        replace_file(dir_fd, self.path.name, json.dumps(data, indent=2, sort_keys=True))
+
+
+def _open_dir(directory: Path, *, create: bool) -> int:
+    """A descriptor of `directory`, opened without following a symlink, checked to be the current
+    user's and writable by nobody else (tightened to 0700 when `create`: the caller is about to write)."""
+    if create:
+        # A symlink there (dangling or not) is refused below, when it is opened.
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(directory, DIR_FLAGS)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            what = "a symlink" if directory.is_symlink() else "not a directory"
+            raise UnsafeRegistryError(f"the registry directory {directory} is {what}") from None
+        raise
+    try:
+        _check(os.fstat(fd), directory, "directory", fix_mode=0o700 if create else None, fd=fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_file(name: str, flags: int, dir_fd: int, path: Path) -> int:
+    try:
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafeRegistryError(f"{path} is a symlink") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafeRegistryError(f"{path} is not a regular file")
+        _check(info, path, "file", fix_mode=0o600 if flags & os.O_CREAT else None, fd=fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check(info: os.stat_result, path: Path, what: str, *, fix_mode: int | None, fd: int) -> None:
+    if info.st_uid != os.geteuid():
+        raise UnsafeRegistryError(
+            f"the registry {what} {path} is owned by uid {info.st_uid}, not by this user"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o022:
+        if fix_mode is None:
+            raise UnsafeRegistryError(f"the registry {what} {path} is writable by other users")
+        os.fchmod(fd, fix_mode)
+
+
+def _load(dir_fd: int, path: Path) -> dict[str, Any]:
+    """The registry's content: `{}` when there is none or it is not a JSON object (with a warning).
+
+    Raises:
+        UnsafeRegistryError: The file is a symlink, not a regular file, or not the user's alone.
+    """
+    try:
+        fd = _open_file(path.name, os.O_RDONLY, dir_fd, path)
+    except FileNotFoundError:
+        return {}
+    with os.fdopen(fd, "rb") as f:
+        content = f.read()
+    try:
+        data = json.loads(content)
+    except ValueError:
+        logger.warning("ignoring the MCP server registry %s: not valid JSON", path)
+        return {}
+    if not isinstance(data, dict):
+        logger.warning("ignoring the MCP server registry %s: not a JSON object", path)
+        return {}
+    return data
+
+
+class _AnyVariable(Mapping[str, str]):
+    """Every `${VAR}` has a value (a URL, so that `"url": "${SERVER_URL}"` validates too): entries are
+    checked for their shape here, their placeholders are resolved when the server starts."""
+
+    def __getitem__(self, key: str) -> str:
+        return "http://placeholder"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def _valid(name: Any, params: Any, path: Path) -> bool:
+    if not isinstance(name, str) or not name:
+        logger.warning("skipping an entry of the MCP server registry %s: bad server name %r", path, name)
+        return False
+    if not isinstance(params, dict):
+        logger.warning(
+            "skipping MCP server %r in the registry %s: its parameters are not a mapping", name, path
+        )
+        return False
+    try:
+        parse_server_params(name, params, environ=_AnyVariable(), dotenv_path=None)
+    except ServerParamsError as e:
+        logger.warning("skipping MCP server %r in the registry %s: %s", name, path, e)
+        return False
+    return True
+
+
+def _key(root_dir: Path) -> str:
+    return str(Path(root_dir).resolve())
+
+
+def _digest(server_params: Mapping[str, Any]) -> str:
+    """SHA-256 of the parameters' canonical JSON: the same for a dict and its JSON round trip.
+
+    Raises:
+        TypeError: The parameters are not JSON.
+    """
+    canonical = json.dumps(server_params, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _forget_annotations(data: dict[str, Any], key: str, server_name: str) -> bool:
+    """Drop the annotations recorded for a server (and sections left empty); whether there were any."""
+    section = data.get(ANNOTATIONS_KEY)
+    if not isinstance(section, dict):
+        return False
+    by_server = section.get(key)
+    if not isinstance(by_server, dict) or by_server.pop(server_name, None) is None:
+        return False
+    if not by_server:
+        del section[key]
+    if not section:
+        del data[ANNOTATIONS_KEY]
+    return True
+
+
+def _name_ok(name: Any) -> bool:
+    return isinstance(name, str) and 0 < len(name) <= MAX_NAME_CHARS
+
+
+def _annotation_ok(name: Any, value: Any) -> bool:
+    """A name and a bool or a short string; a hint (`readOnlyHint`, ...) a bool, never a (truthy) string."""
+    if not _name_ok(name):
+        return False
+    if isinstance(value, bool):
+        return True
+    return isinstance(value, str) and len(value) <= MAX_VALUE_CHARS and not name.endswith("Hint")
+
+
+def _recordable(server_name: str, annotations: Mapping[str, Mapping[str, Any]]) -> dict[str, ToolAnnotations]:
+    """What is recorded of a listing's annotations: `str -> bool | str` entries within the limits, hints
+    bools (and kept before strings when a tool declares too many); tools beyond `MAX_TOOLS` or with a
+    bad name, not at all."""
+    recorded: dict[str, ToolAnnotations] = {}
+    for tool_name, values in annotations.items():
+        if len(recorded) == MAX_TOOLS:
+            logger.warning(
+                "MCP server %r lists more than %d tools: the annotations of the others are not recorded",
+                server_name,
+                MAX_TOOLS,
+            )
+            break
+        if not _name_ok(tool_name):
+            continue
+        kept = [(k, v) for k, v in values.items() if _annotation_ok(k, v)]
+        kept.sort(key=lambda item: not isinstance(item[1], bool))  # stable: hints first, in their order
+        recorded[tool_name] = dict(kept[:MAX_ANNOTATIONS])
+    return recorded
+
+
+def _read_annotations(
+    server_name: str, entry: Any, server_params: Mapping[str, Any], path: Path
+) -> dict[str, ToolAnnotations] | None:
+    digest, tools = (
+        (entry.get("params_sha256"), entry.get("tools")) if isinstance(entry, dict) else (None, None)
+    )
+    if not isinstance(digest, str) or not isinstance(tools, dict) or len(tools) > MAX_TOOLS:
+        logger.warning(
+            "ignoring the recorded tool annotations of MCP server %r in %s: malformed or too large",
+            server_name,
+            path,
+        )
+        return None
+    try:
+        if digest != _digest(server_params):
+            return None  # recorded for other parameters: another server may stand behind the name now
+    except (TypeError, ValueError):
+        return None
+    valid: dict[str, ToolAnnotations] = {}
+    bad: list[str] = []
+    for tool_name, values in tools.items():
+        if (
+            _name_ok(tool_name)
+            and isinstance(values, dict)
+            and len(values) <= MAX_ANNOTATIONS
+            and all(_annotation_ok(k, v) for k, v in values.items())
+        ):
+            valid[tool_name] = dict(values)
+        else:
+            bad.append(tool_name)
+    if bad:
+        logger.warning(
+            "ignoring the recorded annotations of %d tool(s) of MCP server %r in %s (malformed): %s",
+            len(bad),
+            server_name,
+            path,
+            ", ".join(repr(name[:MAX_NAME_CHARS]) for name in bad[:5]) + (", ..." if len(bad) > 5 else ""),
+        )
+    return valid

@@ -1,0 +1,360 @@
+"""The ipybox MCP server: `register_mcp_server`, `execute_ipython_cell`, `install_package` and `reset`,
+for agents that act by writing code.
+
+Each MCP session gets a kernel of its own from the workspace's warm pool (a `CodeExecutor` attached to the
+workspace); all sessions share the workspace's tool server and its approval rules. A tool call a rule
+answers with `ask` becomes an elicitation to the MCP client when it supports them; otherwise it is
+denied, and the cell's output says which rule to add. `register_mcp_server` makes the host run what the
+client names, so it is decided by the same rules (as the call `ipybox.register_mcp_server`, asked when no
+rule decides it; see `ipybox.mcp_server.registration`) before anything is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server._otel import OpenTelemetryMiddleware
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from opentelemetry import trace
+from pydantic import BaseModel, Field
+
+from ipybox import __version__
+from ipybox.approval.request import ApprovalRequest
+from ipybox.config import CONFIG_FILE
+from ipybox.executor.code_executor import CodeExecutor
+from ipybox.kernels.result import CodeExecutionError, CodeExecutionResult
+from ipybox.mcp_server.registration import (
+    ALLOW_RULE_EXAMPLE,
+    Registration,
+    add_server,
+    decide_registration,
+    load_workspace_config,
+    parse_registration,
+)
+from ipybox.rules import ApprovalPolicy, AuditLog
+from ipybox.running.control_client import ControlClient
+from ipybox.running.state import StatePaths, read_state
+
+logger = logging.getLogger(__name__)
+
+INSTRUCTIONS = """\
+ipybox runs Python in a stateful, sandboxed IPython kernel. MCP servers registered with
+register_mcp_server become typed Python APIs under mcptools/<server>/: one module per tool with a
+pydantic `Params` model, a `Result` model (or str) and `run(params)` / `arun(params)`.
+Discover them in code: `import mcptools.<server> as m; print(m.__doc__)` lists the tools, and
+`help(mcptools.<server>.<tool>)` shows one. Compose many tool calls in one execute_ipython_cell
+call (loops, conditionals) and print only what you need. Tool calls are approved by the
+workspace's rules."""
+
+
+class _Approval(BaseModel):
+    allow: bool = Field(description="Run this tool call?")
+
+
+class _Session:
+    """One MCP session's kernel."""
+
+    def __init__(self, executor: CodeExecutor) -> None:
+        self.executor = executor
+        self.lock = asyncio.Lock()
+        self.last_used = 0.0
+
+
+@dataclass(frozen=True)
+class WorkspaceMCP:
+    """The MCP server of a workspace, and how to give back its sessions' kernels."""
+
+    server: MCPServer
+    close_sessions: Callable[[float], Awaitable[None]]
+
+
+def create_server(workspace: Path, *, output_dir: Path | None = None) -> WorkspaceMCP:
+    """The MCP server for the running workspace in `workspace` (see `ipybox up` / `ipybox mcp`).
+
+    Args:
+        workspace: The workspace directory; a supervisor must be running for it.
+        output_dir: Where complete outputs too long to return are saved (default: `.ipybox/outputs`).
+    """
+    workspace = workspace.resolve()
+    outputs = output_dir or workspace / ".ipybox" / "outputs"
+    sessions: dict[str, _Session] = {}
+    server = MCPServer(name="ipybox", version=__version__, instructions=INSTRUCTIONS)
+    if not _tracing():
+        # mcp wraps every message in a span, which costs even with no exporter to send it to.
+        server.middleware[:] = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
+
+    async def session_of(ctx: Context) -> _Session:
+        # stdio carries one session; over HTTP the transport names each one in a header.
+        request = ctx.request_context.request
+        headers = getattr(request, "headers", None)
+        key = headers.get("mcp-session-id", "") if headers is not None else "stdio"
+        session = sessions.get(key)
+        if session is None:
+            executor = CodeExecutor(workspace=workspace, output_dir=outputs, images_dir=workspace / "images")
+            await executor.start()
+            session = sessions.setdefault(key, _Session(executor))
+            if session.executor is not executor:  # another request of the session won the race
+                await executor.stop()
+        session.last_used = asyncio.get_running_loop().time()
+        return session
+
+    async def close_sessions(idle_for: float = 0) -> None:
+        """Give back the kernels of sessions idle for `idle_for` seconds (all of them by default)."""
+        now = asyncio.get_running_loop().time()
+        for key, session in list(sessions.items()):
+            if now - session.last_used >= idle_for and not session.lock.locked():
+                sessions.pop(key, None)
+                await session.executor.stop()
+
+    @server.tool()
+    async def register_mcp_server(server_name: str, server_params: dict[str, Any], ctx: Context) -> str:
+        """Add an MCP server to the workspace and generate its Python API under mcptools/<server_name>/.
+        The workspace's approval rules decide whether it may be added (usually the user is asked).
+
+        Args:
+            server_name: A Python identifier; the package name the generated API gets.
+            server_params: {"command", "args", "env", "cwd", "sandbox"} for a stdio server, or {"url",
+                "headers", "type"} for a remote one ("type": "streamable_http" or "sse"). In a workspace
+                with sandboxed kernels, a stdio server runs sandboxed ("sandbox": true unless a policy is
+                given). "${VAR}" placeholders are filled on the host from its environment or the
+                workspace's .env; their values never reach the kernel.
+
+        Returns the generated modules, e.g. "mcptools.fetch: fetch" (import mcptools.<server_name>.<tool>).
+        """
+        try:
+            config = await asyncio.to_thread(load_workspace_config, workspace)
+            registration = await asyncio.to_thread(
+                parse_registration, workspace, config, server_name, server_params
+            )
+        except ValueError as e:
+            raise ToolError(str(e)) from None
+        # The supervisor's audit log (it finds its state directory the same way).
+        audit = AuditLog(StatePaths(config.resolve(config.workspace.state_dir)).audit)
+        try:
+            denied = await _approve_registration(ctx, config.approval, audit, registration)
+        except OSError as e:  # the decision could not be recorded: never act on an unrecorded decision
+            raise ToolError(f"the audit log could not be written ({e}); nothing was registered") from None
+        if denied is not None:
+            raise ToolError(
+                f"registering MCP server {server_name!r} was denied: {denied}. Nothing was written."
+            )
+        try:
+            before = await _generation(workspace, server_name)
+            await asyncio.to_thread(add_server, workspace, registration)
+        except ValueError as e:
+            raise ToolError(str(e)) from None
+        state = await _wait_for_generation(workspace, server_name, before)
+        if state.get("state") != "ready":
+            raise ToolError(f"MCP server {server_name!r} could not be started: {state.get('error')}")
+        modules = sorted(
+            p.stem for p in (workspace / "mcptools" / server_name).glob("*.py") if p.stem != "__init__"
+        )
+        return f"mcptools.{server_name}: {', '.join(modules)}"
+
+    @server.tool()
+    async def execute_ipython_cell(
+        code: str, ctx: Context, timeout: float = 120, max_output_chars: int = 5000
+    ) -> list[types.TextContent | types.ImageContent]:
+        """Execute Python code in this session's stateful IPython kernel (variables, imports and definitions
+        persist) and return its output. Code can import the generated APIs of registered MCP servers
+        (`from mcptools.<server> import <tool>`). Output longer than max_output_chars keeps its head and
+        tail, and the complete text is saved to a file whose path is given. Plots come back as images.
+
+        Args:
+            code: Python code (IPython syntax, top-level await allowed).
+            timeout: Seconds the code may run before it is interrupted.
+            max_output_chars: How much output to return.
+        """
+        session = await session_of(ctx)
+        denied: list[str] = []
+        async with session.lock:
+            session.executor.kernel_client.max_output_chars = max_output_chars
+            result: CodeExecutionResult | None = None
+            error: str | None = None
+            ticker = asyncio.create_task(_progress(ctx, timeout))
+            try:
+                async for item in session.executor.stream(code, timeout=timeout):
+                    if isinstance(item, ApprovalRequest):
+                        if not await _ask(ctx, item):
+                            denied.append(str(item))
+                    elif isinstance(item, CodeExecutionResult):
+                        result = item
+            except CodeExecutionError as e:
+                error = str(e)
+            except TimeoutError as e:
+                error = str(e) or f"the code ran past its timeout of {timeout:g} s and was interrupted"
+            except anyio.get_cancelled_exc_class():
+                # The client cancelled the request. Its scope stays cancelled, so what frees the kernel for
+                # the next call must be shielded; the session's lock is held until the kernel is free.
+                with anyio.CancelScope(shield=True):
+                    if not await session.executor.kernel_client.interrupt_until_idle():
+                        logger.warning("a cancelled execution did not stop when interrupted")
+                raise
+            finally:
+                ticker.cancel()
+        content: list[types.TextContent | types.ImageContent] = []
+        text = error if error is not None else (result.text if result is not None else "") or ""
+        if result is not None and result.output_file is not None:
+            text += f"\n[the complete output is in {result.output_file}]"
+        if denied and not _can_elicit(ctx):
+            text += (
+                "\n[ipybox: this client cannot answer approval questions, so these calls were denied: "
+                f"{'; '.join(denied)}. Add an allow rule for them under [[approval.rules]] in ipybox.toml]"
+            )
+        content.append(types.TextContent(type="text", text=text))
+        for image in result.images if result is not None else []:
+            data = base64.b64encode(await asyncio.to_thread(image.read_bytes)).decode()
+            content.append(types.ImageContent(type="image", data=data, mime_type="image/png"))
+        if error is not None:
+            raise ToolError(text)
+        return content
+
+    @server.tool()
+    async def install_package(package_name: str, ctx: Context) -> str:
+        """Install a Python package into the kernel's environment with pip.
+
+        Args:
+            package_name: A requirement such as "requests", "numpy>=1.20" or "git+https://...".
+        """
+        if not package_name.strip() or any(c in package_name for c in "\n\r\0"):
+            raise ToolError("package_name must be one requirement, e.g. 'requests' or 'numpy>=1.20'")
+        session = await session_of(ctx)
+        code = (
+            "import subprocess as _sp, sys as _sys\n"
+            f"_r = _sp.run([_sys.executable, '-m', 'pip', 'install', '--quiet', {package_name.strip()!r}], "
+            "capture_output=True, text=True)\n"
+            "print(_r.stdout[-3000:] + _r.stderr[-3000:])\n"
+            "print('exit', _r.returncode)"
+        )
+        async with session.lock:
+            result = await session.executor.execute(code, timeout=600)
+        text = (result.text or "").strip()
+        if not text.endswith("exit 0"):
+            raise ToolError(f"pip could not install {package_name!r}:\n{text}")
+        return f"installed {package_name}"
+
+    @server.tool()
+    async def reset(ctx: Context) -> str:
+        """Start over with a fresh kernel: variables and imports are gone; installed packages and the
+        generated mcptools/ stay."""
+        session = await session_of(ctx)
+        async with session.lock:
+            await session.executor.reset()
+        return "the kernel was reset"
+
+    return WorkspaceMCP(server, close_sessions)
+
+
+def _tracing() -> bool:
+    """Whether OpenTelemetry has a tracer provider of its own (an SDK with an exporter) to record spans."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def _can_elicit(ctx: Context) -> bool:
+    capabilities = ctx.client_capabilities
+    return capabilities is not None and getattr(capabilities, "elicitation", None) is not None
+
+
+async def _ask(ctx: Context, request: ApprovalRequest) -> bool:
+    """Ask the MCP client about a tool call (elicitation); `False` when it can't answer."""
+    if not _can_elicit(ctx):
+        await request.reject()
+        return False
+    try:
+        answer = await ctx.elicit(f"ipybox: allow the tool call {request}?", _Approval)
+    except Exception as e:  # the client broke off: never approve what nobody approved
+        logger.warning("elicitation failed (%s): denying %s", e, request)
+        await request.reject()
+        return False
+    allowed = answer.action == "accept" and getattr(answer, "data", None) is not None and answer.data.allow
+    await (request.accept() if allowed else request.reject())
+    return bool(allowed)
+
+
+async def _approve_registration(
+    ctx: Context, policy: ApprovalPolicy, audit: AuditLog, registration: Registration
+) -> str | None:
+    """Decide a registration by the workspace's rules, asking the MCP client when they say `ask`, as for
+    the tool calls of its code. `None` when it may go ahead, else why not. The decision is audited.
+
+    Raises:
+        OSError: The audit log could not be written.
+    """
+    call = registration.call()
+    verdict = decide_registration(policy, call)
+    source = f"rule {verdict.rule_id!r}" if verdict.rule_id is not None else "the default for registrations"
+    logger.info("registration of MCP server %r: %s (%s)", registration.name, verdict.decision, verdict.reason)
+    if verdict.decision != "ask":
+        await asyncio.to_thread(audit.record, call, verdict)
+        return None if verdict.decision == "allow" else f"denied by {source}"
+    if not _can_elicit(ctx):
+        reason = (
+            f"{source} asks, but this client cannot answer approval questions. To let MCP clients "
+            f"register servers, add to {CONFIG_FILE}:\n{ALLOW_RULE_EXAMPLE}"
+        )
+        await asyncio.to_thread(audit.record, call, verdict, timed_out=True, reason=reason)
+        return reason
+    try:
+        with anyio.fail_after(policy.ask_timeout):
+            answer = await ctx.elicit(f"ipybox: {registration}. Allow?", _Approval)
+    except TimeoutError:
+        reason = f"no answer within {policy.ask_timeout:g} s ({source} asks)"
+        await asyncio.to_thread(audit.record, call, verdict, timed_out=True, reason=reason)
+        return reason
+    except Exception as e:  # the client broke off: never approve what nobody approved
+        reason = f"the client could not be asked ({e}; {source} asks)"
+        await asyncio.to_thread(audit.record, call, verdict, timed_out=True, reason=reason)
+        return reason
+    allowed = answer.action == "accept" and getattr(answer, "data", None) is not None and answer.data.allow
+    await asyncio.to_thread(audit.record, call, verdict, answer="allow" if allowed else "deny")
+    return None if allowed else "rejected by the application"
+
+
+async def _progress(ctx: Context, timeout: float) -> None:
+    # Long cells keep the client informed (and its request timeout from firing).
+    started = asyncio.get_running_loop().time()
+    while True:
+        await asyncio.sleep(1)
+        elapsed = asyncio.get_running_loop().time() - started
+        try:
+            await ctx.report_progress(elapsed, timeout, f"running for {elapsed:.0f} s")
+        except Exception:
+            return
+
+
+async def _generation(workspace: Path, server_name: str) -> int:
+    status = await _status(workspace)
+    return int(status["reconciler"]["servers"].get(server_name, {}).get("generation") or 0)
+
+
+async def _wait_for_generation(
+    workspace: Path, server_name: str, before: int, timeout: float = 120
+) -> dict[str, Any]:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        status = await _status(workspace)
+        state: dict[str, Any] = status["reconciler"]["servers"].get(server_name, {})
+        error = status.get("config_error")
+        if error and server_name in str(error):
+            return {"state": "failed", "error": error}
+        if state.get("state") == "failed" or (
+            state.get("state") == "ready" and (state.get("generation") or 0) > before
+        ):
+            return state
+        if asyncio.get_running_loop().time() > deadline:
+            return {"state": "failed", "error": f"not generated within {timeout:g} s"}
+        await asyncio.sleep(0.05)
+
+
+async def _status(workspace: Path) -> dict[str, Any]:
+    async with ControlClient(read_state(workspace)) as control:
+        return await control.status()

@@ -1,0 +1,400 @@
+"""`Reconciler`: keeps a running workspace in step with its `ipybox.toml` (and `.env`) while it is edited.
+
+Each applied change does only what it needs: an added or edited server is (re)started and its package
+under `mcptools/` generated, a removed or disabled one is stopped and its package removed, changed approval
+rules go to the rule engine, and a changed kernel environment, sandbox or warm pool has running kernels
+replaced (through `ReconcileHooks`, implemented by whoever runs the kernels). An edit that doesn't load
+leaves the last good configuration running.
+
+Example:
+    ```python
+    reconciler = Reconciler(Path("my-workspace"), tool_server.servers, hooks)
+    await reconciler.apply(reconciler.load())  # start-up: raises ConfigError on a bad file
+    watcher = asyncio.create_task(reconciler.watch())  # then follow edits
+    print(reconciler.status())
+    ```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from ipybox.config.changes import ConfigChanges, diff
+from ipybox.config.errors import ConfigError, ConfigProblem
+from ipybox.config.loading import CONFIG_FILE, load_config
+from ipybox.config.workspace_config import WorkspaceConfig
+from ipybox.mcp_apigen.package import write_mcp_sources
+from ipybox.mcp_client.placeholders import placeholder_digest
+from ipybox.reconcile.generations import Generations, delete_retired, retire_package
+from ipybox.reconcile.watch import DOTENV_FILE, Snapshot, settled_edits
+
+if TYPE_CHECKING:
+    from ipybox.mcp_client.pool import MCPServers
+    from ipybox.rules import ApprovalPolicy
+
+logger = logging.getLogger("ipybox.reconcile.reconciler")
+
+ServerState = Literal["starting", "ready", "failed"]
+
+_KERNEL_ENV = "kernel.env"
+_RETRY_AFTER_WATCH_FAILURE = 1.0
+
+
+class ReconcileHooks(Protocol):
+    """What the reconciler asks of the process running the workspace (`ipybox up`)."""
+
+    async def rules_changed(self, policy: ApprovalPolicy) -> None:
+        """`[approval]` changed (or is applied for the first time): decide tool calls by `policy` now."""
+
+    async def kernels_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
+        """The kernels' environment, sandbox or warm pool changed: replace running kernels with ones
+        started from `config`. `reasons` are one line each, e.g. `kernel.warm_pool: 1 -> 2`."""
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """Where a server's package stands.
+
+    Attributes:
+        state: `starting` (being started and generated), `ready` (package generated), or `failed` (it
+            could not be started; a package from before stays).
+        tools: Tools in its generated package; `None` when there is none (or it is not known).
+        generation: The generation its package was written at; `None` when there is no package.
+        error: Why it failed, when it did.
+    """
+
+    state: ServerState
+    tools: int | None = None
+    generation: int | None = None
+    error: str | None = None
+
+
+class Reconciler:
+    """Applies a workspace's configuration to running MCP servers, generated packages, rules and kernels,
+    and follows edits of `ipybox.toml` and `.env`.
+
+    Args:
+        workspace_dir: The workspace directory (holding `ipybox.toml`).
+        servers: The tool server's MCP servers; the reconciler registers, starts and stops them.
+        hooks: Called when approval rules or kernel settings change.
+        quiet_period: Seconds the files must stay unchanged after an edit before they are reloaded.
+
+    Attributes:
+        config: The last configuration that loaded (`None` before the first).
+        error: Why the last load failed (`None` after a good one); its text is `file:line:column: reason`.
+
+    Example:
+        ```python
+        reconciler = Reconciler(workspace, servers, hooks)
+        await reconciler.apply(reconciler.load())
+        await reconciler.watch()  # until cancelled
+        ```
+    """
+
+    def __init__(
+        self, workspace_dir: Path, servers: MCPServers, hooks: ReconcileHooks, *, quiet_period: float = 0.15
+    ) -> None:
+        self.workspace_dir = Path(workspace_dir).resolve()
+        self.servers = servers
+        self.hooks = hooks
+        self.quiet_period = quiet_period
+        self.config: WorkspaceConfig | None = None
+        self.error: ConfigError | None = None
+        self._applied: WorkspaceConfig | None = None
+        # Fixed by the first configuration applied: kernels are told this directory when they start.
+        self._mcptools_dir: Path | None = None
+        self._generations = Generations()
+        self._servers: dict[str, ServerStatus] = {}
+        self._digests: dict[str, str] = {}  # what each server's and the kernel env's ${VAR}s resolved to
+        self._hook_errors: dict[str, str] = {}
+        self._loaded: Snapshot | None = None  # the files' contents at the last load
+        self._apply_lock = asyncio.Lock()
+        self._reload_lock = asyncio.Lock()
+
+    @property
+    def mcptools_dir(self) -> Path | None:
+        """Where packages are generated (`None` until a configuration was applied)."""
+        return self._mcptools_dir
+
+    def load(self) -> WorkspaceConfig:
+        """Load `ipybox.toml` (for start-up; `reload()` loads and applies).
+
+        Raises:
+            ConfigError: The file is missing or invalid; `config` stays the last good one.
+        """
+        snapshot, loaded = _read_config(self.workspace_dir)
+        self._accept(snapshot, loaded)
+        if isinstance(loaded, ConfigError):
+            raise loaded
+        return loaded
+
+    async def reload(self) -> bool:
+        """Load `ipybox.toml` again and apply it. A configuration that doesn't load is logged and kept in
+        `error`, and the last good one keeps running.
+
+        Returns:
+            Whether it loaded (and was applied).
+        """
+        async with self._reload_lock:
+            snapshot, loaded = await asyncio.to_thread(_read_config, self.workspace_dir)
+            config = self._accept(snapshot, loaded)
+            if config is None:
+                return False
+            await self.apply(config)
+            return True
+
+    async def apply(self, config: WorkspaceConfig) -> ConfigChanges:
+        """Apply `config`, doing only what differs from the configuration applied before.
+
+        The packages of removed (or disabled) servers go first; then changed approval rules reach
+        `hooks.rules_changed`; then, concurrently, removed servers stop, added and changed ones are
+        (re)started and generated (one failing does not hold back the others: see `status()`), and
+        `hooks.kernels_changed` replaces kernels if their settings changed. Servers that failed to start
+        before are tried again. Each package written or removed bumps the generation marker at once.
+
+        Returns:
+            What changed.
+        """
+        async with self._apply_lock:
+            first = self._applied is None
+            changes = self._changes(self._applied, config)
+            self._applied = self.config = config
+            if self._mcptools_dir is None:
+                self._mcptools_dir = config.resolve(config.workspace.mcptools_dir)
+                self._generations = Generations.read(self._mcptools_dir)
+            removed = list(changes.removed)
+            if first:  # packages generated by an earlier run for servers gone since
+                enabled = config.enabled_servers()
+                removed += [name for name in self._generations.servers if name not in enabled]
+            # Packages go at once; their servers stop while the others start.
+            retired = self._retire_packages(removed)
+            if changes.approval_changed:
+                await self._run_hook("rules_changed", self.hooks.rules_changed(config.approval))
+            _log_changes(changes, config)
+            restarted = set(changes.changed)
+            work = [
+                self._stop_removed(removed, retired),
+                *(
+                    self._generate(name, config.server_params(name), name in restarted)
+                    for name in changes.to_generate
+                ),
+            ]
+            if changes.kernels_changed:
+                reasons = list(changes.kernel_reasons)
+                work.append(self._run_hook("kernels_changed", self.hooks.kernels_changed(config, reasons)))
+            await asyncio.gather(*work)
+            self._digests[_KERNEL_ENV] = placeholder_digest(config.kernel.env, os.environ, self._dotenv_path)
+            return changes
+
+    async def watch(self, stop_event: asyncio.Event | None = None) -> None:
+        """Follow edits of `ipybox.toml` and `.env` until cancelled (or `stop_event` is set): reload after
+        each burst of saves, once the files are quiet. Nothing raised while reloading ends the watch.
+
+        Example:
+            ```python
+            watcher = asyncio.create_task(reconciler.watch())
+            ...
+            watcher.cancel()
+            ```
+        """
+        while stop_event is None or not stop_event.is_set():
+            try:
+                async for snapshot in settled_edits(
+                    self.workspace_dir, quiet=self.quiet_period, stop_event=stop_event
+                ):
+                    await self._on_edit(snapshot)
+                return  # stop_event was set
+            except Exception:
+                logger.exception(
+                    "watching %s failed: watching again in %s s",
+                    self.workspace_dir,
+                    _RETRY_AFTER_WATCH_FAILURE,
+                )
+                await asyncio.sleep(_RETRY_AFTER_WATCH_FAILURE)
+
+    def status(self) -> dict[str, Any]:
+        """The reconciler's state, JSON-able.
+
+        Example:
+            ```python
+            {
+                "generation": 4,
+                "servers": {"time": {"state": "ready", "tools": 2, "generation": 4, "error": None}},
+                "error": None,  # or "…/ipybox.toml:12:1: unknown key 'comand' in [servers.time] (…)"
+                "hook_errors": {},
+                "mcptools_dir": "/work/ws/mcptools",
+            }
+            ```
+        """
+        return {
+            "generation": self._generations.generation,
+            "servers": {name: dataclasses.asdict(status) for name, status in sorted(self._servers.items())},
+            "error": str(self.error) if self.error is not None else None,
+            "hook_errors": dict(self._hook_errors),
+            "mcptools_dir": str(self._mcptools_dir) if self._mcptools_dir is not None else None,
+        }
+
+    async def _on_edit(self, snapshot: Snapshot) -> None:
+        if snapshot == self._loaded:
+            return  # a later event of a burst that was applied already
+        failed = any(status.state == "failed" for status in self._servers.values())
+        if snapshot.same_contents(self._loaded) and not failed:
+            self._loaded = snapshot
+            return  # saved again unchanged: only servers that failed would be tried again
+        try:
+            await self.reload()
+        except Exception:
+            logger.exception("applying the edited %s failed: still watching", CONFIG_FILE)
+
+    def _accept(self, snapshot: Snapshot, loaded: WorkspaceConfig | ConfigError) -> WorkspaceConfig | None:
+        """Record a load: the configuration if it is good, else the error (logged)."""
+        self._loaded = snapshot
+        if isinstance(loaded, ConfigError):
+            self.error = loaded
+            logger.error("%s\n(the last good configuration keeps running)", loaded)
+            return None
+        if self.error is not None:
+            logger.info("%s loads again", loaded.path)
+        self.error = None
+        self.config = loaded
+        return loaded
+
+    def _changes(self, old: WorkspaceConfig | None, new: WorkspaceConfig) -> ConfigChanges:
+        """`diff()`, plus what the files alone don't show: `${VAR}`s that resolve to new values (a `.env`
+        edit), and servers that failed before (tried again)."""
+        changes = diff(old, new)
+        if old is None:
+            return changes
+        enabled = new.enabled_servers()
+        changed = set(changes.changed)
+        for name in enabled.keys() - set(changes.added) - changed:
+            status = self._servers.get(name)
+            failed = status is not None and status.state == "failed"
+            if failed or self._server_digest(new.server_params(name)) != self._digests.get(name, ""):
+                changed.add(name)
+        kernel_reasons = list(changes.kernel_reasons)
+        env_digest = placeholder_digest(new.kernel.env, os.environ, self._dotenv_path)
+        edited_env = any(reason.startswith(_KERNEL_ENV) for reason in kernel_reasons)
+        if not edited_env and env_digest != self._digests.get(_KERNEL_ENV, ""):
+            kernel_reasons.insert(
+                0, f"{_KERNEL_ENV}: a ${{VAR}} now has another value (in {DOTENV_FILE} or the environment)"
+            )
+        return dataclasses.replace(
+            changes, changed=tuple(sorted(changed)), kernel_reasons=tuple(kernel_reasons)
+        )
+
+    @property
+    def _dotenv_path(self) -> Path:
+        return self.workspace_dir / DOTENV_FILE
+
+    def _server_digest(self, params: dict[str, Any]) -> str:
+        # Resolved as `MCPServers` resolves them when it starts the server.
+        environ = self.servers.environ if self.servers.environ is not None else os.environ
+        return placeholder_digest(params, environ, self.servers.dotenv_path)
+
+    async def _generate(self, name: str, params: dict[str, Any], restart: bool) -> None:
+        assert self._mcptools_dir is not None
+        self.servers.register(name, params)
+        if restart:
+            # Registered first, stopped second: a call racing with the stop starts the new parameters.
+            await self.servers.stop(name)
+        self._digests[name] = self._server_digest(params)
+        before = self._servers.get(name)
+        generation = self._generations.servers.get(name)
+        tools = before.tools if before is not None else None
+        self._servers[name] = ServerStatus("starting", tools, generation)
+        try:
+            await self.servers.connection(name)
+            modules = await asyncio.to_thread(
+                write_mcp_sources, name, self.servers.tools(name), self._mcptools_dir
+            )
+        except Exception as e:
+            error = str(e) or type(e).__name__
+            self._servers[name] = ServerStatus("failed", tools, generation, error)
+            logger.error("MCP server %r: no tools generated: %s", name, error)
+            return
+        generation = self._generations.bump(changed=[name])
+        self._write_generations()
+        self._servers[name] = ServerStatus("ready", len(modules), generation)
+        logger.info("generated %s (%d tools)", self._mcptools_dir / name, len(modules))
+
+    def _retire_packages(self, names: list[str]) -> list[Path]:
+        """Move the packages of `names` out of the import path and mark the change; returns where they
+        went, for `_stop_removed` to delete."""
+        if not names:
+            return []
+        retired = [path for name in names if (path := self._retire(name)) is not None]
+        for name in names:
+            self._servers.pop(name, None)
+            self._digests.pop(name, None)
+        if retired or any(name in self._generations.servers for name in names):
+            self._generations.bump(removed=names)
+            self._write_generations()
+        logger.info("removed MCP servers: %s", ", ".join(names))
+        return retired
+
+    async def _stop_removed(self, names: list[str], retired: list[Path]) -> None:
+        stops = [self.servers.unregister(name) for name in names]
+        deletions = [asyncio.to_thread(delete_retired, path) for path in retired]
+        results = await asyncio.gather(*stops, *deletions, return_exceptions=True)
+        for name, result in zip(names, results, strict=False):
+            if isinstance(result, Exception):
+                logger.warning("MCP server %r did not stop cleanly: %s", name, result)
+
+    def _retire(self, name: str) -> Path | None:
+        assert self._mcptools_dir is not None
+        try:
+            return retire_package(self._mcptools_dir, name)
+        except OSError as e:
+            logger.error("could not remove the package %s: %s", self._mcptools_dir / name, e)
+            return None
+
+    def _write_generations(self) -> None:
+        assert self._mcptools_dir is not None
+        try:
+            self._generations.write(self._mcptools_dir)
+        except OSError as e:
+            # Kernels then keep the modules they imported until the next change is marked.
+            logger.error("could not write the generation marker in %s: %s", self._mcptools_dir, e)
+
+    async def _run_hook(self, name: str, call: Awaitable[None]) -> None:
+        try:
+            await call
+        except Exception as e:
+            self._hook_errors[name] = f"{type(e).__name__}: {e}"
+            logger.exception("the %s hook failed", name)
+        else:
+            self._hook_errors.pop(name, None)
+
+
+def _read_config(workspace_dir: Path) -> tuple[Snapshot, WorkspaceConfig | ConfigError]:
+    # The snapshot is taken first: an edit landing while loading is a newer snapshot, so it is loaded too.
+    snapshot = Snapshot.read(workspace_dir)
+    path = workspace_dir / CONFIG_FILE
+    try:
+        return snapshot, load_config(path)
+    except ConfigError as e:
+        return snapshot, e
+    except Exception as e:
+        # A loader bug must not take the running workspace down: report it like any bad configuration.
+        logger.exception("loading %s failed unexpectedly", path)
+        return snapshot, ConfigError(
+            path, [ConfigProblem(str(path), None, None, f"could not be loaded: {e!r}")]
+        )
+
+
+def _log_changes(changes: ConfigChanges, config: WorkspaceConfig) -> None:
+    for reason in changes.restart_reasons:
+        logger.warning("%s: takes effect when `ipybox up` restarts", reason)
+    if changes.kernel_timeout_changed:
+        logger.info("kernel.timeout is now %s s", config.kernel.timeout)
+    for label, names in (("adding", changes.added), ("restarting", changes.changed)):
+        if names:
+            logger.info("%s MCP servers: %s", label, ", ".join(names))

@@ -1,0 +1,99 @@
+"""`WorkspaceSession`: an application's share of a running workspace: a lease, kernels from the warm
+pool, and the websocket on which the workspace asks the application about tool calls (`ask` rules)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from ipybox.approval.approval_client import ApprovalClient
+from ipybox.approval.request import ApprovalRequest
+from ipybox.kernels.gateway import GatewayEndpoint
+from ipybox.kernels.kernel_client import KernelClient
+from ipybox.running.control_client import ControlClient
+from ipybox.running.state import read_state
+
+
+class WorkspaceSession:
+    """Attach to the workspace running in `workspace` (see `CodeExecutor(workspace=...)`).
+
+    Args:
+        workspace: The directory `ipybox up` runs in.
+        on_approval: Gets each `ask` for this session's kernels.
+        pause_timer: Pauses the running execution's timeout while a human decides; returns the resume.
+        images_dir, output_dir, max_output_chars: As for `KernelClient`.
+    """
+
+    def __init__(
+        self,
+        workspace: Path,
+        on_approval: Callable[[ApprovalRequest], Awaitable[None]],
+        pause_timer: Callable[[], Callable[[], None]],
+        *,
+        images_dir: Path | None = None,
+        output_dir: Path | None = None,
+        max_output_chars: int,
+    ) -> None:
+        self.workspace = workspace
+        self.on_approval = on_approval
+        self.pause_timer = pause_timer
+        self.state = read_state(workspace)
+        self.control = ControlClient(self.state)
+        self.lease: str | None = None
+        endpoint = GatewayEndpoint(
+            "http://localhost", self.state.gateway_token, unix_socket=Path(self.state.gateway_socket)
+        )
+        self.kernel_client = KernelClient(
+            endpoint,
+            images_dir=images_dir,
+            output_dir=output_dir,
+            max_output_chars=max_output_chars,
+            spare_kernel=False,  # the workspace's pool is the spare
+            kernel_source=self._lease_kernel,
+        )
+        self._approvals: ApprovalClient | None = None
+
+    async def open(self) -> None:
+        """Take a lease, connect its approval websocket and a kernel from the pool.
+
+        Raises:
+            NotRunningError: The workspace is not running (any more).
+        """
+        await self.control.__aenter__()
+        try:
+            self.lease = await self.control.new_lease()
+            self._approvals = ApprovalClient(
+                self._on_request,
+                address=f"unix:{self.state.control_socket}",
+                token=self.state.control_token,
+                path=f"/leases/{self.lease}/approval",
+            )
+            await self._approvals.connect()
+            await self.kernel_client.connect()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        """Give back the lease: its kernels are deleted. Never raises."""
+        with contextlib.suppress(Exception):
+            await self.kernel_client.disconnect()
+        if self._approvals is not None:
+            with contextlib.suppress(Exception):
+                await self._approvals.disconnect()
+            self._approvals = None
+        if self.lease is not None:
+            with contextlib.suppress(Exception):
+                await self.control.release(self.lease)
+            self.lease = None
+        await self.control.close()
+
+    async def _lease_kernel(self) -> str:
+        assert self.lease is not None
+        return await self.control.lease_kernel(self.lease)
+
+    async def _on_request(self, request: ApprovalRequest) -> None:
+        resume = self.pause_timer()
+        request.add_done_callback(lambda accepted: resume())
+        await self.on_approval(request)

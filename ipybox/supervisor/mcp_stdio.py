@@ -1,0 +1,78 @@
+"""`ipybox mcp`: the MCP server over stdio for one workspace (the published `ipybox --workspace DIR` form).
+
+When `ipybox up` already runs the workspace, this process attaches to it; otherwise it runs the workspace
+itself for as long as the MCP client keeps it. Nothing but MCP goes to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import cast
+
+import anyio
+import tomlkit
+from mcp.server.mcpserver import MCPServer
+from mcp.server.stdio import stdio_server
+
+from ipybox.config import CONFIG_FILE
+from ipybox.mcp_server.wire import Wire, claim_wire, wire_streams
+from ipybox.mcp_server.workspace_mcp import create_server
+from ipybox.sandbox import SandboxPolicy
+from ipybox.supervisor import NotRunningError, Supervisor, read_state
+
+
+def ensure_config(workspace: Path, sandbox: bool, sandbox_config: Path | None) -> None:
+    """Create `ipybox.toml` for a workspace that has none, from the command line's sandbox options."""
+    path = workspace / CONFIG_FILE
+    if path.exists():
+        if sandbox or sandbox_config:
+            print(f"ipybox: {path} exists: its [sandbox] table applies, not --sandbox", file=sys.stderr)
+        return
+    document = tomlkit.document()
+    document.add(tomlkit.comment("Created by `ipybox mcp`; see ipybox.toml.example for every option."))
+    table = tomlkit.table()
+    table.add("enabled", sandbox)
+    if sandbox_config is not None:
+        policy = SandboxPolicy.from_file(sandbox_config)
+        for key, value in json.loads(policy.model_dump_json(by_alias=True, exclude_defaults=True)).items():
+            table.add(key, value)
+    document.add("sandbox", table)
+    path.write_text(tomlkit.dumps(document))
+
+
+async def serve_stdio(workspace: Path, sandbox: bool = False, sandbox_config: Path | None = None) -> None:
+    """Serve MCP on stdin/stdout until the client closes them."""
+    wire = claim_wire()  # before any child process starts, so none inherits the client's pipes
+    ensure_config(workspace, sandbox, sandbox_config)
+    supervisor: Supervisor | None = None
+    try:
+        read_state(workspace)
+    except NotRunningError:
+        supervisor = Supervisor(workspace, serve_mcp=False)
+        await supervisor.start()
+    mcp = create_server(workspace)
+    try:
+        await _serve(mcp.server, wire)
+    finally:
+        await mcp.close_sessions(0)
+        if supervisor is not None:
+            await supervisor.stop()
+
+
+async def _serve(server: MCPServer, wire: Wire | None) -> None:
+    if wire is None:
+        await server.run_stdio_async()
+        return
+    # `run_stdio_async` with streams of our own: mcp takes them in `stdio_server` but has no public way to
+    # hand them to an MCPServer, hence its low-level server. Ours are duck-typed (`async for`, write, flush).
+    lowlevel = server._lowlevel_server
+    async with (
+        wire_streams(wire) as (stdin, stdout),
+        stdio_server(cast("anyio.AsyncFile[str]", stdin), cast("anyio.AsyncFile[str]", stdout)) as (
+            read,
+            write,
+        ),
+    ):
+        await lowlevel.run(read, write, lowlevel.create_initialization_options())

@@ -1,0 +1,298 @@
+"""`ToolServer`: runs MCP tools for code in kernels, after approval.
+
+Kernels send their calls to its [CallChannel][ipybox.tool_server.call_channel.CallChannel] (JSON lines, the
+fast path). Applications use its HTTP endpoints (every one requires `Authorization: Bearer <token>`, else
+401):
+
+- `PUT /reset`: stop all started MCP servers (they start again on their next call).
+- `WS /approval`: where an [ApprovalClient][ipybox.approval.approval_client.ApprovalClient] connects.
+
+Both listen on Unix sockets in a private directory by default (or on loopback TCP ports).
+
+Two kinds of credentials, never interchangeable: the application's `token` opens the HTTP endpoints
+only, and never reaches a kernel; call tokens (`call_token`, the one `kernel_env` hands to kernels, and
+those `add_caller` issues, one caller each) authenticate tool calls on the call channel only. So code in
+a kernel can't reset the servers over HTTP or connect as the approver of its own calls.
+
+A call is decided before its MCP server starts: an unknown server name is refused at once (no approver
+is asked, nothing starts), and the approver sees the annotations the tool server already knows: from the
+server's last listing in this process, else those `annotations_lookup` has recorded for its parameters
+(`CodeExecutor` reads the ones `generate_mcp_sources` recorded in the host's registry), else none (no
+hint declared).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.types import ASGIApp
+from starlette.websockets import WebSocket
+
+from ipybox.approval.channel import ApprovalChannel
+from ipybox.asgi_server import BearerAuth, EmbeddedServer
+from ipybox.mcp_client import MCPServerError, ToolCallError, tool_result_value
+from ipybox.mcp_client.pool import AnnotationsLookup, MCPServers, UnknownServerError
+from ipybox.tool_server.approver import Approver, ToolCallRequest
+from ipybox.tool_server.call_channel import CallChannel, error
+
+logger = logging.getLogger(__name__)
+
+
+class ToolServer:
+    """Executes MCP tools on behalf of kernels, each call approved first.
+
+    Args:
+        host: Loopback host for TCP (`port` given); ignored for a Unix socket.
+        port: TCP port to listen on; `None` (default) listens on a Unix socket instead.
+        approval_required: Ask the approval channel before each call (else every call is approved).
+        approval_timeout: Seconds a call waits for a decision before it fails.
+        connect_timeout: Seconds an MCP server gets to start.
+        log_to_stderr: Kept for ipybox 0.9 compatibility (ipybox logs through `logging`).
+        log_level: Log level of the tool server's logger.
+        servers: MCP server parameters by name (more can be added with `servers.register()`).
+        unix_socket: Listen on this socket path (default: `tools.sock` in a private temporary directory);
+            kernels' calls go to a second socket next to it, `<name>.calls.sock`.
+        media_dir: Where images and binary resources returned by tools are saved.
+        environ: Environment for `${VAR}` placeholders in server parameters (default: the host's).
+        dotenv_path: `.env` file for placeholders missing from `environ`.
+        lookup: Consulted for a server name not in `servers` (e.g. a registry read on demand).
+        annotations_lookup: Known tool annotations of a server that has not listed its tools in this
+            process, by its name and parameters (e.g. those recorded in a registry): what the approver
+            sees for a call decided before the server starts.
+
+    Attributes:
+        token: The application's token, for the HTTP endpoints (`ApprovalClient(token=...)`, `PUT /reset`)
+            only: it is not accepted on the call channel and must never reach a kernel.
+        call_token: The call token `kernel_env` gives kernels: it authenticates tool calls on the call
+            channel only (caller ""). `add_caller` issues one per caller instead.
+
+    Example:
+        ```python
+        async with ToolServer(servers={"time": {"command": "uvx", "args": ["mcp-server-time"]}}) as server:
+            kernel_env = server.kernel_env  # lets ToolRunner in a kernel reach this server (call token)
+            approvals = ApprovalClient(on_request, address=server.address, token=server.token)
+        ```
+    """
+
+    def __init__(
+        self,
+        host: str = "localhost",
+        port: int | None = None,
+        approval_required: bool = False,
+        approval_timeout: float = 60,
+        connect_timeout: float = 30,
+        log_to_stderr: bool = False,
+        log_level: str = "INFO",
+        *,
+        servers: Mapping[str, Mapping[str, Any]] | None = None,
+        unix_socket: Path | None = None,
+        media_dir: Path | None = None,
+        environ: Mapping[str, str] | None = None,
+        dotenv_path: Path | None = None,
+        lookup: Callable[[str], Mapping[str, Any] | None] | None = None,
+        annotations_lookup: AnnotationsLookup | None = None,
+    ) -> None:
+        if host == "localhost":
+            host = "127.0.0.1"
+        if port is not None and host not in ("127.0.0.1", "::1"):
+            raise ValueError(f"ToolServer binds to loopback only (127.0.0.1 or ::1), not {host!r}")
+        self.host = host
+        self.port = port
+        self.unix_socket = unix_socket
+        self.token = secrets.token_urlsafe(32)
+        self.call_token = secrets.token_urlsafe(32)
+        self.media_dir = media_dir or Path("images")
+        self.approval = ApprovalChannel(approval_required, approval_timeout)
+        self.servers = MCPServers(
+            servers,
+            connect_timeout=connect_timeout,
+            environ=environ,
+            dotenv_path=dotenv_path,
+            lookup=lookup,
+            annotations_lookup=annotations_lookup,
+        )
+        self.log_level = log_level.upper()
+        self.approval_wait: Callable[[], Callable[[], None]] | None = None
+        self.approver: Approver | None = None
+        self._callers: dict[str, str] = {}
+        self._private_dir: Path | None = None
+        self.calls = CallChannel(self._caller_of, {"run": self._run, "reset": self._reset_op})
+        self._http = EmbeddedServer(self.app(), "ipybox-tool-server", debug=self.log_level == "DEBUG")
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    @property
+    def address(self) -> str:
+        """`unix:/path/to.sock` or `http://127.0.0.1:PORT`, as `ToolRunner` and `ApprovalClient` take it."""
+        if self.port is not None:
+            return f"http://{self.host}:{self.port}"
+        if self.unix_socket is None:
+            raise RuntimeError("the tool server is not running")
+        return f"unix:{self.unix_socket}"
+
+    @property
+    def calls_address(self) -> str:
+        """Where kernels send tool calls: `unix:/path/to.calls.sock` or `tcp://127.0.0.1:PORT`."""
+        if self.calls.address is None:
+            raise RuntimeError("the tool server is not running")
+        return self.calls.address
+
+    @property
+    def kernel_env(self) -> dict[str, str]:
+        """Environment variables that point a kernel's `ToolRunner` at this server, with `call_token`
+        (which works on the call channel only, never on the HTTP endpoints)."""
+        from ipybox.in_kernel.tool_runner import SERVER_ENV, TOKEN_ENV
+
+        return {SERVER_ENV: self.calls_address, TOKEN_ENV: self.call_token}
+
+    def app(self) -> ASGIApp:
+        """The ASGI application, authenticated with the application's `token` (call tokens are refused)."""
+        routes = [
+            Route("/reset", self._reset, methods=["PUT"]),
+            WebSocketRoute("/approval", self._approval),
+        ]
+        return BearerAuth(Starlette(routes=routes), self.token)
+
+    async def start(self) -> None:
+        """Start listening.
+
+        Raises:
+            RuntimeError: The server is already running.
+        """
+        if self._http.running:
+            raise RuntimeError("the tool server is already running")
+        if self.port is None and self.unix_socket is None:
+            self._private_dir = Path(tempfile.mkdtemp(prefix="ipybox-tools-"))
+            self.unix_socket = self._private_dir / "tools.sock"
+        if self.port is None:
+            assert self.unix_socket is not None
+            await self._http.start(unix_socket=self.unix_socket)
+            await self.calls.start(unix_socket=self.unix_socket.with_suffix(".calls.sock"))
+        else:
+            await self._http.start(host=self.host, port=self.port)
+            self.port = self._http.port
+            await self.calls.start(host=self.host)
+
+    async def join(self) -> None:
+        """Wait for the server to stop."""
+        await self._http.join()
+
+    async def reset(self) -> None:
+        """Stop all started MCP servers; they start again on their next call."""
+        await self.servers.stop()
+
+    async def stop(self) -> None:
+        """Stop listening and stop all MCP servers."""
+        await self.approval.disconnect()
+        await self.calls.stop()
+        await self._http.stop()
+        await self.servers.stop()
+        if self._private_dir is not None:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
+            self._private_dir = None
+            self.unix_socket = None
+
+    def add_caller(self, caller: str) -> str:
+        """Issue a token of its own to a caller (e.g. one kernel): its calls reach the approver with
+        `caller` set, so decisions can be routed to whoever answers for that kernel.
+
+        The token authenticates tool calls on the call channel only, each call as `caller`.
+
+        Returns:
+            The token, for the caller's `IPYBOX_TOOL_TOKEN`.
+        """
+        token = secrets.token_urlsafe(32)
+        self._callers[token] = caller
+        return token
+
+    def remove_caller(self, token: str) -> None:
+        """Revoke a token issued by `add_caller`."""
+        self._callers.pop(token, None)
+
+    def _caller_of(self, token: str) -> str | None:
+        # Call tokens only: the application's `token` is not one (it never reaches a kernel).
+        if secrets.compare_digest(token.encode(), self.call_token.encode()):
+            return ""
+        return self._callers.get(token)
+
+    async def _run(self, request: dict[str, Any]) -> dict[str, Any]:
+        server_name, tool_name, args = request.get("server"), request.get("tool"), request.get("args") or {}
+        if not (isinstance(server_name, str) and isinstance(tool_name, str) and isinstance(args, dict)):
+            return error("bad_request", "expected {'server': str, 'tool': str, 'args': object}")
+        # Decided before anything starts: an unknown name is refused without asking anyone, and the
+        # decision uses the annotations known without starting the server (a listing, or recorded ones).
+        try:
+            self.servers.resolve(server_name)
+        except UnknownServerError as e:
+            return error("unknown_server", str(e))
+        annotations = self.servers.known_annotations(server_name, tool_name)
+        if self.approver is not None:
+            call = ToolCallRequest(server_name, tool_name, args, annotations, request.get("caller", ""))
+            reason = await self.approver(call)
+            if reason is not None:
+                return error("approval_rejected", f"{server_name}.{tool_name} was rejected: {reason}")
+            return await self._execute(server_name, tool_name, args)
+        done = self.approval_wait() if self.approval_wait else None
+        try:
+            accepted = await self.approval.request(server_name, tool_name, args, annotations)
+        except TimeoutError:
+            return error(
+                "approval_timeout",
+                f"no decision on {server_name}.{tool_name} within {self.approval.approval_timeout:g} s",
+            )
+        except RuntimeError as e:
+            return error("approval_rejected", f"{server_name}.{tool_name} was not approved: {e}")
+        finally:
+            if done is not None:
+                done()
+        if not accepted:
+            return error("approval_rejected", f"{server_name}.{tool_name} was rejected")
+        return await self._execute(server_name, tool_name, args)
+
+    async def _execute(self, server_name: str, tool_name: str, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            result = await self.servers.call(server_name, tool_name, args)  # starts the server if needed
+            tool = self.servers.known_tool(server_name, tool_name)
+            value = tool_result_value(
+                result,
+                server_name=server_name,
+                tool_name=tool_name,
+                has_output_schema=bool(tool and tool.output_schema),
+                media_dir=self.media_dir,
+            )
+        except ToolCallError as e:
+            return error("tool_error", str(e))
+        except MCPServerError as e:
+            return error("server_error", str(e))
+        except UnknownServerError as e:  # unregistered while the call waited for its decision
+            return error("unknown_server", str(e))
+        return {"result": value}
+
+    async def _reset_op(self, request: dict[str, Any]) -> dict[str, Any]:
+        await self.reset()
+        return {"reset": True}
+
+    async def _reset(self, request: Request) -> Response:
+        await self.reset()
+        return JSONResponse({"reset": True})
+
+    async def _approval(self, websocket: WebSocket) -> None:
+        await self.approval.connect(websocket)

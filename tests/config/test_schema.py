@@ -1,0 +1,103 @@
+"""The published JSON Schema of `ipybox.toml`: current with the models, and judging files as they do."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from typing import Any
+
+import jsonschema
+import pytest
+
+from ipybox.config.schema import SCHEMA_FILE, render, workspace_schema
+from tests.config.conftest import ROOT
+
+EXAMPLES = ["ipybox.toml.example", "example-workspace/ipybox.toml"]
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads((ROOT / "schemas" / SCHEMA_FILE).read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_schema_file_is_current() -> None:
+    path = ROOT / "schemas" / SCHEMA_FILE
+    assert path.read_text() == render(), "schemas/ drifted: run `python -m ipybox.config.schema`"
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_example_files_validate(example: str, validator: jsonschema.Draft202012Validator) -> None:
+    text = (ROOT / example).read_text()
+    schema_line = text.splitlines()[0]
+    assert schema_line.startswith("#:schema ")
+    # The directive is relative to the file: it must lead to the schema.
+    assert (ROOT / example).parent.joinpath(schema_line.removeprefix("#:schema ")).resolve() == (
+        ROOT / "schemas" / SCHEMA_FILE
+    )
+    errors = [error.message for error in validator.iter_errors(tomllib.loads(text))]
+    assert errors == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[servers.fs]\ncommand = "x"\nsandbox = true\n',
+        '[servers.fs]\ncommand = "x"\n[servers.fs.sandbox.filesystem]\ndenyRead = ["~/.x"]\n',
+        '[servers.gh]\nurl = "https://example.com/mcp"\ntype = "sse"\n',
+        '[endpoints]\nhost = "::1"\n',
+    ],
+)
+def test_schema_accepts(text: str, validator: jsonschema.Draft202012Validator) -> None:
+    assert list(validator.iter_errors(tomllib.loads(text))) == []
+
+
+def test_schema_knows_the_published_spelling_only(validator: jsonschema.Draft202012Validator) -> None:
+    # The models also take snake_case (`deny_read`); editors should steer to the sandbox-runtime format.
+    assert list(validator.iter_errors({"sandbox": {"filesystem": {"deny_read": []}}})) != []
+    assert list(validator.iter_errors({"sandbox": {"filesystem": {"denyRead": []}}})) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[servers.fs]\ncommand = "x"\nurl = "https://example.com/mcp"\n',
+        "[servers.fs]\nargs = []\n",
+        '[servers.gh]\nurl = "https://example.com/mcp"\nsandbox = true\n',
+        '[servers.fs]\ncommand = "x"\nheaders = { A = "b" }\n',
+        '[servers.my-server]\ncommand = "x"\n',
+        '[servers.class]\ncommand = "x"\n',
+        '[servers.fs]\ncomand = "x"\n',
+        "[sandbox.filesystem]\ndenyReads = []\n",
+        '[endpoints]\nhost = "0.0.0.0"\n',
+        "[kernel]\nwarm_pool = -1\n",
+        '[[approval.rules]]\ntool = "x"\n',
+    ],
+)
+def test_schema_rejects_what_the_models_reject(text: str, validator: jsonschema.Draft202012Validator) -> None:
+    assert list(validator.iter_errors(tomllib.loads(text))) != []
+
+
+def _properties(schema: dict[str, Any], table: str) -> dict[str, Any]:
+    properties: dict[str, Any] = schema["$defs"][table]["properties"]
+    return properties
+
+
+def test_keys_carry_their_documentation() -> None:
+    schema = workspace_schema()
+    assert "Loopback address" in _properties(schema, "EndpointsSection")["host"]["description"]
+    assert "warm_pool" not in schema["$defs"]["KernelSection"]["description"]  # moved to the key
+    assert _properties(schema, "KernelSection")["warm_pool"]["description"].startswith("Started kernels kept")
+    text = json.dumps(schema)
+    assert '{"type": "null"}' not in text and '"default": null' not in text  # TOML has no null
+
+
+def test_examples_mention_every_key() -> None:
+    """`ipybox.toml.example` documents every option: each key of the schema appears in it."""
+    text = (ROOT / "ipybox.toml.example").read_text()
+    schema = workspace_schema()
+    tables = ["WorkspaceSection", "KernelSection", "SandboxSection", "FilesystemPolicy", "NetworkPolicy"]
+    tables += ["ServerSection", "ApprovalPolicy", "Rule", "EndpointsSection"]
+    missing = [f"{table}.{key}" for table in tables for key in _properties(schema, table) if key not in text]
+    assert missing == []
