@@ -1,4 +1,9 @@
-"""`ApprovalClient`: decides on tool calls from outside the tool server's process, over a websocket."""
+"""`ApprovalClient`: decides on tool calls from outside the tool server's process, over a websocket.
+
+It speaks the [wire format][ipybox.approval.wire]: each `approve` request becomes an `ApprovalRequest` for
+the callback, each decision goes back as an answer; a malformed request is answered with an error (the
+server refuses that call) and never reaches the callback.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,12 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import aiohttp
 
 from ipybox.approval.request import ApprovalRequest
+from ipybox.approval.wire import ApprovalAnswer, ApprovalError, ApprovalMessageError, Decision, parse_ask
 
 __all__ = ["ApprovalCallback", "ApprovalClient", "ApprovalRequest"]
 
@@ -91,24 +97,22 @@ class ApprovalClient:
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         async for frame in ws:
-            if frame.type != aiohttp.WSMsgType.TEXT:
+            if frame.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
                 continue
-            message = frame.json()
-            if message.get("method") != "approve":
+            try:
+                ask = parse_ask(frame.data)
+            except ApprovalMessageError as e:
+                # Answered with an error, which the server takes as a refusal of that call.
+                logger.warning("the tool server sent a malformed approval request: %s", e)
+                with contextlib.suppress(Exception):
+                    await ws.send_str(ApprovalError.of(e).to_json())
                 continue
-            params: dict[str, Any] = message.get("params", {})
-            request_id = message.get("id")
 
-            async def respond(accepted: bool, request_id: Any = request_id) -> None:
-                await ws.send_json({"jsonrpc": "2.0", "id": request_id, "result": {"accept": accepted}})
+            async def respond(accepted: bool, request_id: int = ask.id) -> None:
+                answer = ApprovalAnswer(id=request_id, result=Decision(accept=accepted))
+                await ws.send_str(answer.to_json())
 
-            request = ApprovalRequest(
-                params.get("server_name", ""),
-                params.get("tool_name", ""),
-                params.get("tool_args", {}),
-                respond,
-                params.get("annotations"),
-            )
+            request = ApprovalRequest.of(ask.params.to_call(), respond)
             task = asyncio.create_task(self._handle(request))
             self._handlers.add(task)
             task.add_done_callback(self._handlers.discard)

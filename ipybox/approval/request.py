@@ -1,9 +1,15 @@
-"""`ApprovalRequest`: one tool call waiting for a decision."""
+"""`ApprovalRequest`: one tool call waiting for a decision, as the application gets it.
+
+It is the call (a [ToolCall][ipybox.rules.calls.ToolCall], the one model of a call) plus the means to
+decide it once: `accept()` or `reject()`. A second, different decision is an error; a repeated one is not.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from ipybox.rules.calls import ToolCall
 
 
 class ApprovalRequest:
@@ -15,6 +21,8 @@ class ApprovalRequest:
         tool_args: The arguments the code passed.
         annotations: The tool's MCP annotations (`readOnlyHint`, `destructiveHint`, `idempotentHint`,
             `openWorldHint`, `title`), as far as the server declares them.
+        call: The same as a [ToolCall][ipybox.rules.calls.ToolCall] (its `caller` is not shown to
+            applications: always "").
 
     Example:
         ```python
@@ -35,13 +43,33 @@ class ApprovalRequest:
         respond: Callable[[bool], Awaitable[None]],
         annotations: dict[str, Any] | None = None,
     ) -> None:
-        self.server_name = server_name
-        self.tool_name = tool_name
-        self.tool_args = tool_args
-        self.annotations = dict(annotations or {})
+        self._tool_args = tool_args
+        self._annotations = dict(annotations or {})
+        self.call = ToolCall(server_name, tool_name, self._tool_args, self._annotations)
         self._respond = respond
         self._decided: bool | None = None
         self._done_callbacks: list[Callable[[bool], None]] = []
+
+    @classmethod
+    def of(cls, call: ToolCall, respond: Callable[[bool], Awaitable[None]]) -> ApprovalRequest:
+        """The request for `call`; `respond(accepted)` delivers the decision."""
+        return cls(call.server, call.tool, dict(call.args), respond, dict(call.annotations))
+
+    @property
+    def server_name(self) -> str:
+        return self.call.server
+
+    @property
+    def tool_name(self) -> str:
+        return self.call.tool
+
+    @property
+    def tool_args(self) -> dict[str, Any]:
+        return self._tool_args
+
+    @property
+    def annotations(self) -> dict[str, Any]:
+        return self._annotations
 
     @property
     def decision(self) -> bool | None:

@@ -1,88 +1,83 @@
-"""`WorkspaceApprover`: decides on every tool call of a workspace's kernels with its approval rules.
+"""`WorkspaceApprover`: the rule-based approver of a workspace's tool calls.
 
-`allow` and `deny` are decided on the spot. `ask` goes to the application attached to the calling kernel
-(over a websocket the supervisor serves per lease, speaking the approval channel's JSON-RPC, so
-`ApprovalClient` connects to it) and is denied when nobody answers within `ask_timeout` or nobody is
-attached. Every decision is appended to the audit log.
+For each call: the `[approval]` rules decide; `allow` and `deny` stand at once; `ask` goes to the
+application attached to the calling kernel (its [ApprovalChannel][ipybox.approval.channel.ApprovalChannel],
+whose websocket the supervisor serves, so `ApprovalClient` connects to it); then the decision
+is appended to the audit log, before the call can run.
+
+Contracts:
+
+- The approver owns no channel: `answerer` (the supervisor's `LeaseTable.answerer`) says which
+  application answers a caller's `ask`, so one table holds leases, kernels, callers and channels.
+- The rules' word on an unanswered `ask` is "deny": an `ask` that times out is `Rejected` (audited as
+  decided by `timeout`), not `TimedOut`, so the calling code gets a rejection naming the rule.
+- An `ask` with nobody attached to the caller's lease (or whose application leaves mid-question) is
+  `NoOneToAsk`, with the allow rule to add; it is audited as unanswered.
+- A decision that can't be audited is not acted on: the `OSError` propagates and the call fails.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
-from starlette.websockets import WebSocket
-
+from ipybox.approval.approver import Approval, Approved, NoOneToAsk, Rejected, TimedOut
 from ipybox.approval.channel import ApprovalChannel
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall
-from ipybox.tool_server.approver import ToolCallRequest
+
+__all__ = ["WorkspaceApprover"]
 
 logger = logging.getLogger(__name__)
 
 
 class WorkspaceApprover:
-    """The tool server's approver in a workspace.
+    """The tool server's approver in a workspace (an [Approver][ipybox.approval.approver.Approver]).
 
     Args:
         policy: The `[approval]` table (swapped on reload through `policy`).
         audit: Where decisions are recorded.
-        lease_of: The lease (attached application) a caller's kernel belongs to, if any.
+        answerer: The open approval channel of the application attached to a caller's kernel, if any;
+            asked on each `ask`.
     """
 
-    def __init__(self, policy: ApprovalPolicy, audit: AuditLog, lease_of: dict[str, str]) -> None:
+    def __init__(
+        self,
+        policy: ApprovalPolicy,
+        audit: AuditLog,
+        answerer: Callable[[str], ApprovalChannel | None],
+    ) -> None:
         self.policy = policy
         self.audit = audit
-        self.lease_of = lease_of
-        self._channels: dict[str, ApprovalChannel] = {}
+        self.answerer = answerer
 
-    async def __call__(self, request: ToolCallRequest) -> str | None:
-        call = ToolCall(
-            request.server_name, request.tool_name, request.tool_args, _hints(request.annotations)
-        )
-        verdict = self.policy.decide(call)
+    async def decide(self, call: ToolCall) -> Approval:
+        policy = self.policy  # one policy per call, even if the rules are reloaded meanwhile
+        verdict = policy.decide(call)
+        source = _source(verdict.rule_id)
         if verdict.decision != "ask":
             await asyncio.to_thread(self.audit.record, call, verdict)
-            if verdict.decision == "allow":
-                return None
-            return f"denied by {_source(verdict.rule_id)}"
-        channel = self._channels.get(self.lease_of.get(request.caller, ""))
+            return Approved() if verdict.decision == "allow" else Rejected(f"denied by {source}")
+        channel = self.answerer(call.caller)
         if channel is None or not channel.open:
-            reason = (
-                f"{_source(verdict.rule_id)} asks, but no application is attached to answer; "
-                f"add an allow rule for {request.server_name}.{request.tool_name} to ipybox.toml"
-            )
-            await asyncio.to_thread(self.audit.record, call, verdict, timed_out=True, reason=reason)
-            return reason
-        channel.approval_timeout = self.policy.ask_timeout
-        try:
-            accepted = await channel.request(
-                request.server_name, request.tool_name, request.tool_args, request.annotations
-            )
-        except (TimeoutError, RuntimeError):
-            reason = f"no answer within {self.policy.ask_timeout:g} s ({_source(verdict.rule_id)} asks)"
-            await asyncio.to_thread(self.audit.record, call, verdict, timed_out=True, reason=reason)
-            return reason
-        await asyncio.to_thread(self.audit.record, call, verdict, answer="allow" if accepted else "deny")
-        return None if accepted else "rejected by the application"
-
-    async def serve(self, lease: str, websocket: WebSocket) -> None:
-        """Serve the approval websocket of an attached application until it disconnects."""
-        channel = self._channels.setdefault(lease, ApprovalChannel(True, self.policy.ask_timeout))
-        try:
-            await channel.connect(websocket)
-        finally:
-            if not channel.open:
-                self._channels.pop(lease, None)
-
-    async def drop(self, lease: str) -> None:
-        """Forget a lease: its pending asks are denied."""
-        channel = self._channels.pop(lease, None)
-        if channel is not None:
-            await channel.disconnect()
-
-
-def _hints(annotations: dict[str, object]) -> dict[str, bool]:
-    return {key: value for key, value in annotations.items() if isinstance(value, bool)}
+            outcome: Approval = NoOneToAsk(f"{source} asks, but no application is attached to answer")
+        else:
+            outcome = await channel.decide(call, timeout=policy.ask_timeout)
+        match outcome:
+            case Approved():
+                await asyncio.to_thread(self.audit.record, call, verdict, answer="allow")
+                return outcome
+            case Rejected(why):
+                await asyncio.to_thread(self.audit.record, call, verdict, answer="deny")
+                return Rejected(why or "rejected by the application")
+            case TimedOut(timeout):
+                reason = f"no answer within {timeout:g} s ({source} asks)"
+                await asyncio.to_thread(self.audit.record, call, verdict, timed_out=True, reason=reason)
+                return Rejected(reason)
+            case NoOneToAsk(why):
+                reason = f"{why}; add an allow rule for {call.server}.{call.tool} to ipybox.toml"
+                await asyncio.to_thread(self.audit.record, call, verdict, timed_out=True, reason=reason)
+                return NoOneToAsk(reason)
 
 
 def _source(rule_id: str | None) -> str:

@@ -1,16 +1,27 @@
-"""`ipybox` command: entry point and sub-commands."""
+"""`ipybox` command: entry point and sub-commands.
+
+Errors: an [IpyboxError][ipybox.errors.IpyboxError] (ipybox could not do it, and the message says why)
+is printed as `ipybox: <message>` and exits with `EXIT_ERROR`; any other exception is a bug in ipybox,
+printed with its traceback and where to report it, and also exits with `EXIT_ERROR` (as an uncaught
+exception would). Sub-commands handle only errors they print differently (a code error's traceback, a
+timeout's exit status); everything else reaches `main`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
+import traceback
 from pathlib import Path
 
 from ipybox import __version__
+from ipybox.errors import IpyboxError
 
 EXIT_ERROR = 1
 EXIT_TIMEOUT = 124
+EXIT_INTERRUPTED = 130
+REPORT_BUGS = "https://github.com/gradion-ai/ipybox/issues"
 
 
 async def _decide(request: object, approve: str) -> bool:
@@ -34,16 +45,13 @@ async def _exec(
     from ipybox.approval.request import ApprovalRequest
     from ipybox.executor.code_executor import CodeExecutor
     from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
-    from ipybox.sandbox import SandboxUnavailableError
 
+    # A policy file asks for the sandbox: `--sandbox-config F` alone sandboxes (never runs unsandboxed).
+    sandbox = sandbox or sandbox_config is not None
     executor = CodeExecutor(
         working_dir=workspace, spare_kernel=False, sandbox=sandbox, sandbox_config=sandbox_config
     )
-    try:
-        await executor.start()
-    except (SandboxUnavailableError, ValueError) as e:
-        print(f"ipybox: {e}", file=sys.stderr)
-        return EXIT_ERROR
+    await executor.start()  # an IpyboxError (e.g. the sandbox is unavailable) is shown by `main`
     try:
         async for item in executor.stream(code, timeout=timeout, chunks=True):
             if isinstance(item, ApprovalRequest):
@@ -90,21 +98,34 @@ def _doctor(as_json: bool) -> int:
     return 0 if ready else 1
 
 
+def _sandbox_config_problem(path: Path | None) -> str | None:
+    """What is wrong with the `--sandbox-config` file, if anything, checked before anything starts.
+
+    `SandboxPolicy.from_file` reports a bad file as a plain `ValueError`: caught here, around that one
+    call, so that it is shown as the user's mistake while a `ValueError` from anywhere else is a bug.
+    """
+    from ipybox.sandbox.policy import SandboxPolicy
+
+    if path is None:
+        return None
+    try:
+        SandboxPolicy.from_file(path)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def _mcp(parser: argparse.ArgumentParser, workspace: Path, sandbox: bool, sandbox_config: Path | None) -> int:
-    from ipybox.config import ConfigError
-    from ipybox.sandbox import SandboxUnavailableError
-    from ipybox.supervisor import AlreadyRunningError
     from ipybox.supervisor.mcp_stdio import serve_stdio
 
     if not workspace.is_dir():
         parser.error(f"--workspace {workspace}: no such directory")
+    if (problem := _sandbox_config_problem(sandbox_config)) is not None:
+        return _fail(problem)
     try:
         asyncio.run(serve_stdio(workspace.resolve(), sandbox, sandbox_config))
-    except (ConfigError, AlreadyRunningError, SandboxUnavailableError, ValueError) as e:
-        print(f"ipybox: {e}", file=sys.stderr)
-        return EXIT_ERROR
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     return 0
 
 
@@ -127,8 +148,59 @@ def _workspace_command(parser: argparse.ArgumentParser, args: argparse.Namespace
     return workspace.logs(directory, follow=args.follow)
 
 
+def _fail(message: str) -> int:
+    print(f"ipybox: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _report_bug(error: BaseException) -> int:
+    # The notice comes first and the traceback last, so that the last line of the output is the
+    # exception itself (`ipybox up -d` shows the last line of a failed start).
+    print(
+        f"ipybox: internal error: this is a bug in ipybox; please report it with the traceback below at "
+        f"{REPORT_BUGS}",
+        file=sys.stderr,
+    )
+    traceback.print_exception(error, file=sys.stderr)
+    return EXIT_ERROR
+
+
+def user_errors(error: BaseException) -> list[IpyboxError] | None:
+    """The `IpyboxError`s that `error` consists of (itself, or every exception of an exception group, as
+    a task group raises them), or `None` when any part of it is something else, i.e. a bug."""
+    if isinstance(error, IpyboxError):
+        return [error]
+    if isinstance(error, BaseExceptionGroup):
+        found: list[IpyboxError] = []
+        for part in error.exceptions:
+            errors = user_errors(part)
+            if errors is None:
+                return None
+            found.extend(errors)
+        return found
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the `ipybox` command."""
+    """Run the `ipybox` command; its exit status.
+
+    An `IpyboxError` is printed as `ipybox: <message>` (exit `EXIT_ERROR`); any other exception, as a bug
+    in ipybox with its traceback (exit `EXIT_ERROR` too).
+    """
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as e:
+        errors = user_errors(e)
+        if errors is None:
+            return _report_bug(e)
+        for error in errors:
+            print(f"ipybox: {error}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="ipybox", description="Sandboxed Python code execution with MCP tools."
     )
@@ -139,7 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--workspace", type=Path, default=Path("."), help="working directory of the kernel")
     run.add_argument("--timeout", type=float, default=120, help="seconds the code may run (default: 120)")
     run.add_argument("--sandbox", action="store_true", help="run the kernel in the sandbox (Linux)")
-    run.add_argument("--sandbox-config", type=Path, help="sandbox policy file (JSON) extending the default")
+    run.add_argument(
+        "--sandbox-config",
+        type=Path,
+        help="sandbox policy file (JSON) extending the default (implies --sandbox)",
+    )
     run.add_argument(
         "--approve",
         choices=("ask", "all", "none"),
@@ -183,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         approve = args.approve or ("ask" if args.code is not None and sys.stdin.isatty() else "none")
         if approve == "ask" and (args.code is None or not sys.stdin.isatty()):
             parser.error("--approve ask needs the code as an argument and a terminal on standard input")
+        if (problem := _sandbox_config_problem(args.sandbox_config)) is not None:
+            return _fail(problem)
         try:
             return asyncio.run(
                 _exec(
@@ -190,6 +268,6 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
         except KeyboardInterrupt:
-            return 130
+            return EXIT_INTERRUPTED
     parser.print_help()
     return 0

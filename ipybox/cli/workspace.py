@@ -9,7 +9,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
+
+from ipybox.errors import IpyboxError
+
+if TYPE_CHECKING:
+    from ipybox.running.status import MCPServerStatus, WorkspaceStatus
 
 EXIT_ERROR = 1
 
@@ -68,18 +73,18 @@ def validate_quietly(workspace: Path) -> str | None:
 
 
 async def _up(workspace: Path) -> int:
-    from ipybox.config import ConfigError
-    from ipybox.sandbox import SandboxUnavailableError
-    from ipybox.supervisor import AlreadyRunningError, Supervisor
+    from ipybox.supervisor import Supervisor
 
+    # Only IpyboxErrors are the user's to fix (a bad ipybox.toml, already running, no sandbox here);
+    # anything else is a bug, which `main` prints with its traceback.
     try:
         supervisor = Supervisor(workspace)
-    except ConfigError as e:
+    except IpyboxError as e:
         return _fail(str(e))
     with supervisor.handle_signals():
         try:
             await supervisor.start()
-        except (AlreadyRunningError, SandboxUnavailableError, ValueError) as e:
+        except IpyboxError as e:
             return _fail(str(e))
         try:
             _print_endpoints(supervisor.status(), supervisor.paths.log)
@@ -137,7 +142,7 @@ def _wait_until_up(workspace: Path, process: subprocess.Popen[bytes], out: IO[by
     return _fail("ipybox up did not come up within 300 s")
 
 
-def _reachable(workspace: Path) -> dict[str, Any] | None:
+def _reachable(workspace: Path) -> WorkspaceStatus | None:
     """The running supervisor's status, or `None` while it can't answer yet."""
     try:
         return asyncio.run(_status(workspace))
@@ -145,26 +150,24 @@ def _reachable(workspace: Path) -> dict[str, Any] | None:
         return None
 
 
-async def _status(workspace: Path) -> dict[str, Any]:
+async def _status(workspace: Path) -> WorkspaceStatus:
     from ipybox.supervisor import ControlClient
 
     async with ControlClient.of(workspace) as control:
         return await control.status()
 
 
-def _print_endpoints(status: dict[str, Any], log: Path) -> None:
+def _print_endpoints(status: WorkspaceStatus, log: Path) -> None:
     from ipybox.running.state import read_state
 
-    state = read_state(Path(status["workspace"]))
-    print(f"ipybox is up in {status['workspace']} (pid {status['pid']})")
-    print(f"  control:  unix:{state.control_socket}  (token in {Path(status['state_dir']) / 'state.json'})")
+    state = read_state(Path(status.workspace))
+    print(f"ipybox is up in {status.workspace} (pid {status.pid})")
+    print(f"  control:  unix:{state.control_socket}  (token in {Path(status.state_dir) / 'state.json'})")
     print(f"  gateway:  unix:{state.gateway_socket}")
     if state.mcp_url:
         print(f"  mcp:      {state.mcp_url}  (streamable HTTP; bearer token in state.json)")
-    print(
-        f"  kernels:  warm pool of {status['pool']['size']}, sandbox {'on' if status['sandbox'] else 'off'}"
-    )
-    servers = status.get("reconciler", {}).get("servers", {})
+    print(f"  kernels:  warm pool of {status.pool.size}, sandbox {'on' if status.sandbox else 'off'}")
+    servers = status.reconciler.servers
     if servers:
         print(f"  servers:  {', '.join(sorted(servers))}")
     print(f"  log:      {log}")
@@ -182,29 +185,25 @@ def status(workspace: Path, as_json: bool) -> int:
             return EXIT_ERROR
         return _fail(str(e))
     if as_json:
-        print(json.dumps({"running": True, **info}, indent=2))
+        print(json.dumps({"running": True, **info.model_dump(mode="json")}, indent=2))
         return 0
-    print(f"ipybox is running in {info['workspace']} (pid {info['pid']}, up {info['uptime_s']:g} s)")
-    print(f"  gateway: {'running' if info['gateway']['running'] else 'DOWN'}, restarts: {info['restarts']}")
-    pool = info["pool"]
-    print(
-        f"  kernels: {pool['idle']} idle of {pool['size']}, {pool['leased']} leased ({info['leases']} leases)"
-    )
-    for name, server in sorted(info.get("reconciler", {}).get("servers", {}).items()):
+    print(f"ipybox is running in {info.workspace} (pid {info.pid}, up {info.uptime_s:g} s)")
+    print(f"  gateway: {'running' if info.gateway.running else 'DOWN'}, restarts: {info.restarts}")
+    pool = info.pool
+    print(f"  kernels: {pool.idle} idle of {pool.size}, {pool.leased} leased ({info.leases} leases)")
+    for name, server in sorted(info.reconciler.servers.items()):
         print(f"  server {name}: {_server_line(server)}")
-    if info.get("config_error"):
+    if info.config_error:
         print(
-            f"  ipybox.toml has an error (the last good configuration keeps running):\n    {info['config_error']}"
+            f"  ipybox.toml has an error (the last good configuration keeps running):\n    {info.config_error}"
         )
     return 0
 
 
-def _server_line(server: Any) -> str:
-    if not isinstance(server, dict):
-        return str(server)
-    if server.get("error"):
-        return f"error: {server['error']}"
-    return ", ".join(f"{key} {value}" for key, value in server.items() if value is not None)
+def _server_line(server: MCPServerStatus) -> str:
+    if server.error:
+        return f"error: {server.error}"
+    return ", ".join(f"{key} {value}" for key, value in server.model_dump().items() if value is not None)
 
 
 def down(workspace: Path) -> int:

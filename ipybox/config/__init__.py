@@ -15,7 +15,13 @@ Example:
 from ipybox.config.errors import ConfigError, ConfigProblem
 from ipybox.config.loading import CONFIG_FILE, load_config
 from ipybox.config.sections import EndpointsSection, KernelSection, SandboxSection, WorkspaceSection
-from ipybox.config.servers import ServerSection, check_server_name, suggest_server_name
+from ipybox.config.servers import (
+    RemoteServerSection,
+    ServerSection,
+    StdioServerSection,
+    check_server_name,
+    suggest_server_name,
+)
 from ipybox.config.workspace_config import WorkspaceConfig
 
 __all__ = [
@@ -24,8 +30,10 @@ __all__ = [
     "ConfigProblem",
     "EndpointsSection",
     "KernelSection",
+    "RemoteServerSection",
     "SandboxSection",
     "ServerSection",
+    "StdioServerSection",
     "WorkspaceConfig",
     "WorkspaceSection",
     "check_server_name",

@@ -225,11 +225,23 @@ def _step(annotation: Any, part: str | int) -> Any:
     if origin is dict:
         return args[1]
     if origin in (typing.Union, types.UnionType):
-        return next((arg for arg in args if getattr(arg, "__name__", None) == part), None)
+        return next((_untagged(arg) for arg in args if part in _member_names(arg)), None)
     return None
 
 
+def _member_names(member: Any) -> set[str]:
+    # A union member appears in error locations by its class name, or by its tag in a tagged union.
+    names = {getattr(_untagged(member), "__name__", None)}
+    names.update(getattr(meta, "tag", None) for meta in getattr(member, "__metadata__", ()))
+    return {name for name in names if isinstance(name, str)}
+
+
+def _untagged(annotation: Any) -> Any:
+    return typing.get_args(annotation)[0] if typing.get_origin(annotation) is typing.Annotated else annotation
+
+
 def _without_none(annotation: Any) -> Any:
+    annotation = _untagged(annotation)
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
         if len(members) == 1:

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ipybox.errors import IpyboxError
+
 
 @dataclass(frozen=True)
 class ConfigProblem:
@@ -30,7 +32,7 @@ class ConfigProblem:
         return f"{self.source}:{self.line}:{self.column or 1}: {self.reason}"
 
 
-class ConfigError(ValueError):
+class ConfigError(IpyboxError, ValueError):
     """A workspace configuration that can't be used: a missing file, bad TOML, or values that don't fit.
 
     `str(error)` is one line per problem, `file:line:column: reason`, the first problem first.

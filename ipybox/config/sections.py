@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ipybox.sandbox.policy import SandboxPolicy
+from ipybox.mcp_client.params import ServerSandbox
 
 LOOPBACK_HOSTS = ("127.0.0.1", "::1")
 
@@ -73,11 +73,12 @@ class KernelSection(_Table):
     timeout: float = Field(default=120, gt=0)
 
 
-class SandboxSection(SandboxPolicy):
+class SandboxSection(ServerSandbox):
     """`[sandbox]`: whether kernels run sandboxed, and the policy they run under.
 
     The policy keys are those of `SandboxPolicy` (the sandbox-runtime format, camelCase; snake_case is
-    accepted too), and extend its defaults.
+    accepted too), and extend its defaults. A stdio server's `sandbox` table has the same keys
+    (`ServerSandbox`, which this extends by its documentation only).
 
     Attributes:
         enabled: Run kernels (and everything they start) in a sandbox. When the machine can't sandbox,
@@ -95,12 +96,6 @@ class SandboxSection(SandboxPolicy):
         assert section.filesystem.deny_read == ["~/.x"]
         ```
     """
-
-    enabled: bool = True
-
-    def policy(self) -> SandboxPolicy:
-        """The policy alone (without `enabled`), as the sandbox takes it."""
-        return SandboxPolicy(filesystem=self.filesystem, network=self.network)
 
 
 class EndpointsSection(_Table):

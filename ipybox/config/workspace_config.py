@@ -40,7 +40,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ipybox.config.sections import EndpointsSection, KernelSection, SandboxSection, WorkspaceSection
-from ipybox.config.servers import ServerName, ServerSection
+from ipybox.config.servers import ServerName, ServerSection, TaggedServerSection
 from ipybox.rules import ApprovalPolicy
 
 ENV_PREFIX = "IPYBOX_"
@@ -72,7 +72,7 @@ class WorkspaceConfig(BaseSettings):
     workspace: WorkspaceSection = Field(default_factory=WorkspaceSection)
     kernel: KernelSection = Field(default_factory=KernelSection)
     sandbox: SandboxSection = Field(default_factory=SandboxSection)
-    servers: dict[ServerName, ServerSection] = Field(
+    servers: dict[ServerName, TaggedServerSection] = Field(
         default_factory=dict, json_schema_extra={"additionalProperties": False}
     )
     approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)

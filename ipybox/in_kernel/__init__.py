@@ -1,6 +1,7 @@
 """Code that runs inside the kernels: their entry point, the tool runner generated modules call, fresh tool
 packages after a regeneration, and the sandbox's hint on refused writes.
 
-Standard library only, and importing nothing else of ipybox: it is loaded into every kernel (and, sandboxed,
-must not need anything the sandbox hides).
+Standard library only (the kernel's entry point also imports ipykernel, the kernel itself), and nothing
+else of ipybox: it is loaded into every kernel, which must start without the host's package (and, sandboxed,
+without anything the sandbox hides). `tests/test_architecture.py` checks this.
 """

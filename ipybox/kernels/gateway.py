@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import IO, Self
 
 from ipybox import process
+from ipybox.errors import KernelError
 from ipybox.kernels.gateway_main import READY_PREFIX
 from ipybox.kernels.kernelspec import KERNEL_NAME, KernelSpec
 
@@ -29,7 +30,7 @@ logger = logging.getLogger(__name__)
 _HOST_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "USER", "LOGNAME", "TZ", "TMPDIR", "SHELL")
 
 
-class GatewayStartError(RuntimeError):
+class GatewayStartError(KernelError, RuntimeError):
     """The kernel gateway process could not be started."""
 
 

@@ -8,7 +8,7 @@ kernel was using by then. A directory per kernel (0700, random name, removed at 
 private to one kernel, and lets a sandbox bind exactly that kernel's sockets and nothing of the others'.
 
 It also starts sandboxed kernels without a process in between: a kernelspec of
-[sandboxed_kernel_spec][ipybox.sandbox.bwrap.sandboxed_kernel_spec] runs the
+[sandboxed_kernel_spec][ipybox.kernels.kernelspec.sandboxed_kernel_spec] on Linux runs the
 [launch][ipybox.sandbox.launch] module, which builds the sandbox for that kernel and execs bubblewrap;
 here the same command line is built in the gateway's own process, which saves a Python start (about
 40 ms) per kernel.

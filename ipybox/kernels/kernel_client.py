@@ -12,6 +12,7 @@ from typing import Any, Self
 
 import aiohttp
 
+from ipybox.errors import KernelError
 from ipybox.kernels.gateway import GatewayEndpoint
 from ipybox.kernels.kernel_connection import (
     GatewayError,
@@ -55,7 +56,7 @@ ExecutionError = CodeExecutionError
 DEFAULT_MAX_OUTPUT_CHARS = 4_000_000
 
 
-class ExecutionTimeoutError(TimeoutError):
+class ExecutionTimeoutError(KernelError, TimeoutError):
     """An execution ran past its timeout.
 
     Attributes:

@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar
 
 import aiohttp
 
+from ipybox.errors import KernelError
 from ipybox.kernels.gateway import GatewayEndpoint
 
 logger = logging.getLogger(__name__)
@@ -42,11 +43,11 @@ kernel hangs (the tests assert it)."""
 T = TypeVar("T")
 
 
-class KernelDied(Exception):
+class KernelDied(KernelError):
     """The kernel stopped existing under a request (its process exited, or the connection was lost)."""
 
 
-class GatewayError(RuntimeError):
+class GatewayError(KernelError, RuntimeError):
     """The kernel gateway refused or failed a request."""
 
 

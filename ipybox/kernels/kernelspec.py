@@ -1,7 +1,10 @@
-"""The Jupyter kernelspec ipybox's gateway starts kernels from.
+"""The Jupyter kernelspec ipybox's gateway starts kernels from, plain or sandboxed.
 
 A kernelspec is where a kernel's command line is decided, so it is also the seam where a sandbox wraps the
-kernel (and, through it, everything the kernel starts).
+kernel (and, through it, everything the kernel starts). The sandbox describes the wrapping without knowing
+the gateway ([SandboxedKernelLaunch][ipybox.sandbox.kernel_launch.SandboxedKernelLaunch]);
+`sandboxed_kernel_spec` fills in what only the gateway knows: the kernel's command line and the layout of
+the gateway's private runtime directory (`RUNTIME_DIR` until the kernelspec is written).
 """
 
 from __future__ import annotations
@@ -10,11 +13,19 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from ipybox.sandbox.policy import SandboxPolicy
 
 KERNEL_NAME = "ipybox"
 # Stands for the gateway's private runtime directory in a kernelspec's argv; filled in by `write()`.
 RUNTIME_DIR = "{ipybox_runtime_dir}"
+# Under the runtime directory: the gateway's root of the kernels' ipc socket directories (see
+# `KernelGateway`), and where kernels sandboxed on macOS, which has no private /tmp, make their temp dirs
+# (removed with the runtime directory).
+IPC_SUBDIR = "ipc"
+SANDBOX_TEMP_SUBDIR = "tmp"
 
 
 def default_kernel_argv(python: str | None = None) -> list[str]:
@@ -75,3 +86,51 @@ class KernelSpec:
         for file_name, content in self.resources.items():
             (spec_dir / file_name).write_text(content)
         return spec_dir
+
+
+def sandboxed_kernel_spec(
+    policy: SandboxPolicy,
+    workspace: Path,
+    *,
+    tool_server_dir: Path | None = None,
+    tool_socket: Path | None = None,
+    proxy_socket: Path | None = None,
+    home: Path | None = None,
+) -> KernelSpec:
+    """A kernelspec whose kernels run in this platform's sandbox, confined by `policy`.
+
+    Args:
+        policy: The sandbox policy.
+        workspace: The kernels' working directory (writable).
+        tool_server_dir: The directory of the tool server's Unix sockets, made reachable.
+        tool_socket: The tool server's call socket (Linux: only it is made reachable, not its directory).
+        proxy_socket: The [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket, when the policy allows
+            domains (Linux only: macOS refuses such policies).
+        home: What `~` in the policy stands for.
+
+    Raises:
+        SandboxUnavailableError: This machine can't sandbox, or (macOS) the policy allows domains.
+        ValueError: The policy allows domains but no proxy socket was given (Linux).
+    """
+    # Here, not at the top: the sandbox brings pydantic, which a gateway without a sandbox never needs.
+    from ipybox.sandbox.platforms import sandboxed_kernel_launch
+
+    runtime = Path(RUNTIME_DIR)
+    launch = sandboxed_kernel_launch(
+        default_kernel_argv(),
+        policy,
+        workspace,
+        ipc_dir=runtime / IPC_SUBDIR,
+        temp_dir=runtime / SANDBOX_TEMP_SUBDIR,
+        placeholder=RUNTIME_DIR,
+        tool_server_dir=tool_server_dir,
+        tool_socket=tool_socket,
+        proxy_socket=proxy_socket,
+        home=home,
+    )
+    return KernelSpec(
+        argv=list(launch.argv),
+        interrupt_mode=launch.interrupt_mode,
+        display_name="Python 3 (ipybox, sandboxed)",
+        resources=dict(launch.resources),
+    )

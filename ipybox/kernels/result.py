@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from ipybox.errors import KernelError
+
 StreamName = Literal["stdout", "stderr"]
 
 
@@ -48,7 +50,7 @@ class CodeExecutionResult:
         return self.output_file is not None
 
 
-class CodeExecutionError(Exception):
+class CodeExecutionError(KernelError):
     """Raised when executed code fails, or when the kernel dies while running it.
 
     `str(error)` is the kernel's traceback text (without ANSI colour codes).

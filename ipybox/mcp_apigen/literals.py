@@ -11,10 +11,12 @@ import math
 import re
 from typing import Any
 
+from ipybox.errors import IpyboxError
+
 _QUOTE_RUN = re.compile(r'"(?=")')
 
 
-class NotALiteralError(ValueError):
+class NotALiteralError(IpyboxError, ValueError):
     """A JSON value that cannot be written as a Python literal (e.g. a non-finite float)."""
 
 

@@ -23,8 +23,10 @@ from typing import Any
 
 import mcp_types as types
 
+from ipybox.errors import UnsafePathError
 from ipybox.mcp_apigen.names import module_names
 from ipybox.mcp_apigen.render import ToolSchema, render_package_init, render_tool_module
+from ipybox.mcp_client.params import check_server_name
 from ipybox.safefs import DIR_FLAGS, NEW_FILE_FLAGS
 
 
@@ -44,7 +46,7 @@ def tool_schema(tool: types.Tool | ToolSchema | Mapping[str, Any]) -> ToolSchema
     )
 
 
-class SymlinkRefusedError(OSError):
+class SymlinkRefusedError(UnsafePathError, OSError):
     """A directory ipybox generates in, or an entry it would replace or remove there, is a symlink that
     ipybox did not make (a kernel that could write in the workspace may have planted it)."""
 
@@ -53,15 +55,6 @@ def is_package_name(name: str) -> bool:
     """Whether `name` is a package name the generator makes (an ASCII identifier, not a keyword): the
     only names that are ever used as paths under the root directory."""
     return name.isidentifier() and name.isascii() and not keyword.iskeyword(name)
-
-
-def check_server_name(server_name: str) -> None:
-    """Raise `ValueError` unless `server_name` can be a Python package name."""
-    if not is_package_name(server_name):
-        raise ValueError(
-            f"server name {server_name!r} cannot be a Python package name: use ASCII letters, digits and "
-            "underscores, not starting with a digit (e.g. 'brave_search')"
-        )
 
 
 def render_sources(

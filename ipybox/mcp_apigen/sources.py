@@ -1,16 +1,77 @@
-"""`generate_mcp_sources`: connect to an MCP server, list its tools and generate their Python API."""
+"""`generate_mcp_sources`: connect to an MCP server, list its tools and generate their Python API.
+
+Generation and the host's server registry are kept apart:
+
+- `generate_sources` is the generator: it validates the parameters (the one model of
+  `ipybox.mcp_client.params`), connects, lists the tools and writes the package. It knows nothing of the
+  registry, so a caller with servers of its own (the workspace reconciler, which writes packages from
+  `ipybox.toml`) generates without touching the user's state.
+- `generate_mcp_sources`, the published function, is `generate_sources` followed by recording the server
+  in the registry (`ServerRegistry.register`: the parameters' dump and the tools' annotations). That
+  record is how a `CodeExecutor` started later, in any process, finds the server behind a name that
+  generated code uses, as in ipybox 0.9; it is part of the published behaviour, so the published
+  function keeps it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ipybox.mcp_apigen.package import check_server_name, write_mcp_sources
+from ipybox.mcp_apigen.package import write_mcp_sources
 from ipybox.mcp_client.connection import MCPConnection
+from ipybox.mcp_client.params import (
+    ServerParams,
+    check_server_name,
+    parse_server_params,
+    validate_server_params,
+)
 from ipybox.mcp_client.pool import annotations_of
 from ipybox.mcp_client.registry import ServerRegistry
+
+
+@dataclass(frozen=True)
+class GeneratedSources:
+    """What `generate_sources` generated.
+
+    Attributes:
+        params: The server's parameters, validated (`${VAR}` placeholders unresolved).
+        modules: The module names (sanitized tool names), in the order the server lists its tools.
+        annotations: Each tool's annotations as listed (tool name -> `{"readOnlyHint": True, ...}`).
+    """
+
+    params: ServerParams
+    modules: list[str]
+    annotations: dict[str, dict[str, Any]]
+
+
+async def generate_sources(
+    server_name: str,
+    server_params: Mapping[str, Any] | ServerParams,
+    root_dir: Path,
+    *,
+    connect_timeout: float = 30,
+    dotenv_path: Path | None = Path(".env"),
+) -> GeneratedSources:
+    """Connect to an MCP server, list its tools and write the package `root_dir/server_name`; nothing
+    else (see the module). Arguments and errors as for `generate_mcp_sources`."""
+    check_server_name(server_name)
+    params = validate_server_params(server_name, server_params)
+    # The connection gets the parameters with placeholders filled in; the caller keeps them unfilled.
+    resolved = parse_server_params(server_name, params, dotenv_path=dotenv_path)
+    connection = MCPConnection(server_name, resolved, connect_timeout=connect_timeout)
+    await connection.start()
+    try:
+        tools = await connection.list_tools()
+        modules = write_mcp_sources(server_name, tools, Path(root_dir))
+    except BaseException:
+        await connection.stop()
+        raise
+    _stop_in_background(connection)
+    return GeneratedSources(params, modules, {tool.name: annotations_of(tool) for tool in tools})
 
 
 async def generate_mcp_sources(
@@ -37,8 +98,9 @@ async def generate_mcp_sources(
 
     Args:
         server_name: Package name, and the name generated code uses for the server.
-        server_params: `{"command", "args", "env"}` for a stdio server, or `{"url", "headers", "type"}`
-            for an HTTP server; `${VAR}` placeholders are replaced from the environment or `dotenv_path`.
+        server_params: `{"command", "args", "env", "cwd", "sandbox"}` for a stdio server, or
+            `{"url", "headers", "type"}` for an HTTP server; `${VAR}` placeholders are replaced from the
+            environment or `dotenv_path`.
         root_dir: Directory the package is created in (e.g. `Path("mcptools")`).
         connect_timeout: Seconds allowed for starting the server and completing the MCP handshake.
         dotenv_path: `.env` file consulted for placeholders missing from the environment.
@@ -50,28 +112,21 @@ async def generate_mcp_sources(
 
     Raises:
         ValueError: `server_name` is not a valid package name.
-        MCPServerError: The server could not be started or reached (see `ipybox.mcp_client`).
+        MCPServerError: The parameters are not valid (`ServerParamsError`), or the server could not be
+            started or reached (see `ipybox.mcp_client`).
 
     Example:
         ```python
         await generate_mcp_sources("fetch", {"command": "uvx", "args": ["mcp-server-fetch"]}, Path("mcptools"))
         ```
     """
-    check_server_name(server_name)
-    connection = MCPConnection(
-        server_name, server_params, connect_timeout=connect_timeout, dotenv_path=dotenv_path
+    generated = await generate_sources(
+        server_name, server_params, root_dir, connect_timeout=connect_timeout, dotenv_path=dotenv_path
     )
-    await connection.start()
-    try:
-        tools = await connection.list_tools()
-        names = write_mcp_sources(server_name, tools, Path(root_dir))
-        annotations = {tool.name: annotations_of(tool) for tool in tools}
-        (registry or ServerRegistry()).register(Path(root_dir), server_name, server_params, annotations)
-    except BaseException:
-        await connection.stop()
-        raise
-    _stop_in_background(connection)
-    return names
+    (registry or ServerRegistry()).register(
+        Path(root_dir), server_name, generated.params, generated.annotations
+    )
+    return generated.modules
 
 
 # MCP's stdio shutdown (close stdin, let the server exit, SIGTERM after a grace period) takes some servers

@@ -11,7 +11,14 @@ from ipybox.mcp_client.errors import (
     ServerTimeoutError,
     ToolCallError,
 )
-from ipybox.mcp_client.params import HttpServerParams, ServerParams, StdioServerParams, parse_server_params
+from ipybox.mcp_client.params import (
+    HttpServerParams,
+    ServerParams,
+    StdioServerParams,
+    dump_server_params,
+    parse_server_params,
+    validate_server_params,
+)
 from ipybox.mcp_client.results import tool_result_value
 
 __all__ = [
@@ -26,6 +33,8 @@ __all__ = [
     "ServerTimeoutError",
     "StdioServerParams",
     "ToolCallError",
+    "dump_server_params",
     "parse_server_params",
     "tool_result_value",
+    "validate_server_params",
 ]

@@ -258,15 +258,15 @@ class MCPConnection:
         params = self.params
         if isinstance(params, StdioServerParams):
             assert stderr is not None
-            if params.sandbox is not None:
-                return _sandboxed_stdio(params, params.sandbox, stderr)
+            if (policy := params.sandbox_policy()) is not None:
+                return _sandboxed_stdio(params, policy, stderr)
             stdio = StdioServerParameters(
-                command=params.command, args=params.args, env=params.env, cwd=params.cwd
+                command=params.command, args=params.args, env=params.env or None, cwd=params.cwd
             )
             # stdio_client only needs a file descriptor to hand to the process.
             return stdio_client(stdio, errlog=cast(TextIO, stderr))
         if params.transport == "sse":
-            return sse_client(params.url, headers=params.headers, timeout=self.connect_timeout)
+            return sse_client(params.url, headers=params.headers or None, timeout=self.connect_timeout)
         return _streamable_http(params, self.connect_timeout, self._http_errors)
 
     def _translate(self, exc: BaseException, stderr: IO[bytes] | None) -> MCPServerError | None:
@@ -317,7 +317,7 @@ async def _sandboxed_stdio(
 
     workspace = Path(params.cwd) if params.cwd else Path.cwd()
     async with sandboxed([params.command, *params.args], policy, workspace) as argv:
-        stdio = StdioServerParameters(command=argv[0], args=argv[1:], env=params.env, cwd=params.cwd)
+        stdio = StdioServerParameters(command=argv[0], args=argv[1:], env=params.env or None, cwd=params.cwd)
         async with stdio_client(stdio, errlog=cast(TextIO, stderr)) as streams:
             yield streams
 
@@ -332,7 +332,7 @@ async def _streamable_http(
 
     # Read timeout stays long: a tool call may legitimately take minutes.
     client = httpx2.AsyncClient(
-        headers=params.headers,
+        headers=params.headers or None,
         timeout=httpx2.Timeout(timeout, read=300),
         event_hooks={"response": [record]},
     )

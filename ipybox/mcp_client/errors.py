@@ -5,6 +5,8 @@ Every message is a single line that names the server, so it can be shown to a us
 
 from __future__ import annotations
 
+from ipybox.errors import IpyboxError
+
 
 def one_line(text: str, limit: int = 2000) -> str:
     """Collapse `text` to one line of at most `limit` characters."""
@@ -12,7 +14,7 @@ def one_line(text: str, limit: int = 2000) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-class MCPServerError(Exception):
+class MCPServerError(IpyboxError):
     """Base class: something went wrong with MCP server `server_name`.
 
     Attributes:

@@ -1,5 +1,29 @@
-"""Server parameters: validating the published `server_params` dicts into typed models, detecting the
-HTTP transport, and resolving `${VAR}` placeholders from the environment and a `.env` file.
+"""MCP server parameters: the one model of "which server, and how to start or reach it".
+
+Every place that takes server parameters validates them with the models here, so they accept and reject
+the same things and spell them the same way:
+
+- the published `server_params` dicts (`generate_mcp_sources`, `CodeExecutor(mcp_servers=...)`,
+  `MCPConnection`): [parse_server_params][ipybox.mcp_client.params.parse_server_params];
+- `[servers.<name>]` of `ipybox.toml` (`ipybox.config.servers` adds `enabled` and nothing else);
+- `register_mcp_server` (`ipybox.mcp_server.registration` writes the dump of what it parsed);
+- the host's server registry (`ipybox.mcp_client.registry` stores the dump, and loads it back here).
+
+`ServerParams` is a discriminated union, decided by which key is given: `command` -> a stdio server
+(`StdioServerParams`), `url` -> a remote one (`HttpServerParams`) over streamable HTTP or SSE. The remote
+transport is a field (`type`, optional), not a third member: with `url = "${MCP_URL}"` the URL path that
+picks the default transport is only known once placeholders are filled in, on the host, when the server
+starts; so `HttpServerParams.transport` decides it then.
+
+The contract:
+
+- Unresolved parameters keep their `${VAR}` placeholders; they are validated as they are (a URL made of
+  placeholders is checked once they are filled in). `parse_server_params` fills them in, from the
+  environment, then the `.env` file, and validates the result: the only `${VAR}` resolver.
+- `dump_server_params` is the dict form: only the keys given (so it is what the user wrote, normalised:
+  a transport alias such as `"http"` becomes `"streamable_http"`, `sandbox` stays `true` when given as a
+  flag). Validating a dump gives the same model back.
+- A server's name becomes the Python package `mcptools/<name>`: `check_server_name` is the one check.
 
 Example:
     ```python
@@ -14,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import keyword
 import os
 import re
 from collections.abc import Mapping
@@ -22,15 +47,31 @@ from typing import Annotated, Any, Literal, TypeAlias
 from urllib.parse import urlsplit
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from ipybox.mcp_client.errors import ServerParamsError
 from ipybox.sandbox.policy import SandboxPolicy
 
 Transport = Literal["streamable_http", "sse"]
 
-_PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+"""A `${VAR}` placeholder; group 1 is the variable's name."""
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Spellings of the transports that other MCP clients use; stored as the canonical one. ipybox 0.9 took
+# any `type` for a URL containing `/mcp` (streamable HTTP), so `"http"` there kept working.
 _TRANSPORT_ALIASES: dict[str, Transport] = {
     "streamable_http": "streamable_http",
     "streamable-http": "streamable_http",
@@ -39,8 +80,111 @@ _TRANSPORT_ALIASES: dict[str, Transport] = {
     "sse": "sse",
 }
 
+# Union tags: not keys of a server's table, so a tag in an error's location never matches one.
+STDIO_TAG = "stdio"
+HTTP_TAG = "http"
 
-class StdioServerParams(BaseModel):
+_NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
+_KEYWORDS = "|".join(keyword.kwlist)
+SERVER_NAME_PATTERN = rf"^(?!(?:{_KEYWORDS})$)[A-Za-z_][A-Za-z0-9_]*$"
+"""Valid server names, as a JSON Schema pattern: ASCII identifiers that are not Python keywords."""
+
+
+def suggest_server_name(name: str) -> str:
+    """The closest valid server name: other characters become `_`, a leading digit gets a `server_`
+    prefix, a keyword a trailing `_`.
+
+    Example:
+        ```python
+        assert suggest_server_name("my-server") == "my_server"
+        assert suggest_server_name("class") == "class_"
+        ```
+    """
+    fixed = _NOT_IDENTIFIER.sub("_", name) or "server"
+    if fixed[0].isdigit():
+        fixed = f"server_{fixed}"
+    if keyword.iskeyword(fixed):
+        fixed += "_"
+    return fixed
+
+
+def check_server_name(name: str) -> str:
+    """Return `name` if it can be a server's package name, else raise `ValueError` suggesting one."""
+    if not (name.isascii() and name.isidentifier()) or keyword.iskeyword(name):
+        raise ValueError(
+            f"server name {name!r} is not a valid Python package name (it becomes mcptools/<name>): use "
+            f"ASCII letters, digits and '_', not starting with a digit, and no Python keyword, e.g. "
+            f"{suggest_server_name(name)!r}"
+        )
+    return name
+
+
+def check_http_url(url: str) -> str:
+    """Return `url` if it is an `http://` or `https://` URL, else raise `ValueError`. A URL with `${VAR}`
+    placeholders passes: it can only be checked once they are filled in."""
+    if PLACEHOLDER.search(url) is None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{url!r} is not an http:// or https:// URL")
+    return url
+
+
+class ServerSandbox(SandboxPolicy):
+    """A sandbox switch with a policy: a stdio server's `sandbox` (and, extended by its documentation,
+    `[sandbox]` of `ipybox.toml`). Keys as in `SandboxPolicy` (camelCase; snake_case accepted too).
+
+    Attributes:
+        enabled: Whether to sandbox at all.
+        filesystem: Paths (absolute, `~/...` or relative to the server's `cwd`) to hide (`denyRead`), to
+            make writable (`allowWrite`) or to keep read-only (`denyWrite`), on top of the defaults.
+        network: Hosts the server may reach through ipybox's filtering proxy (`allowedDomains`; none by
+            default) and hosts it never may (`deniedDomains`, which wins).
+    """
+
+    enabled: bool = True
+
+    def policy(self) -> SandboxPolicy:
+        """The policy alone (without `enabled`), as the sandbox takes it."""
+        return SandboxPolicy(filesystem=self.filesystem, network=self.network)
+
+
+def _flag_means_default_policy(value: Any) -> Any:
+    # `true` is shorthand for the default policy, `false` for a disabled one.
+    return {"enabled": value} if isinstance(value, bool) else value
+
+
+def _boolean_or_table(schema: dict[str, Any]) -> None:
+    # The field validates as `ServerSandbox | None`; it may also be given as `true` or `false`.
+    table = next(option for option in schema.pop("anyOf") if option.get("type") != "null")
+    schema.pop("default", None)
+    schema["anyOf"] = [{"type": "boolean"}, table]
+
+
+def _normalise_transport(value: Any) -> Any:
+    return _TRANSPORT_ALIASES.get(value.lower(), value) if isinstance(value, str) else value
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @property
+    def is_stdio(self) -> bool:
+        """Whether ipybox starts the server (`command`) rather than connecting to it (`url`)."""
+        return isinstance(self, StdioServerParams)
+
+    def sandbox_policy(self) -> SandboxPolicy | None:
+        """The sandbox the server runs in, `None` when it runs unsandboxed (always, for a remote one)."""
+        return None
+
+
+def _wrong_kind(data: Any, keys: tuple[str, ...], message: str) -> None:
+    if isinstance(data, Mapping):
+        for key in keys:
+            if key in data:
+                raise PydanticCustomError("server_kind", message, {"key": key})
+
+
+class StdioServerParams(_Params):
     """A local MCP server, started as a process that speaks MCP over its stdin and stdout.
 
     Attributes:
@@ -49,76 +193,183 @@ class StdioServerParams(BaseModel):
         env: Extra environment variables for the process, merged over a minimal safe environment
             (`HOME`, `PATH`, ...), as the `mcp` SDK does.
         cwd: Working directory of the process; defaults to the current one.
-        sandbox: Run the process in its own bubblewrap sandbox (Linux): `True` for the default policy
-            (read everything but secrets, write only `cwd`, no network), or a policy of its own in the
-            sandbox policy format (e.g. `{"network": {"allowedDomains": ["api.github.com"]}}`).
+        sandbox: Run the process in a sandbox of its own: `True` for the default policy (read everything
+            but secrets, write only `cwd`, no network), or a policy of its own in the sandbox policy
+            format (e.g. `{"network": {"allowedDomains": ["api.github.com"]}}`), which may say
+            `"enabled": False`.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    command: Annotated[str, Field(min_length=1)]
+    command: str = Field(min_length=1)
     args: list[str] = Field(default_factory=list)
-    env: dict[str, str] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
-    sandbox: SandboxPolicy | None = None
+    sandbox: Annotated[ServerSandbox | None, BeforeValidator(_flag_means_default_policy)] = Field(
+        default=None, json_schema_extra=_boolean_or_table
+    )
 
-    @field_validator("sandbox", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _sandbox_flag(cls, value: Any) -> Any:
-        # `true`/`false` stand for the default policy/no sandbox; a policy is validated as one.
-        if isinstance(value, bool):
-            return SandboxPolicy() if value else None
-        return value
+    def _stdio_keys_only(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "command" not in data and "url" not in data:
+            # Neither kind (the union sends this member): a misspelt `command` is what to point out.
+            unknown = [key for key in data if key not in cls.model_fields and key not in HTTP_KEYS]
+            if unknown:
+                raise PydanticCustomError(
+                    "extra_forbidden", "Extra inputs are not permitted", {"key": unknown[0]}
+                )
+            raise PydanticCustomError("server_kind", _NEITHER)
+        if isinstance(data, Mapping) and "url" in data:
+            raise PydanticCustomError(
+                "server_kind",
+                "a server has either 'command' (a stdio server) or 'url' (a remote server), not both",
+                {"key": "url"},
+            )
+        _wrong_kind(
+            data,
+            HTTP_ONLY_KEYS,
+            "'{key}' is for url servers, and this is a stdio server (with 'command')",
+        )
+        return data
+
+    @field_serializer("sandbox")
+    def _sandbox_as_given(self, sandbox: ServerSandbox | None) -> Any:
+        # `true`/`false` stay flags; a policy is written with only the keys it was given.
+        if sandbox is None:
+            return None
+        if sandbox.model_fields_set <= {"enabled"}:
+            return sandbox.enabled
+        return sandbox.model_dump(by_alias=True, exclude_unset=True)
+
+    def sandbox_policy(self) -> SandboxPolicy | None:
+        return self.sandbox.policy() if self.sandbox is not None and self.sandbox.enabled else None
 
 
-class HttpServerParams(BaseModel):
+class HttpServerParams(_Params):
     """A remote MCP server, reached over streamable HTTP or SSE.
 
     Attributes:
         url: Endpoint URL (`http` or `https`).
         headers: HTTP headers sent with every request (e.g. `Authorization`).
-        type: Transport as given by the application, if any; see `transport`.
+        type: Transport, `streamable_http` or `sse` (`http`, `streamable-http` and `streamablehttp` are
+            taken for `streamable_http`); default: see `transport`.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
     url: str
-    headers: dict[str, str] | None = None
-    type: str | None = None
 
     @field_validator("url")
     @classmethod
-    def _check_url(cls, url: str) -> str:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"{url!r} is not an http:// or https:// URL")
-        return url
+    def _http_url(cls, url: str) -> str:
+        return check_http_url(url)
 
-    @field_validator("type")
+    headers: dict[str, str] = Field(default_factory=dict)
+    type: Annotated[Transport | None, BeforeValidator(_normalise_transport)] = None
+
+    @model_validator(mode="before")
     @classmethod
-    def _check_type(cls, value: str | None) -> str | None:
-        if value is not None and value.lower() not in _TRANSPORT_ALIASES:
-            raise ValueError(f"unknown transport {value!r} (expected 'streamable_http' or 'sse')")
-        return value
+    def _url_keys_only(cls, data: Any) -> Any:
+        _wrong_kind(
+            data,
+            STDIO_ONLY_KEYS,
+            "'{key}' is for stdio servers (with 'command'), and this is a url server, which ipybox does "
+            "not start",
+        )
+        return data
 
     @property
     def transport(self) -> Transport:
         """The transport: `type` if given, else `sse` for URLs whose path contains `/sse`, else
         streamable HTTP (the published rule: `/mcp` means streamable HTTP, `/sse` means SSE)."""
         if self.type is not None:
-            return _TRANSPORT_ALIASES[self.type.lower()]
+            return self.type
         return "sse" if "/sse" in urlsplit(self.url).path else "streamable_http"
 
 
-ServerParams: TypeAlias = StdioServerParams | HttpServerParams
+STDIO_ONLY_KEYS = ("args", "env", "cwd", "sandbox")
+HTTP_ONLY_KEYS = ("headers", "type")
+STDIO_KEYS = tuple(StdioServerParams.model_fields)
+"""The keys of a stdio server's parameters, in documentation order."""
+HTTP_KEYS = tuple(HttpServerParams.model_fields)
+"""The keys of a remote server's parameters, in documentation order."""
 
-_STDIO = TypeAdapter(StdioServerParams)
-_HTTP = TypeAdapter(HttpServerParams)
+_NEITHER = "a server needs 'command' (a stdio server) or 'url' (a remote server)"
+_NOT_A_TABLE = "server parameters are a table (a dict): 'command' and its keys, or 'url' and its keys"
+
+
+def server_kind(value: Any) -> str | None:
+    """The union tag of server parameters: `http` with `url` and without `command`, else `stdio` (whose
+    check says "not both", or names what is missing or misspelt); `None` for what is not a mapping."""
+    if isinstance(value, BaseModel):
+        return STDIO_TAG if isinstance(value, StdioServerParams) else HTTP_TAG
+    if isinstance(value, Mapping):
+        return HTTP_TAG if "url" in value and "command" not in value else STDIO_TAG
+    return None
+
+
+def server_union(stdio: type[StdioServerParams], http: type[HttpServerParams]) -> Any:
+    """The discriminated union of a stdio and a remote server model (`ipybox.config` adds `enabled` to
+    both): validation picks the member by `server_kind` and reports only that member's problems."""
+    return Annotated[
+        Annotated[stdio, Tag(STDIO_TAG)] | Annotated[http, Tag(HTTP_TAG)],
+        Discriminator(server_kind, custom_error_type="server_kind", custom_error_message=_NOT_A_TABLE),
+    ]
+
+
+ServerParams: TypeAlias = StdioServerParams | HttpServerParams
+"""Validated server parameters (validate with `validate_server_params` or `parse_server_params`)."""
+
+_SERVER_PARAMS: TypeAdapter[ServerParams] = TypeAdapter(server_union(StdioServerParams, HttpServerParams))
+
+
+def error_key(loc: tuple[int | str, ...]) -> str:
+    """An error's location in server parameters as a dotted key (`env.API_KEY`), without the union tag."""
+    parts = list(loc)
+    if parts and parts[0] in (STDIO_TAG, HTTP_TAG):
+        parts.pop(0)
+    return ".".join(str(part) for part in parts)
+
+
+def _problems(errors: list[ErrorDetails]) -> str:
+    problems = []
+    for error in errors:
+        key = error_key(tuple(error["loc"]))
+        if (blamed := (error.get("ctx") or {}).get("key")) is not None:
+            key = f"{key}.{blamed}" if key else str(blamed)
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"{key}: {message}" if key else message)
+    return "; ".join(problems)
+
+
+def validate_server_params(server_name: str, server_params: Any) -> ServerParams:
+    """Validate server parameters as they are (`${VAR}` placeholders kept).
+
+    Raises:
+        ServerParamsError: They are not a dict, or not valid (every problem named by its key).
+    """
+    if not isinstance(server_params, Mapping | StdioServerParams | HttpServerParams):
+        raise ServerParamsError(
+            server_name, f"server_params must be a dict, got {type(server_params).__name__}"
+        )
+    try:
+        return _SERVER_PARAMS.validate_python(server_params)
+    except ValidationError as e:
+        raise ServerParamsError(server_name, f"invalid server_params: {_problems(e.errors())}") from None
+
+
+def server_params_adapter() -> TypeAdapter[ServerParams]:
+    """The validator of the published dict form, for callers that report its errors their own way."""
+    return _SERVER_PARAMS
+
+
+def dump_server_params(params: ServerParams) -> dict[str, Any]:
+    """The dict form of `params`: the keys that were given, normalised, JSON- and TOML-ready. It
+    validates to `params` again."""
+    dumped: dict[str, Any] = params.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    return dumped
 
 
 def parse_server_params(
     server_name: str,
-    server_params: Mapping[str, Any],
+    server_params: Mapping[str, Any] | ServerParams,
     *,
     environ: Mapping[str, str] | None = None,
     dotenv_path: Path | None = None,
@@ -130,8 +381,8 @@ def parse_server_params(
 
     Args:
         server_name: Name of the server, used in error messages.
-        server_params: `{"command", "args", "env", "cwd"}` for a stdio server, or
-            `{"url", "headers", "type"}` for an HTTP server.
+        server_params: `{"command", "args", "env", "cwd", "sandbox"}` for a stdio server, or
+            `{"url", "headers", "type"}` for an HTTP server (or parameters validated already).
         environ: Environment to resolve placeholders from; defaults to `os.environ`.
         dotenv_path: A `.env` file consulted for variables missing from `environ`; ignored if it does
             not exist.
@@ -139,27 +390,9 @@ def parse_server_params(
     Raises:
         ServerParamsError: The parameters are invalid, or a referenced variable is not set.
     """
-    if not isinstance(server_params, Mapping):
-        raise ServerParamsError(
-            server_name, f"server_params must be a dict, got {type(server_params).__name__}"
-        )
-    has_command, has_url = "command" in server_params, "url" in server_params
-    if has_command == has_url:
-        raise ServerParamsError(
-            server_name,
-            "server_params must have either 'command' (stdio server) or 'url' (HTTP server)"
-            + (", not both" if has_command else ""),
-        )
+    unresolved = validate_server_params(server_name, server_params)
     resolver = _Resolver(server_name, os.environ if environ is None else environ, dotenv_path)
-    resolved = resolver.resolve(dict(server_params), "")
-    adapter: TypeAdapter[StdioServerParams] | TypeAdapter[HttpServerParams] = _STDIO if has_command else _HTTP
-    try:
-        return adapter.validate_python(resolved)
-    except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'server_params'}: {err['msg']}" for err in e.errors()
-        )
-        raise ServerParamsError(server_name, f"invalid server_params: {problems}") from None
+    return validate_server_params(server_name, resolver.resolve(dump_server_params(unresolved), ""))
 
 
 def resolve_placeholders(
@@ -191,7 +424,7 @@ class _Resolver:
 
     def resolve(self, value: Any, where: str) -> Any:
         if isinstance(value, str):
-            return _PLACEHOLDER.sub(lambda m: self._lookup(m.group(1), where), value)
+            return PLACEHOLDER.sub(lambda m: self._lookup(m.group(1), where), value)
         if isinstance(value, Mapping):
             return {k: self.resolve(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
         if isinstance(value, list | tuple):

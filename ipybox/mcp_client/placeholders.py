@@ -7,14 +7,13 @@ A digest is kept instead of the values, so the reconciler holds no secrets of it
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from dotenv import dotenv_values
 
-_PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+from ipybox.mcp_client.params import PLACEHOLDER as _PLACEHOLDER
 
 
 def placeholder_names(value: Any) -> set[str]:

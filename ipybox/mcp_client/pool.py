@@ -19,13 +19,14 @@ from typing import Any
 
 import mcp_types as types
 
+from ipybox.errors import IpyboxError
 from ipybox.mcp_client import MCPConnection, MCPServerError, ServerConnectError, parse_server_params
 from ipybox.mcp_client.params import ServerParams
 
 logger = logging.getLogger(__name__)
 
 
-class UnknownServerError(LookupError):
+class UnknownServerError(IpyboxError, LookupError):
     """No MCP server is registered under the requested name."""
 
 

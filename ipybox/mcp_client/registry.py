@@ -12,8 +12,9 @@ The registry names commands the host runs, so it is host-only state:
   for kernels (and creates it before they start, so a kernel can't create it either);
 - the directory and the file are opened without following symlinks (`O_NOFOLLOW`, the file through the
   directory's descriptor), and both must belong to the current user and be writable by nobody else;
-- every entry read back is validated as server parameters; a malformed one is skipped (with a warning),
-  never used.
+- entries are written as the server-parameters model's dump (`ipybox.mcp_client.params`: what
+  `generate_mcp_sources` was given, validated and normalised) and every entry read back is validated
+  with the same model; a malformed one is skipped (with a warning), never used.
 
 Next to the parameters, `generate_mcp_sources` records each tool's annotations (`readOnlyHint`, ...) as
 the server listed them, so that the tool server knows them for a call decided before the server starts.
@@ -53,8 +54,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ipybox.errors import UnsafePathError
 from ipybox.mcp_client.errors import ServerParamsError
-from ipybox.mcp_client.params import parse_server_params
+from ipybox.mcp_client.params import ServerParams, dump_server_params, validate_server_params
 from ipybox.paths import user_state_dir
 from ipybox.safefs import DIR_FLAGS, replace_file
 
@@ -77,7 +79,7 @@ MAX_VALUE_CHARS = 256
 ToolAnnotations = dict[str, bool | str]
 
 
-class UnsafeRegistryError(PermissionError):
+class UnsafeRegistryError(UnsafePathError, PermissionError):
     """The registry's directory or file is a symlink, not a regular directory or file, belongs to another
     user or is writable by others: it is not used."""
 
@@ -131,7 +133,7 @@ class ServerRegistry:
         self,
         root_dir: Path,
         server_name: str,
-        server_params: Mapping[str, Any],
+        server_params: Mapping[str, Any] | ServerParams,
         annotations: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         """Record (or replace) the parameters of `server_name` for the packages under `root_dir`.
@@ -139,15 +141,16 @@ class ServerRegistry:
         Args:
             root_dir: The package root (`mcptools/`).
             server_name: The server's name.
-            server_params: Its parameters, as given (`${VAR}` unresolved).
+            server_params: Its parameters (`${VAR}` unresolved): recorded as the model's dump.
             annotations: Each tool's annotations as the server listed them with these parameters (tool
                 name -> `{"readOnlyHint": True, ...}`); only `str` -> `bool | str` entries within the
                 size limits are recorded. `None` forgets annotations recorded earlier.
 
         Raises:
+            ServerParamsError: The parameters are not valid (nothing is recorded).
             UnsafeRegistryError: The registry's directory or file is not safe to use.
         """
-        params = dict(server_params)
+        params = dump_server_params(validate_server_params(server_name, server_params))
         recorded = None
         if annotations is not None:
             recorded = {"params_sha256": _digest(params), "tools": _recordable(server_name, annotations)}
@@ -202,12 +205,13 @@ class ServerRegistry:
         return None if entry is None else _read_annotations(server_name, entry, server_params, self.path)
 
     def servers(self, root_dir: Path) -> dict[str, dict[str, Any]]:
-        """The valid servers recorded for `root_dir`: name -> parameters."""
+        """The valid servers recorded for `root_dir`: name -> parameters (the model's dump)."""
         entries = self._read().get(_key(root_dir), {})
         if not isinstance(entries, dict):
             logger.warning("ignoring the entry for %s in %s: not a mapping of servers", root_dir, self.path)
             return {}
-        return {name: dict(params) for name, params in entries.items() if _valid(name, params, self.path)}
+        loaded = ((name, _loaded(name, params, self.path)) for name, params in entries.items())
+        return {name: params for name, params in loaded if params is not None}
 
     def _read(self) -> dict[str, Any]:
         """The registry's content, `{}` (with a warning) when it can't or must not be read."""
@@ -321,35 +325,22 @@ def _load(dir_fd: int, path: Path) -> dict[str, Any]:
     return data
 
 
-class _AnyVariable(Mapping[str, str]):
-    """Every `${VAR}` has a value (a URL, so that `"url": "${SERVER_URL}"` validates too): entries are
-    checked for their shape here, their placeholders are resolved when the server starts."""
-
-    def __getitem__(self, key: str) -> str:
-        return "http://placeholder"
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-
-def _valid(name: Any, params: Any, path: Path) -> bool:
+def _loaded(name: Any, params: Any, path: Path) -> dict[str, Any] | None:
+    """An entry's parameters, loaded back with the model (and dumped again); `None` (with a warning)
+    for one that is not valid."""
     if not isinstance(name, str) or not name:
         logger.warning("skipping an entry of the MCP server registry %s: bad server name %r", path, name)
-        return False
+        return None
     if not isinstance(params, dict):
         logger.warning(
             "skipping MCP server %r in the registry %s: its parameters are not a mapping", name, path
         )
-        return False
+        return None
     try:
-        parse_server_params(name, params, environ=_AnyVariable(), dotenv_path=None)
+        return dump_server_params(validate_server_params(name, params))
     except ServerParamsError as e:
         logger.warning("skipping MCP server %r in the registry %s: %s", name, path, e)
-        return False
-    return True
+        return None
 
 
 def _key(root_dir: Path) -> str:
@@ -429,9 +420,10 @@ def _read_annotations(
         )
         return None
     try:
-        if digest != _digest(server_params):
+        # Compared as recorded: the model's dump of the parameters.
+        if digest != _digest(dump_server_params(validate_server_params(server_name, server_params))):
             return None  # recorded for other parameters: another server may stand behind the name now
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, ServerParamsError):
         return None
     valid: dict[str, ToolAnnotations] = {}
     bad: list[str] = []

@@ -3,13 +3,17 @@
 Registering a server makes the host start a command (or connect to a URL) that the client chose, so it is
 checked, decided and written with care:
 
-- `parse_registration` validates the parameters with the model `ipybox.toml` is loaded with
-  (`ServerSection`), accepting only the keys a registration may set; in a workspace whose kernels are
-  sandboxed, a stdio server is registered sandboxed unless the client gives a sandbox policy of its own.
+- `parse_registration` validates the parameters with the one server-parameters model
+  (`ipybox.mcp_client.params`, which `[servers.<name>]` of `ipybox.toml` extends by `enabled` only), so
+  a registration takes exactly the keys and values the published `server_params` take (a transport alias
+  such as `"type": "http"` is normalised to `streamable_http`, as the file spells it); in a workspace
+  whose kernels are sandboxed, a stdio server is registered sandboxed unless the client gives a sandbox
+  policy of its own.
 - `decide_registration` decides it with the workspace's approval rules as the pseudo tool call
   `ipybox.register_mcp_server(server_name, server_params)`; when no rule decides, it is asked.
-- `add_server` writes exactly what was parsed into `ipybox.toml` (comments and formatting kept, with
-  tomlkit), and only if the file still loads afterwards.
+- `add_server` writes exactly what was parsed (the model's dump, `sandbox` included) into `ipybox.toml`
+  (comments and formatting kept, with tomlkit), and only if the file still loads afterwards, to the
+  same server.
 """
 
 from __future__ import annotations
@@ -28,10 +32,19 @@ import tomlkit
 from pydantic import ValidationError
 from tomlkit.items import Table
 
-from ipybox.config import CONFIG_FILE, ConfigError, ServerSection, WorkspaceConfig, load_config
-from ipybox.mcp_apigen.package import check_server_name
+from ipybox.config import CONFIG_FILE, ConfigError, WorkspaceConfig, load_config
 from ipybox.mcp_client import MCPServerError
-from ipybox.mcp_client.params import parse_server_params
+from ipybox.mcp_client.params import (
+    HTTP_KEYS,
+    STDIO_KEYS,
+    ServerParams,
+    StdioServerParams,
+    check_server_name,
+    dump_server_params,
+    error_key,
+    parse_server_params,
+    server_params_adapter,
+)
 from ipybox.rules import ApprovalPolicy, Rule, ToolCall, Verdict
 from ipybox.rules.engine import SEVERITY, RuleEngine, rule_id
 
@@ -44,8 +57,6 @@ ALLOW_RULE_EXAMPLE: Final = (
     f'[[approval.rules]]\nserver = "{REGISTRATION_SERVER}"\ntool = "{REGISTRATION_TOOL}"\ndecision = "allow"'
 )
 
-_STDIO_KEYS: Final = ("command", "args", "env", "cwd", "sandbox")
-_REMOTE_KEYS: Final = ("url", "headers", "type")
 # Server parameters may say where the workspace is (as the supervisor fills them in).
 _WORKSPACE_ENV: Final = "IPYBOX_WORKSPACE"
 # Two registrations at once must not both read the file and each write it without the other's server.
@@ -58,14 +69,14 @@ class Registration:
 
     Attributes:
         name: The server's name.
-        server: The server as `ipybox.toml` will load it.
-        table: What is written as `[servers.<name>]` (loads back as `server`).
+        server: The server's parameters as parsed.
+        table: What is written as `[servers.<name>]`: the dump of `server` (loads back as `server`).
         replaces: Whether a server of that name is configured already (and is replaced).
         sandboxed_by_default: Whether `sandbox = true` was added because the client gave no policy.
     """
 
     name: str
-    server: ServerSection
+    server: ServerParams
     table: dict[str, Any]
     replaces: bool
     sandboxed_by_default: bool
@@ -90,10 +101,11 @@ class Registration:
     def __str__(self) -> str:
         """How the registration is shown to the person asked about it."""
         where = "in a sandbox of its own" if self.server.sandbox_policy() is not None else "unsandboxed"
+        server = self.server
         action = (
-            f"starts `{self.server.command}` on the host {where}"
-            if self.server.is_stdio
-            else f"connects to {self.server.url} from the host"
+            f"starts `{server.command}` on the host {where}"
+            if isinstance(server, StdioServerParams)
+            else f"connects to {server.url} from the host"
         )
         replacing = f", replacing the configured server {self.name!r}" if self.replaces else ""
         return (
@@ -124,16 +136,16 @@ def parse_registration(
     if not isinstance(server_params, Mapping):
         raise ValueError(f"server_params must be an object, not {type(server_params).__name__}")
     params = {key: value for key, value in server_params.items() if value is not None}
-    accepted = f"a stdio server takes {', '.join(_STDIO_KEYS)}; a url server takes {', '.join(_REMOTE_KEYS)}"
+    accepted = f"a stdio server takes {', '.join(STDIO_KEYS)}; a url server takes {', '.join(HTTP_KEYS)}"
     for key in params:
-        if key not in _STDIO_KEYS and key not in _REMOTE_KEYS:
+        if key not in STDIO_KEYS and key not in HTTP_KEYS:
             raise ValueError(f"server_params: key {key!r} is not accepted ({accepted})")
     sandboxed = config.sandbox.enabled
     by_default = sandboxed and "command" in params and "url" not in params and "sandbox" not in params
     if by_default:
         params["sandbox"] = True
     try:
-        server = ServerSection.model_validate(params)
+        server = server_params_adapter().validate_python(params)
     except ValidationError as e:
         raise ValueError(_problems(e, accepted)) from None
     if sandboxed and server.is_stdio and server.sandbox_policy() is None:
@@ -145,37 +157,36 @@ def parse_registration(
             "servers registered over MCP run sandboxed too: leave 'sandbox' out (or give true, or a "
             "policy table); to run a server unsandboxed, add it to ipybox.toml yourself"
         )
-    table = {key: _written(server, key, value) for key, value in params.items()}
-    if ServerSection.model_validate(table) != server:  # never write something other than what was parsed
+    table = dump_server_params(server)
+    if _parsed(table) != server:  # never write something other than what was parsed
         raise RuntimeError(f"server_params of {server_name!r} would not be written as parsed: {table}")
     try:  # the placeholders' variables must be set, as they must when the server starts
         environ = {**os.environ, _WORKSPACE_ENV: str(workspace)}
-        parse_server_params(
-            server_name, server.server_params(workspace), environ=environ, dotenv_path=workspace / ".env"
-        )
+        parse_server_params(server_name, server, environ=environ, dotenv_path=workspace / ".env")
     except MCPServerError as e:
         raise ValueError(str(e)) from None
     return Registration(server_name, server, table, server_name in config.servers, by_default)
 
 
-def _written(server: ServerSection, key: str, given: Any) -> Any:
-    """The value written for `key`: the parsed one (a sandbox policy in its published spelling)."""
-    if key == "sandbox":
-        if isinstance(given, bool) or server.sandbox is None:
-            return given
-        return server.sandbox.model_dump(by_alias=True, exclude_unset=True)
-    value = getattr(server, key)
-    return dict(value) if isinstance(value, Mapping) else list(value) if isinstance(value, list) else value
+def _parsed(table: Mapping[str, Any]) -> ServerParams | None:
+    """`table` (a written `[servers.<name>]`, `enabled` left out) as the model parses it; `None` if it
+    does not parse."""
+    try:
+        return server_params_adapter().validate_python({k: v for k, v in table.items() if k != "enabled"})
+    except ValidationError:
+        return None
 
 
 def _problems(error: ValidationError, accepted: str) -> str:
     problems = []
     for problem in error.errors():
-        key = ".".join(["server_params", *map(str, problem["loc"])])
+        path = error_key(tuple(problem["loc"]))
+        blamed = (problem.get("ctx") or {}).get("key")
+        key = ".".join(str(part) for part in ["server_params", path, blamed] if part)
         got = problem.get("input")
-        shown = "" if isinstance(got, Mapping) or not problem["loc"] else f" (got {got!r})"
+        shown = "" if isinstance(got, Mapping) or not path else f" (got {got!r})"
         problems.append(f"{key}: {problem['msg']}{shown}")
-    if any(p["type"] == "server_kind" and not p["loc"] for p in error.errors()):
+    if any(p["type"] == "server_kind" and not error_key(tuple(p["loc"])) for p in error.errors()):
         problems.append(accepted)
     return "; ".join(problems)
 
@@ -243,7 +254,7 @@ def add_server(workspace: Path, registration: Registration) -> None:
         servers[registration.name] = table
         text = tomlkit.dumps(document)
         loaded = tomllib.loads(text)["servers"][registration.name]
-        if ServerSection.model_validate(loaded) != registration.server:
+        if _parsed(loaded) != registration.server:
             raise RuntimeError(f"[servers.{registration.name}] would not be written as parsed: {loaded}")
         _write_atomically(path, text)
 

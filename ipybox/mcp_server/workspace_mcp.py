@@ -43,6 +43,7 @@ from ipybox.mcp_server.registration import (
 from ipybox.rules import ApprovalPolicy, AuditLog
 from ipybox.running.control_client import ControlClient
 from ipybox.running.state import StatePaths, read_state
+from ipybox.running.status import ServerOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -148,13 +149,13 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
                 f"registering MCP server {server_name!r} was denied: {denied}. Nothing was written."
             )
         try:
-            before = await _generation(workspace, server_name)
             await asyncio.to_thread(add_server, workspace, registration)
         except ValueError as e:
             raise ToolError(str(e)) from None
-        state = await _wait_for_generation(workspace, server_name, before)
-        if state.get("state") != "ready":
-            raise ToolError(f"MCP server {server_name!r} could not be started: {state.get('error')}")
+        # The workspace applies the file now and answers with this server's outcome (no polling).
+        outcome = await _apply(workspace, server_name)
+        if outcome.state != "ready":
+            raise ToolError(f"MCP server {server_name!r} could not be started: {outcome.error}")
         modules = sorted(
             p.stem for p in (workspace / "mcptools" / server_name).glob("*.py") if p.stem != "__init__"
         )
@@ -331,30 +332,6 @@ async def _progress(ctx: Context, timeout: float) -> None:
             return
 
 
-async def _generation(workspace: Path, server_name: str) -> int:
-    status = await _status(workspace)
-    return int(status["reconciler"]["servers"].get(server_name, {}).get("generation") or 0)
-
-
-async def _wait_for_generation(
-    workspace: Path, server_name: str, before: int, timeout: float = 120
-) -> dict[str, Any]:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        status = await _status(workspace)
-        state: dict[str, Any] = status["reconciler"]["servers"].get(server_name, {})
-        error = status.get("config_error")
-        if error and server_name in str(error):
-            return {"state": "failed", "error": error}
-        if state.get("state") == "failed" or (
-            state.get("state") == "ready" and (state.get("generation") or 0) > before
-        ):
-            return state
-        if asyncio.get_running_loop().time() > deadline:
-            return {"state": "failed", "error": f"not generated within {timeout:g} s"}
-        await asyncio.sleep(0.05)
-
-
-async def _status(workspace: Path) -> dict[str, Any]:
+async def _apply(workspace: Path, server_name: str) -> ServerOutcome:
     async with ControlClient(read_state(workspace)) as control:
-        return await control.status()
+        return await control.apply_server(server_name)

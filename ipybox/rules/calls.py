@@ -1,4 +1,9 @@
-"""The values the rule engine works on: a tool call, and the verdict on it."""
+"""The values the rule engine works on: a tool call, and the verdict on it.
+
+`ToolCall` is the one model of a tool call in ipybox: the tool server builds it from a kernel's request on
+the call channel, approvers decide on it, the approval wire format carries it to an application, and the
+audit log records it. Nothing else models a call.
+"""
 
 from __future__ import annotations
 
@@ -12,21 +17,27 @@ Decision = Literal["allow", "deny", "ask"]
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """A call of an MCP tool, as the approval rules see it.
+    """A call of an MCP tool, from the kernel that made it to the audit log.
 
     Attributes:
         server: Name of the MCP server (as configured in the workspace).
         tool: Name of the tool on that server.
         args: The call's arguments (JSON values).
         annotations: The tool's MCP annotations (`readOnlyHint`, `destructiveHint`, `idempotentHint`,
-            `openWorldHint`) as the server declares them; undeclared ones take the MCP defaults. With the
-            MCP SDK: `tool.annotations.model_dump(exclude_none=True)` if `tool.annotations` else `{}`.
+            `openWorldHint`, `title`) as the server declares them; rules read only the boolean hints, and
+            an undeclared (or non-boolean) hint takes the MCP default. The tool server passes those known
+            before the server starts (a call is decided first), which may be none. With the MCP SDK:
+            `tool.annotations.model_dump(exclude_none=True)` if `tool.annotations` else `{}`.
+        caller: Who made the call: the name the tool server issued its token under
+            (`ToolServer.add_caller`, e.g. one kernel of a workspace), or "" for the shared call token.
+            It routes an `ask` to whoever answers for that caller; it is never recorded or shown.
     """
 
     server: str
     tool: str
     args: Mapping[str, Any] = field(default_factory=dict)
-    annotations: Mapping[str, bool] = field(default_factory=dict)
+    annotations: Mapping[str, Any] = field(default_factory=dict)
+    caller: str = ""
 
 
 @dataclass(frozen=True, slots=True)

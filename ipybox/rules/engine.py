@@ -1,21 +1,22 @@
-"""The decision on a tool call: among the rules that apply, the strongest wins; otherwise the default."""
+"""The decision on a tool call: among the rules that apply, the strongest wins; otherwise the default.
+
+Below [models][ipybox.rules.models], which builds an engine when a policy loads: rules are read through
+[RuleFields][ipybox.rules.matching.RuleFields], so this module never imports the models.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from ipybox.rules.calls import Decision, ToolCall, Verdict
-from ipybox.rules.matching import RuleMatcher
-
-if TYPE_CHECKING:
-    from ipybox.rules.models import Rule
+from ipybox.rules.matching import RuleFields, RuleMatcher
 
 SEVERITY: Final[dict[Decision, int]] = {"allow": 0, "ask": 1, "deny": 2}
 """At equal priority the more cautious decision wins."""
 
 
-def rule_id(rule: Rule, index: int) -> str:
+def rule_id(rule: RuleFields, index: int) -> str:
     """How verdicts and messages name a rule: its `id`, or `rules[<index>]` (0-based, in file order)."""
     return rule.id if rule.id is not None else f"rules[{index}]"
 
@@ -34,7 +35,7 @@ class RuleEngine:
 
     __slots__ = ("_default", "_ordered", "default", "matchers", "rules")
 
-    def __init__(self, rules: Sequence[Rule], default: Decision) -> None:
+    def __init__(self, rules: Sequence[RuleFields], default: Decision) -> None:
         self.rules = rules
         self.default = default
         ids = [rule_id(rule, index) for index, rule in enumerate(rules)]
@@ -61,7 +62,7 @@ class RuleEngine:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def __reduce__(self) -> tuple[type[RuleEngine], tuple[Sequence[Rule], Decision]]:
+    def __reduce__(self) -> tuple[type[RuleEngine], tuple[Sequence[RuleFields], Decision]]:
         return RuleEngine, (self.rules, self.default)
 
     def decide(self, call: ToolCall) -> Verdict:

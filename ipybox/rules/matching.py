@@ -2,6 +2,10 @@
 
 Globs and regexes are compiled once, when the policy loads, so matching a call costs a few dictionary
 look-ups and regex matches. The semantics are documented on `Rule` and `ArgCondition`.
+
+This module sits below [models][ipybox.rules.models], which compiles its rules with it: it reads a rule
+through `RuleFields` and `ConditionFields`, the fields it needs, which the models have, and never imports
+them.
 """
 
 from __future__ import annotations
@@ -10,13 +14,51 @@ import fnmatch
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
-from ipybox.rules.calls import ToolCall
+from ipybox.rules.calls import Decision, ToolCall
 from ipybox.rules.tool_annotations import annotation_value
 
-if TYPE_CHECKING:
-    from ipybox.rules.models import ArgCondition, Rule
+
+class ConditionFields(Protocol):
+    """What matching reads of a condition on one argument (`ArgCondition`, whose docs give the semantics)."""
+
+    @property
+    def equals(self) -> Any: ...
+    @property
+    def one_of(self) -> Sequence[Any] | None: ...
+    @property
+    def not_in(self) -> Sequence[Any] | None: ...
+    @property
+    def glob(self) -> str | None: ...
+    @property
+    def not_glob(self) -> str | None: ...
+    @property
+    def regex(self) -> str | None: ...
+    @property
+    def exists(self) -> bool | None: ...
+    def conditions(self) -> list[str]:
+        """The names of the conditions set: `equals` is one only when given (`None` is a JSON value)."""
+        ...
+
+
+class RuleFields(Protocol):
+    """What matching and the engine read of a rule (`Rule`, whose docs give the semantics)."""
+
+    @property
+    def id(self) -> str | None: ...
+    @property
+    def server(self) -> str | Sequence[str]: ...
+    @property
+    def tool(self) -> str | Sequence[str]: ...
+    @property
+    def args(self) -> Mapping[str, ConditionFields]: ...
+    @property
+    def annotations(self) -> Mapping[str, bool]: ...
+    @property
+    def decision(self) -> Decision: ...
+    @property
+    def priority(self) -> int: ...
 
 
 class _Absent:
@@ -120,9 +162,9 @@ def _always(_: str) -> bool:
     return True
 
 
-def _arg_checks(key: str, condition: ArgCondition, *, on_non_string: bool) -> Iterator[_ArgCheck]:
+def _arg_checks(key: str, condition: ConditionFields, *, on_non_string: bool) -> Iterator[_ArgCheck]:
     path = tuple(key.split("."))
-    if "equals" in condition.model_fields_set:
+    if "equals" in condition.conditions():
         yield _ArgCheck(path, key, f"equals = {show(condition.equals)}", _equals(condition.equals), False)
     if condition.one_of is not None:
         yield _ArgCheck(
@@ -146,7 +188,7 @@ def _arg_checks(key: str, condition: ArgCondition, *, on_non_string: bool) -> It
 
 
 class RuleMatcher:
-    """A `Rule` compiled for matching.
+    """A rule (`Rule`, or anything with its `RuleFields`) compiled for matching.
 
     Args:
         rule: The rule.
@@ -164,11 +206,11 @@ class RuleMatcher:
         "label",
     )
 
-    def __init__(self, rule: Rule, rule_id: str) -> None:
+    def __init__(self, rule: RuleFields, rule_id: str) -> None:
         self.decision = rule.decision
         self.label = f"rule {rule_id!r}" if rule.id is not None else rule_id
-        self._server = compile_globs([rule.server] if isinstance(rule.server, str) else rule.server)
-        self._tool = compile_globs([rule.tool] if isinstance(rule.tool, str) else rule.tool)
+        self._server = compile_globs([rule.server] if isinstance(rule.server, str) else list(rule.server))
+        self._tool = compile_globs([rule.tool] if isinstance(rule.tool, str) else list(rule.tool))
         self._server_text = show(rule.server)
         self._tool_text = show(rule.tool)
         self._annotations = tuple(rule.annotations.items())

@@ -13,6 +13,7 @@ from ipybox.kernels.gateway import GatewayEndpoint
 from ipybox.kernels.kernel_client import KernelClient
 from ipybox.running.control_client import ControlClient
 from ipybox.running.state import read_state
+from ipybox.running.status import LeaseId
 
 
 class WorkspaceSession:
@@ -40,7 +41,7 @@ class WorkspaceSession:
         self.pause_timer = pause_timer
         self.state = read_state(workspace)
         self.control = ControlClient(self.state)
-        self.lease: str | None = None
+        self.lease: LeaseId | None = None
         endpoint = GatewayEndpoint(
             "http://localhost", self.state.gateway_token, unix_socket=Path(self.state.gateway_socket)
         )

@@ -1,15 +1,40 @@
 """`ControlClient`: talks to a running workspace's control endpoint (for the CLI and attached
-applications)."""
+applications).
+
+Contract: every answer comes back as its model of `ipybox.running.status` (validated), never as a bare
+dict; an unreachable endpoint is `NotRunningError`, an answer other than 200 a `RuntimeError` carrying the
+endpoint's one-line `ControlError`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Self, TypeVar
 
 import aiohttp
+from pydantic import BaseModel, ValidationError
 
+from ipybox.errors import WorkspaceError
 from ipybox.running.state import NotRunningError, SupervisorState, read_state
+from ipybox.running.status import (
+    ControlError,
+    KernelId,
+    KernelLeased,
+    LeaseCreated,
+    LeaseId,
+    LeaseReleased,
+    ServerOutcome,
+    ShutdownAccepted,
+    WorkspaceStatus,
+)
+
+_Answer = TypeVar("_Answer", bound=BaseModel)
+
+
+class ControlRequestError(WorkspaceError, RuntimeError):
+    """The running workspace refused a control request (the message is its answer), or answered in a form
+    this version of ipybox does not know."""
 
 
 class ControlClient:
@@ -21,7 +46,7 @@ class ControlClient:
     Example:
         ```python
         async with ControlClient(read_state(Path("example-workspace"))) as control:
-            print((await control.status())["pool"])
+            print((await control.status()).pool)
         ```
     """
 
@@ -53,31 +78,41 @@ class ControlClient:
             await self._http.close()
             self._http = None
 
-    async def status(self) -> dict[str, Any]:
-        return await self._call("GET", "/status")
+    async def status(self) -> WorkspaceStatus:
+        return await self._call("GET", "/status", WorkspaceStatus)
 
     async def shutdown(self) -> None:
-        await self._call("POST", "/shutdown")
+        await self._call("POST", "/shutdown", ShutdownAccepted)
 
-    async def new_lease(self) -> str:
-        lease: str = (await self._call("POST", "/leases"))["lease"]
-        return lease
+    async def new_lease(self) -> LeaseId:
+        return (await self._call("POST", "/leases", LeaseCreated)).lease
 
-    async def lease_kernel(self, lease: str) -> str:
-        kernel_id: str = (await self._call("POST", f"/leases/{lease}/kernels"))["kernel_id"]
-        return kernel_id
+    async def lease_kernel(self, lease: LeaseId) -> KernelId:
+        return (await self._call("POST", f"/leases/{lease}/kernels", KernelLeased)).kernel_id
 
-    async def release(self, lease: str) -> None:
-        await self._call("DELETE", f"/leases/{lease}")
+    async def release(self, lease: LeaseId) -> None:
+        await self._call("DELETE", f"/leases/{lease}", LeaseReleased)
 
-    async def _call(self, method: str, path: str) -> dict[str, Any]:
+    async def apply_server(self, name: str) -> ServerOutcome:
+        """Have the workspace apply its current `ipybox.toml` now; returns server `name`'s outcome once it
+        has one (started and generated, failed, a configuration problem, or absent)."""
+        return await self._call("POST", f"/servers/{name}/apply", ServerOutcome)
+
+    async def _call(self, method: str, path: str, answer: type[_Answer]) -> _Answer:
         if self._http is None:
             raise RuntimeError("use 'async with ControlClient(...)'")
         try:
             async with self._http.request(method, f"http://localhost{path}") as response:
-                body: dict[str, Any] = await response.json()
+                body = await response.read()
         except aiohttp.ClientConnectionError as e:
             raise NotRunningError(f"cannot reach ipybox in {self.state.workspace}: {e}") from None
-        if response.status != 200:
-            raise RuntimeError(f"ipybox in {self.state.workspace}: {body.get('error', response.status)}")
-        return body
+        try:
+            if response.status != 200:
+                error = ControlError.model_validate_json(body).error
+                raise ControlRequestError(f"ipybox in {self.state.workspace}: {error}")
+            return answer.model_validate_json(body)
+        except ValidationError:
+            raise ControlRequestError(
+                f"ipybox in {self.state.workspace} answered {method} {path} with HTTP {response.status} and "
+                f"an unexpected body ({body[:200]!r}): is it the same ipybox version?"
+            ) from None

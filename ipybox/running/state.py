@@ -34,18 +34,19 @@ from pydantic import BaseModel, ValidationError
 
 from ipybox import process
 from ipybox.config import CONFIG_FILE, ConfigError, load_config
+from ipybox.errors import UnsafePathError, WorkspaceError
 from ipybox.safefs import DIR_FLAGS, replace_file
 
 
-class AlreadyRunningError(RuntimeError):
+class AlreadyRunningError(WorkspaceError, RuntimeError):
     """Raised when a supervisor already runs for the workspace."""
 
 
-class NotRunningError(RuntimeError):
+class NotRunningError(WorkspaceError, RuntimeError):
     """Raised when no supervisor runs for the workspace."""
 
 
-class StateDirError(ValueError):
+class StateDirError(UnsafePathError, ValueError):
     """The state directory, or an entry in it, is not what ipybox makes there: a symlink, a hard link,
     not a directory or regular file, or owned by another user."""
 

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ipybox.in_kernel.sandbox_hint import SANDBOX_WORKSPACE_ENV
-from ipybox.kernels.kernelspec import KernelSpec, default_kernel_argv
 from ipybox.sandbox.errors import SandboxUnavailableError
+from ipybox.sandbox.kernel_launch import SandboxedKernelLaunch
 from ipybox.sandbox.launch import LAUNCH_MODULE, PLAN_FILE, make_plan
 from ipybox.sandbox.policy import SandboxPolicy
 from ipybox.sandbox.view import View, mount_args
@@ -196,7 +196,8 @@ def sandboxed_command(
     return [bwrap, *args, "--", *prefix, *command]
 
 
-def sandboxed_kernel_spec(
+def sandboxed_kernel_launch(
+    kernel_argv: Sequence[str],
     policy: SandboxPolicy,
     workspace: Path,
     *,
@@ -204,14 +205,15 @@ def sandboxed_kernel_spec(
     tool_socket: Path | None = None,
     proxy_socket: Path | None = None,
     home: Path | None = None,
-) -> KernelSpec:
-    """A kernelspec whose kernels run inside bubblewrap, confined by `policy`.
+) -> SandboxedKernelLaunch:
+    """How to start the kernel `kernel_argv` inside bubblewrap, confined by `policy`.
 
-    The gateway starts each kernel through [launch][ipybox.sandbox.launch], which builds the sandbox's
-    filesystem when that kernel starts (so a `.env` created since is hidden too) and binds only that
-    kernel's own connection file and ipc sockets.
+    Each kernel starts through [launch][ipybox.sandbox.launch], which builds the sandbox's filesystem
+    when that kernel starts (so a `.env` created since is hidden too) and binds only that kernel's own
+    connection file and ipc sockets (named in the connection file): the host's other files stay out.
 
     Args:
+        kernel_argv: The kernel's command line, with Jupyter's `{connection_file}`.
         policy: The sandbox policy.
         workspace: The kernels' working directory (writable but for its protected names).
         tool_server_dir: The tool server's socket directory: its call sockets (`*.calls.sock`) are made
@@ -240,21 +242,17 @@ def sandboxed_kernel_spec(
     workspace = workspace.resolve()
     view = bwrap_view(policy, workspace, readable=readable, home=home)
     plan = make_plan(bwrap, list(NAMESPACE_ARGS), view, environment_args(workspace), prefix)
-    argv = [
+    argv = (
         sys.executable,
         "-m",
         LAUNCH_MODULE,
         f"{{resource_dir}}/{PLAN_FILE}",
         "{connection_file}",
-    ]
-    argv += ["--", *default_kernel_argv()]
-    # The default SIGINT would reach bwrap, not the kernel: interrupt with a control message instead.
-    return KernelSpec(
-        argv=argv,
-        interrupt_mode="message",
-        display_name="Python 3 (ipybox, sandboxed)",
-        resources={PLAN_FILE: plan},
+        "--",
+        *kernel_argv,
     )
+    # The default SIGINT would reach bwrap, not the kernel: interrupt with a control message instead.
+    return SandboxedKernelLaunch(argv, interrupt_mode="message", resources={PLAN_FILE: plan})
 
 
 def sandbox_supported() -> bool:

@@ -8,8 +8,9 @@ replaces itself with bubblewrap. Two things are only known here, per kernel:
   the gateway's runtime files bound into its sandbox: a kernel can't reach another kernel's sockets;
 - the workspace as it is now: a `.env` the host created after the gateway started is hidden all the same.
 
-The plan (written by [sandboxed_kernel_spec][ipybox.sandbox.bwrap.sandboxed_kernel_spec] next to the
-kernelspec, in the gateway's private runtime directory) is host-only: no kernel can read or write it.
+The plan (a resource of [sandboxed_kernel_launch][ipybox.sandbox.bwrap.sandboxed_kernel_launch], which
+ipybox's gateway writes next to its kernelspec, in its private runtime directory) is host-only: no
+kernel can read or write it.
 Stdlib only, to keep kernel starts fast. ipybox's own gateway builds the same command line in its
 process instead of running this one ([gateway_kernels][ipybox.kernels.gateway_kernels]).
 """

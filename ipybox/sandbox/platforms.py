@@ -10,9 +10,9 @@ import platform
 from collections.abc import Sequence
 from pathlib import Path
 
-from ipybox.kernels.kernelspec import KernelSpec
 from ipybox.sandbox import bwrap, seatbelt
 from ipybox.sandbox.errors import SandboxUnavailableError
+from ipybox.sandbox.kernel_launch import SandboxedKernelLaunch
 from ipybox.sandbox.policy import SandboxPolicy
 
 
@@ -85,20 +85,32 @@ def sandboxed_command(
     raise _unsupported(system)
 
 
-def sandboxed_kernel_spec(
+def sandboxed_kernel_launch(
+    kernel_argv: Sequence[str],
     policy: SandboxPolicy,
     workspace: Path,
     *,
+    ipc_dir: Path,
+    temp_dir: Path,
+    placeholder: str | None = None,
     tool_server_dir: Path | None = None,
     tool_socket: Path | None = None,
     proxy_socket: Path | None = None,
     home: Path | None = None,
-) -> KernelSpec:
-    """A kernelspec whose kernels run in this platform's sandbox, confined by `policy`.
+) -> SandboxedKernelLaunch:
+    """How to start the kernel `kernel_argv` in this platform's sandbox, confined by `policy`.
 
     Args:
+        kernel_argv: The kernel's command line, with Jupyter's `{connection_file}`.
         policy: The sandbox policy.
         workspace: The kernels' working directory (writable).
+        ipc_dir: Where the kernels create their ZMQ `ipc` sockets (macOS makes it writable; Linux binds
+            each kernel's own socket directory, named in its connection file, instead).
+        temp_dir: Where each kernel makes its own temp dir (macOS, which has no private `/tmp`; it must
+            outlive the kernels). Linux ignores it.
+        placeholder: Text at the start of `ipc_dir` and `temp_dir` that stands for a directory known
+            only when a kernel starts, and is filled in in every argument of `argv` by then (e.g. a
+            kernelspec's runtime-dir placeholder).
         tool_server_dir: The directory of the tool server's Unix sockets, made reachable.
         tool_socket: The tool server's call socket (Linux: only it is made reachable, not its directory).
         proxy_socket: The [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket, when the policy allows
@@ -111,7 +123,8 @@ def sandboxed_kernel_spec(
     """
     system = platform.system()
     if system == "Linux":
-        return bwrap.sandboxed_kernel_spec(
+        return bwrap.sandboxed_kernel_launch(
+            kernel_argv,
             policy,
             workspace,
             tool_server_dir=tool_server_dir,
@@ -122,7 +135,16 @@ def sandboxed_kernel_spec(
     if system == "Darwin":
         if tool_server_dir is None and tool_socket is not None:
             tool_server_dir = tool_socket.parent
-        return seatbelt.seatbelt_kernel_spec(policy, workspace, tool_server_dir=tool_server_dir, home=home)
+        return seatbelt.seatbelt_kernel_launch(
+            kernel_argv,
+            policy,
+            workspace,
+            ipc_dir=ipc_dir,
+            temp_dir=temp_dir,
+            placeholder=placeholder,
+            tool_server_dir=tool_server_dir,
+            home=home,
+        )
     raise _unsupported(system)
 
 

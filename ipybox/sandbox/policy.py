@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ipybox.errors import IpyboxError
 from ipybox.paths import user_state_dir
 from ipybox.sandbox.domains import domain_entry_error
 from ipybox.sandbox.view import PathRule, View
@@ -85,6 +86,10 @@ DEFAULT_DENY_WRITE = (
 )
 # Hidden in the workspace and in each of its parents.
 DOTENV_PATTERN = ".env*"
+
+
+class SandboxPolicyError(IpyboxError, ValueError):
+    """A sandbox policy file is missing, not JSON, or has unknown or mistyped keys."""
 
 
 class _Strict(BaseModel):
@@ -161,15 +166,18 @@ class SandboxPolicy(_Strict):
         """Read a policy file (JSON, sandbox-runtime format).
 
         Raises:
-            ValueError: The file is missing, not JSON, or has unknown or mistyped keys (named in the message).
+            SandboxPolicyError: The file is missing, not JSON, or has unknown or mistyped keys (named in the
+                message); a `ValueError`.
         """
         path = Path(path)
         try:
             data: Any = json.loads(path.read_text())
         except FileNotFoundError:
-            raise ValueError(f"sandbox policy {path}: no such file") from None
+            raise SandboxPolicyError(f"sandbox policy {path}: no such file") from None
         except json.JSONDecodeError as e:
-            raise ValueError(f"sandbox policy {path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
+            raise SandboxPolicyError(
+                f"sandbox policy {path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}"
+            ) from None
         try:
             return cls.model_validate(data)
         except ValidationError as e:
@@ -177,7 +185,7 @@ class SandboxPolicy(_Strict):
                 f"{'.'.join(str(p) for p in error['loc']) or '(top level)'}: {error['msg']}"
                 for error in e.errors()
             )
-            raise ValueError(f"sandbox policy {path}: {problems}") from None
+            raise SandboxPolicyError(f"sandbox policy {path}: {problems}") from None
 
     def view(
         self,

@@ -14,7 +14,7 @@ bubblewrap gives the process a view of its own. The differences that follow:
   [DomainProxy][ipybox.sandbox.proxy.DomainProxy] on a loopback TCP port; that is not built, so a
   policy with allowed domains is refused with `SandboxUnavailableError`.
 - /tmp: there is no private one. A launcher inside the sandbox makes a temp dir of the process's own
-  (under the gateway's runtime dir for kernels) and sets TMPDIR to it.
+  (under the `temp_dir` its caller gives) and sets TMPDIR to it.
 - Processes: host processes are not hidden; signals and process information reach only processes in
   the same sandbox.
 - Reading: everything but the hidden paths is readable, the temp files of other processes (in the
@@ -34,16 +34,21 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ipybox.kernels.kernelspec import RUNTIME_DIR, KernelSpec, default_kernel_argv
 from ipybox.sandbox import sbpl
 from ipybox.sandbox.errors import SandboxUnavailableError
+from ipybox.sandbox.kernel_launch import SandboxedKernelLaunch
 from ipybox.sandbox.policy import DEFAULT_DENY_READ, DEFAULT_DENY_WRITE, SandboxPolicy
 
 # Part of macOS (protected by System Integrity Protection): never looked up on PATH.
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"
-# The profile names the gateway's runtime dir through this parameter (`sandbox-exec -D`): the dir is known
-# only when the gateway writes the kernelspec, and as a parameter its text never becomes profile syntax.
+# A directory known only after the command line is made (a kernelspec's runtime dir, filled in when the
+# gateway writes it) is named in the profile through this parameter (`sandbox-exec -D`): the command line
+# sets it to the caller's placeholder, which is filled in with the rest, and as a parameter its text never
+# becomes profile syntax.
 RUNTIME_PARAM = "IPYBOX_RUNTIME_DIR"
+# Stands for the probe's directory in the profile `check_seatbelt` tries, so the probe covers the
+# parameter rules too.
+_PROBE_PLACEHOLDER = "{probe_dir}"
 
 # The sysctls Codex's base profile (after Chromium's) allows, enough for Python, Node and the usual tools.
 # Not all of them: `kern.procargs2` would show the arguments and environment of every process of the user.
@@ -166,13 +171,14 @@ def check_seatbelt() -> str:
             "run with sandbox=False, or in a Linux VM or container"
         )
     with tempfile.TemporaryDirectory(prefix="ipybox-seatbelt-") as probe_dir:
-        runtime = Path(RUNTIME_DIR)
+        runtime = Path(_PROBE_PLACEHOLDER)
         profile = seatbelt_profile(
             SandboxPolicy(),
             Path(probe_dir),
             temp_dir=runtime / "tmp",
             writable=[runtime / "ipc"],
             sockets=[Path(probe_dir)],
+            placeholder=_PROBE_PLACEHOLDER,
         )
         probe = [SANDBOX_EXEC, "-D", f"{RUNTIME_PARAM}={probe_dir}", "-p", profile, "/usr/bin/true"]
         try:
@@ -197,11 +203,12 @@ def seatbelt_profile(
     writable: Sequence[Path] = (),
     sockets: Sequence[Path] = (),
     home: Path | None = None,
+    placeholder: str | None = None,
 ) -> str:
     """The Seatbelt profile (SBPL) that confines a process by `policy`.
 
-    Directories in `temp_dir`, `writable` and `sockets` may start with the kernelspec's `RUNTIME_DIR`
-    placeholder; the profile then reads the runtime dir from the `IPYBOX_RUNTIME_DIR` parameter.
+    Directories in `temp_dir`, `writable` and `sockets` may start with `placeholder`; the profile then
+    reads the directory it stands for from the `IPYBOX_RUNTIME_DIR` parameter.
 
     Args:
         policy: The sandbox policy.
@@ -210,6 +217,7 @@ def seatbelt_profile(
         writable: More writable directories, where the process may also bind Unix sockets.
         sockets: Directories of host Unix sockets the process may connect to (the tool server's).
         home: What `~` in the policy stands for (default: the current user's home).
+        placeholder: Text that stands for a directory known only later (see `seatbelt_command`).
 
     Raises:
         SandboxUnavailableError: A path has a character no profile can hold.
@@ -248,7 +256,7 @@ def seatbelt_profile(
                 sbpl.subpath(os.path.realpath(path))
                 for path in policy.allow_write_paths(real_workspace, home)
             ),
-            *(item for directory in own_dirs for item in _dir_filters(directory)),
+            *(item for directory in own_dirs for item in _dir_filters(directory, placeholder)),
             *(sbpl.literal(device) for device in _DEVICES),
             _FD_DEVICE,
         ],
@@ -273,7 +281,7 @@ def seatbelt_profile(
     protected = [*deny_read, *deny_write, *(workspace / ".env" for workspace in workspaces)]
     lines += ["", "; The directories above protected paths stay where they are"]
     lines += sbpl.rule("deny", "file-write-unlink", (sbpl.literal(str(d)) for d in _ancestors(protected)))
-    lines += ["", *_network_rules(own_dirs, sockets)]
+    lines += ["", *_network_rules(own_dirs, sockets, placeholder)]
     # Hard links and clones (file-link, file-clone) would give a hidden file a second, unhidden name:
     # nothing above allows them, so `deny default` refuses them.
     return "\n".join(lines) + "\n"
@@ -288,6 +296,7 @@ def seatbelt_command(
     writable: Sequence[Path] = (),
     sockets: Sequence[Path] = (),
     home: Path | None = None,
+    placeholder: str | None = None,
 ) -> list[str]:
     """The command line that runs `command` under `sandbox-exec`, confined by `policy`.
 
@@ -300,6 +309,10 @@ def seatbelt_command(
         writable: More writable directories.
         sockets: Directories of host Unix sockets the process may connect to.
         home: What `~` in the policy stands for.
+        placeholder: Text at the start of directories above that stands for a directory known only
+            when the command runs, and is replaced by it in every argument of the command line before
+            then (as Jupyter fills in a kernelspec). The profile reads that directory from a parameter
+            whose value on the command line is this text, so it is filled in with the rest.
 
     Raises:
         SandboxUnavailableError: The policy allows domains, or `sandbox-exec` can't sandbox here.
@@ -311,11 +324,17 @@ def seatbelt_command(
         )
     sandbox_exec = check_seatbelt()
     profile = seatbelt_profile(
-        policy, workspace, temp_dir=temp_dir, writable=writable, sockets=sockets, home=home
+        policy,
+        workspace,
+        temp_dir=temp_dir,
+        writable=writable,
+        sockets=sockets,
+        home=home,
+        placeholder=placeholder,
     )
     params = []
-    if any(str(directory).startswith(RUNTIME_DIR) for directory in (temp_dir, *writable, *sockets)):
-        params = ["-D", f"{RUNTIME_PARAM}={RUNTIME_DIR}"]
+    if any(_starts_with(directory, placeholder) for directory in (temp_dir, *writable, *sockets)):
+        params = ["-D", f"{RUNTIME_PARAM}={placeholder}"]
     # sandbox-exec applies the profile to itself (sandbox_init(3): "places the current process into a
     # sandbox") and then executes the command in its place (sandbox-exec(1): "enters a sandbox ... and
     # executes command"; sandbox(7): "New processes inherit the sandbox of their parent"). That is what
@@ -324,53 +343,63 @@ def seatbelt_command(
     return [sandbox_exec, *params, "-p", profile, *launcher, *command]
 
 
-def seatbelt_kernel_spec(
+def seatbelt_kernel_launch(
+    kernel_argv: Sequence[str],
     policy: SandboxPolicy,
     workspace: Path,
     *,
+    ipc_dir: Path,
+    temp_dir: Path,
+    placeholder: str | None = None,
     tool_server_dir: Path | None = None,
     home: Path | None = None,
-) -> KernelSpec:
-    """A kernelspec whose kernels run under `sandbox-exec`, confined by `policy`.
+) -> SandboxedKernelLaunch:
+    """How to start the kernel `kernel_argv` under `sandbox-exec`, confined by `policy`.
 
     Args:
+        kernel_argv: The kernel's command line, with Jupyter's `{connection_file}`.
         policy: The sandbox policy; `network.allowedDomains` is not supported on macOS.
         workspace: The kernels' working directory (writable).
+        ipc_dir: Where the kernels create their ZMQ `ipc` sockets, writable.
+        temp_dir: Where each kernel makes its own temp dir; it must outlive the kernels.
+        placeholder: Text at the start of `ipc_dir` and `temp_dir` that is filled in when a kernel
+            starts (see `seatbelt_command`).
         tool_server_dir: The directory of the tool server's Unix sockets, made reachable.
         home: What `~` in the policy stands for.
 
     Raises:
         SandboxUnavailableError: The policy allows domains, `sandbox-exec` can't sandbox here, or a
-            protected path's name would be taken for a kernelspec placeholder.
+            protected path's name would be taken for a placeholder.
     """
-    # The gateway fills in its runtime dir when it writes the kernelspec: the kernel creates its ZMQ
-    # sockets in `ipc/`, and each kernel makes its temp dir in `tmp/`, removed with the runtime dir.
-    runtime = Path(RUNTIME_DIR)
     argv = seatbelt_command(
-        default_kernel_argv(),
+        kernel_argv,
         policy,
         workspace,
-        temp_dir=runtime / "tmp",
-        writable=[runtime / "ipc"],
+        temp_dir=temp_dir,
+        writable=[ipc_dir],
         sockets=[tool_server_dir] if tool_server_dir is not None else [],
         home=home,
+        placeholder=placeholder,
     )
-    # Jupyter and the gateway replace `{name}` in every argument, the profile included: a path spelled
-    # like a placeholder would come out as another path, and its rule would protect nothing.
+    # Jupyter replaces `{name}` in every argument, and the caller its placeholder, the profile included: a
+    # path spelled like either would come out as another path, and its rule would protect nothing.
     profile = argv[argv.index("-p") + 1]
-    if (placeholder := _PLACEHOLDER.search(profile)) is not None:
+    rewritten = [match.group() for match in _PLACEHOLDER.finditer(profile)]
+    if placeholder and placeholder in profile:
+        rewritten.append(placeholder)
+    if rewritten:
         raise SandboxUnavailableError(
-            f"the macOS sandbox cannot protect a path containing {placeholder.group()!r} (it would be "
+            f"the macOS sandbox cannot protect a path containing {rewritten[0]!r} (it would be "
             "replaced when the kernel starts): rename it, or run with sandbox=False"
         )
-    # sandbox-exec and the launcher both exec in place, so the pid the gateway started is the kernel's
-    # and SIGINT reaches it (bubblewrap forks, which is why the Linux kernelspec interrupts by message).
-    return KernelSpec(argv=argv, interrupt_mode="signal", display_name="Python 3 (ipybox, sandboxed)")
+    # sandbox-exec and the launcher both exec in place, so the pid the kernel manager started is the
+    # kernel's and SIGINT reaches it (bubblewrap forks, which is why Linux kernels interrupt by message).
+    return SandboxedKernelLaunch(tuple(argv), interrupt_mode="signal")
 
 
-def _network_rules(own_dirs: Sequence[Path], sockets: Sequence[Path]) -> list[str]:
-    own = [item for directory in own_dirs for item in _dir_filters(directory)]
-    remote = [*own, *(item for directory in sockets for item in _dir_filters(directory))]
+def _network_rules(own_dirs: Sequence[Path], sockets: Sequence[Path], placeholder: str | None) -> list[str]:
+    own = [item for directory in own_dirs for item in _dir_filters(directory, placeholder)]
+    remote = [*own, *(item for directory in sockets for item in _dir_filters(directory, placeholder))]
     lines = ["; Network: none, loopback included; Unix sockets only in the process's own dirs and to"]
     lines += ["; the host sockets named (the tool server's)", "(deny network*)"]
     # socket(AF_UNIX) is `system-socket`; the address is checked on bind() and connect().
@@ -406,16 +435,20 @@ def _path_filters(path: Path) -> list[str]:
     return [kind(spelling) for spelling in dict.fromkeys([os.path.abspath(path), os.path.realpath(path)])]
 
 
-def _dir_filters(directory: Path) -> list[str]:
+def _starts_with(directory: Path, placeholder: str | None) -> bool:
+    return placeholder is not None and str(directory).startswith(placeholder)
+
+
+def _dir_filters(directory: Path, placeholder: str | None) -> list[str]:
     """Filters for a directory the process writes or reaches sockets in."""
     text = str(directory)
-    if not text.startswith(RUNTIME_DIR):
+    if placeholder is None or not _starts_with(directory, placeholder):
         return [sbpl.subpath(os.path.realpath(text))]
-    # The runtime dir is spelled as the gateway made it, in the temp dir, whose /var is a symlink to
-    # /private/var on macOS: allow both spellings (the /private one is nothing for a path that has no
-    # symlink, and can't be created there).
+    # The directory the placeholder stands for is spelled as its maker made it, typically in the temp
+    # dir, whose /var is a symlink to /private/var on macOS: allow both spellings (the /private one is
+    # nothing for a path that has no symlink, and can't be created there).
     runtime = f"(param {sbpl.string(RUNTIME_PARAM)})"
-    rest = sbpl.string(text[len(RUNTIME_DIR) :])
+    rest = sbpl.string(text[len(placeholder) :])
     return [
         f"(subpath (string-append {runtime} {rest}))",
         f'(subpath (string-append "/private" {runtime} {rest}))',

@@ -1,18 +1,27 @@
 """The supervisor's control endpoint (a Unix socket, bearer token): status, leases of kernels from the
-warm pool for attached applications, their approval websockets, shutdown.
+warm pool for attached applications, their approval websockets, applying a server, shutdown.
 
-- `GET /status`: what runs (JSON).
-- `POST /leases`: a new lease `{"lease": id}`; `DELETE /leases/{lease}`: release it and its kernels.
-- `POST /leases/{lease}/kernels`: a ready kernel from the pool, `{"kernel_id": ...}`.
+- `GET /status`: what runs (`WorkspaceStatus`).
+- `POST /leases`: a new lease (`LeaseCreated`); `DELETE /leases/{lease}`: release it and its kernels
+  (`LeaseReleased`).
+- `POST /leases/{lease}/kernels`: a ready kernel from the pool (`KernelLeased`).
 - `WS /leases/{lease}/approval`: where the lease's application answers `ask` decisions.
-- `POST /shutdown`: stop the workspace.
+- `POST /servers/{name}/apply`: apply the current `ipybox.toml` now and answer with server `name`'s
+  outcome (`ServerOutcome`) once it has one: no polling.
+- `POST /shutdown`: stop the workspace (`ShutdownAccepted`).
+
+Contract: every answer is a model of `ipybox.running.status`, as JSON (`model_dump(mode="json")`). An
+unknown lease is 404, anything else that fails 503, both with a `ControlError` body. The app drives a
+`Controlled` (a small protocol), not the supervisor itself, so it is tested in process.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -21,52 +30,74 @@ from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
 from ipybox.asgi_server import BearerAuth
+from ipybox.running.status import (
+    ControlError,
+    KernelId,
+    KernelLeased,
+    LeaseCreated,
+    LeaseId,
+    LeaseReleased,
+    ServerOutcome,
+    ShutdownAccepted,
+    WorkspaceStatus,
+)
+
+logger = logging.getLogger(__name__)
 
 
 class Controlled(Protocol):
     """What the control endpoint drives (the supervisor)."""
 
-    def status(self) -> dict[str, Any]: ...
-    def new_lease(self) -> str: ...
-    async def lease_kernel(self, lease: str) -> str: ...
-    async def release_lease(self, lease: str) -> None: ...
-    async def serve_approvals(self, lease: str, websocket: WebSocket) -> None: ...
+    def status(self) -> WorkspaceStatus: ...
+    def new_lease(self) -> LeaseId: ...
+    async def lease_kernel(self, lease: LeaseId) -> KernelId: ...
+    async def release_lease(self, lease: LeaseId) -> None: ...
+    async def serve_approvals(self, lease: LeaseId, websocket: WebSocket) -> None: ...
+    async def apply_server(self, name: str) -> ServerOutcome: ...
     def request_shutdown(self) -> None: ...
 
 
 def control_app(target: Controlled, token: str) -> ASGIApp:
     """The control endpoint's ASGI app."""
 
-    def endpoint(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Response]]:
+    def endpoint(
+        handler: Callable[[Request], Awaitable[BaseModel]],
+    ) -> Callable[[Request], Awaitable[Response]]:
         async def respond(request: Request) -> Response:
             try:
-                return JSONResponse(await handler(request))
-            except KeyError as e:
-                return JSONResponse({"error": f"unknown lease {e.args[0]!r}"}, 404)
+                answer = await handler(request)
+            except KeyError as e:  # UnknownLeaseError says what to do; a bare KeyError names the key
+                error = str(e) if type(e) is not KeyError else f"unknown lease {e.args[0]!r}"
+                return _json(ControlError(error=error), 404)
             except Exception as e:
-                return JSONResponse({"error": f"{type(e).__name__}: {e}"}, 503)
+                logger.warning("control request %s %s failed: %s", request.method, request.url.path, e)
+                return _json(ControlError(error=f"{type(e).__name__}: {e}"), 503)
+            return _json(answer, 200)
 
         return respond
 
-    async def status(request: Request) -> dict[str, Any]:
+    async def status(request: Request) -> WorkspaceStatus:
         return target.status()
 
-    async def new_lease(request: Request) -> dict[str, Any]:
-        return {"lease": target.new_lease()}
+    async def new_lease(request: Request) -> LeaseCreated:
+        return LeaseCreated(lease=target.new_lease())
 
-    async def kernel(request: Request) -> dict[str, Any]:
-        return {"kernel_id": await target.lease_kernel(request.path_params["lease"])}
+    async def kernel(request: Request) -> KernelLeased:
+        return KernelLeased(kernel_id=await target.lease_kernel(LeaseId(request.path_params["lease"])))
 
-    async def release(request: Request) -> dict[str, Any]:
-        await target.release_lease(request.path_params["lease"])
-        return {"released": True}
+    async def release(request: Request) -> LeaseReleased:
+        await target.release_lease(LeaseId(request.path_params["lease"]))
+        return LeaseReleased()
 
-    async def shutdown(request: Request) -> dict[str, Any]:
+    async def apply_server(request: Request) -> ServerOutcome:
+        return await target.apply_server(request.path_params["name"])
+
+    async def shutdown(request: Request) -> ShutdownAccepted:
         target.request_shutdown()
-        return {"stopping": True}
+        return ShutdownAccepted()
 
     async def approvals(websocket: WebSocket) -> None:
-        await target.serve_approvals(websocket.path_params["lease"], websocket)
+        await target.serve_approvals(LeaseId(websocket.path_params["lease"]), websocket)
 
     routes = [
         Route("/status", endpoint(status)),
@@ -74,6 +105,11 @@ def control_app(target: Controlled, token: str) -> ASGIApp:
         Route("/leases/{lease}", endpoint(release), methods=["DELETE"]),
         Route("/leases/{lease}/kernels", endpoint(kernel), methods=["POST"]),
         WebSocketRoute("/leases/{lease}/approval", approvals),
+        Route("/servers/{name}/apply", endpoint(apply_server), methods=["POST"]),
         Route("/shutdown", endpoint(shutdown), methods=["POST"]),
     ]
     return BearerAuth(Starlette(routes=routes), token)
+
+
+def _json(model: BaseModel, status_code: int) -> JSONResponse:
+    return JSONResponse(model.model_dump(mode="json"), status_code)

@@ -5,6 +5,13 @@ sandboxed kernels and a warm pool of them, the filtering proxy when the sandbox 
 reconciler that applies edits of `ipybox.toml`, and the control endpoint through which the CLI and
 attached applications reach it. It restarts a gateway or tool server that dies, and on SIGTERM, Ctrl-C
 or `ipybox down` stops everything it started.
+
+Composition: `start()` enters each part once into one `contextlib.AsyncExitStack` (the lock, the log,
+the run directory, the tool server, the kernels, the control endpoint, the MCP endpoint, the watchers);
+`stop()`, or a failure anywhere in `start()`, closes them in reverse order. The watchers (the reconciler
+following edits, the gateway and tool server restarters, the MCP session sweeper) run in one
+`asyncio.TaskGroup`: one that fails stops the workspace, and `wait()` raises it as one error. Who holds
+which kernel, and who answers its `ask`s, is the `LeaseTable`'s.
 """
 
 from __future__ import annotations
@@ -14,42 +21,50 @@ import contextlib
 import logging
 import os
 import secrets
-import shutil
 import signal
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from dotenv import dotenv_values
-from mcp.server.transport_security import TransportSecuritySettings
 from starlette.websockets import WebSocket
 
+from ipybox.approval.channel import ApprovalChannel
 from ipybox.approval.rule_approver import WorkspaceApprover
-from ipybox.asgi_server import BearerAuth, EmbeddedServer
+from ipybox.asgi_server import EmbeddedServer
 from ipybox.config import CONFIG_FILE, WorkspaceConfig, load_config
-from ipybox.in_kernel.mcptools_refresh import MCPTOOLS_DIR_ENV
-from ipybox.in_kernel.tool_runner import SERVER_ENV, TOKEN_ENV
+from ipybox.executor.kernel_setup import start_kernel_gateway, workspace_kernel_setup
+from ipybox.in_kernel.tool_runner import TOKEN_ENV
 from ipybox.kernels.gateway import KernelGateway
 from ipybox.kernels.kernel_connection import GatewayError, GatewayUnreachableError, log_tail
-from ipybox.kernels.kernelspec import KernelSpec
 from ipybox.kernels.pool import KernelPool, PoolStoppedError
-from ipybox.mcp_client.params import resolve_placeholders
-from ipybox.mcp_server import WorkspaceMCP, create_server
 from ipybox.reconcile.reconciler import Reconciler
 from ipybox.rules import ApprovalPolicy, AuditLog
 from ipybox.running.state import StateLogHandler, StatePaths, SupervisorLock, SupervisorState, write_state
-from ipybox.sandbox import DomainProxy, SandboxPolicy, sandboxed_kernel_spec
+from ipybox.running.status import (
+    CallerId,
+    CallerToken,
+    GatewayStatus,
+    KernelId,
+    LeaseId,
+    PoolStatus,
+    ReconcilerStatus,
+    ServerOutcome,
+    ToolServerStatus,
+    WorkspaceStatus,
+)
+from ipybox.sandbox import DomainProxy
 from ipybox.supervisor.control_app import control_app
+from ipybox.supervisor.leases import LeaseTable
+from ipybox.supervisor.mcp_endpoint import MCPEndpoint
+from ipybox.supervisor.outcome import server_outcome
+from ipybox.supervisor.watchers import Watcher, Watchers
 from ipybox.tool_server.tool_server import ToolServer
 
 logger = logging.getLogger("ipybox.supervisor")
 
 WORKSPACE_ENV = "IPYBOX_WORKSPACE"
-MCP_SESSION_IDLE = 1800.0  # seconds, as the MCP SDK's own session idle timeout
 # Claims a lease makes across gateway restarts before it gives up (each waits for one restart).
 _LEASE_ATTEMPTS = 3
 
@@ -84,12 +99,10 @@ class Supervisor:
         self._run_dir: Path | None = None
         self._control_token = secrets.token_urlsafe(32)
         self._gateway_token = secrets.token_urlsafe(32)
-        self._control: EmbeddedServer | None = None
-        self._mcp: WorkspaceMCP | None = None
-        self._mcp_http: EmbeddedServer | None = None
-        self._mcp_token = secrets.token_urlsafe(32)
+        self._mcp: MCPEndpoint | None = None
         self._shutdown = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._parts: contextlib.AsyncExitStack | None = None  # what start() entered, closed by stop()
+        self._watchers = Watchers(on_failure=self.request_shutdown)
         self._stopping = False
         self._ready = False
         self.tool_server: ToolServer | None = None
@@ -98,11 +111,8 @@ class Supervisor:
         self.proxy: DomainProxy | None = None
         self.reconciler: Reconciler | None = None
         self.approver: WorkspaceApprover | None = None
+        self.leases = LeaseTable()
         self.restarts: dict[str, int] = {"gateway": 0, "tool_server": 0}
-        self._leases: dict[str, set[str]] = {}  # lease -> kernel ids
-        self._lease_of_caller: dict[str, str] = {}
-        self._caller_tokens: dict[str, str] = {}
-        self._log_handler: logging.Handler | None = None
         self._kernels_lock = asyncio.Lock()
         self.kernel_generation = 0  # kernels recycled or restarted this many times
         self._gateway_failure: str | None = None  # why the gateway is down, while it is
@@ -113,47 +123,71 @@ class Supervisor:
         return self._run_dir
 
     async def start(self) -> None:
-        """Start everything and write `state.json`.
+        """Start everything and write `state.json`. On any failure, what was started is stopped again
+        (in reverse order) and the one error that stopped it is raised.
 
         Raises:
             AlreadyRunningError: A supervisor already runs for this workspace.
             SandboxUnavailableError: The sandbox is enabled and this machine can't provide it.
         """
-        self._lock.acquire()
+        parts = contextlib.AsyncExitStack()
         try:
-            self._start_logging()
-            self._run_dir = Path(tempfile.mkdtemp(prefix="ipybox-ws-"))
-            self.approver = WorkspaceApprover(
-                self.config.approval, AuditLog(self.paths.audit), self._lease_of_caller
-            )
-            await self._start_tool_server()
-            assert self.tool_server is not None
-            self.reconciler = Reconciler(self.workspace, self.tool_server.servers, self)
-            await self._start_kernels()
-            self._control = EmbeddedServer(control_app(self, self._control_token), "ipybox-control")
-            await self._control.start(unix_socket=self.run_dir / "control.sock")
-            self._write_state()
-            if self.serve_mcp and self.config.endpoints.mcp:
-                await self._start_mcp_endpoint()
-                self._write_state()
-                self._tasks.append(asyncio.create_task(self._sweep_mcp_sessions(), name="ipybox-mcp-sweep"))
-            await self.reconciler.apply(self.config)
-            self._tasks += [
-                asyncio.create_task(self.reconciler.watch(), name="ipybox-reconciler"),
-                asyncio.create_task(self._watch_gateway(), name="ipybox-gateway-watch"),
-                asyncio.create_task(self._watch_tool_server(), name="ipybox-tool-server-watch"),
-            ]
-            self._ready = True
-            self._write_state()
-            logger.info("workspace %s is up (pid %d)", self.workspace, os.getpid())
+            await self._enter_parts(parts)
         except BaseException:
-            await self.stop()
+            self._stopping = True
+            with contextlib.suppress(Exception):  # the error that stopped the start is the one to see
+                await parts.aclose()
             raise
+        self._parts = parts
+        logger.info("workspace %s is up (pid %d)", self.workspace, os.getpid())
+
+    async def _enter_parts(self, parts: contextlib.AsyncExitStack) -> None:
+        self._lock.acquire()
+        parts.callback(self._lock.release)
+        parts.callback(_remove_state, self.paths)
+        parts.enter_context(_logging_to(self.paths))
+        parts.callback(lambda: logger.info("workspace %s is down", self.workspace))
+        run_dir = parts.enter_context(
+            tempfile.TemporaryDirectory(prefix="ipybox-ws-", ignore_cleanup_errors=True)
+        )
+        self._run_dir = Path(run_dir)
+        self.approver = WorkspaceApprover(
+            self.config.approval, AuditLog(self.paths.audit), self.leases.answerer
+        )
+        parts.push_async_callback(self._stop_tool_server)
+        await self._start_tool_server()
+        assert self.tool_server is not None
+        self.reconciler = Reconciler(self.workspace, self.tool_server.servers, self)
+        parts.push_async_callback(self._stop_kernels, end_leases=True)
+        await self._start_kernels()
+        control = EmbeddedServer(control_app(self, self._control_token), "ipybox-control")
+        parts.push_async_callback(control.stop)
+        await control.start(unix_socket=self.run_dir / "control.sock")
+        self._write_state()
+        watchers: list[Watcher] = []
+        if self.serve_mcp and self.config.endpoints.mcp:
+            mcp = MCPEndpoint(self.workspace, self.config.endpoints, self.paths.outputs)
+            self._mcp = await parts.enter_async_context(mcp)
+            self._write_state()
+            watchers.append(mcp.sweep)
+        await self.reconciler.apply(self.config)
+        watchers += [self.reconciler.watch, self._watch_gateway, self._watch_tool_server]
+        self._watchers.start(watchers)
+        parts.push_async_callback(self._watchers.stop)
+        self._ready = True
+        self._write_state()
 
     async def wait(self) -> None:
         """Until `ipybox down` or `request_shutdown()` (which `handle_signals()` makes of SIGTERM, SIGINT
-        and SIGHUP)."""
+        and SIGHUP).
+
+        Raises:
+            RuntimeError: A watcher failed (a bug), which stopped the workspace; the cause is attached.
+        """
         await self._shutdown.wait()
+        failure = self._watchers.failure
+        if failure is not None:
+            raise RuntimeError(f"ipybox in {self.workspace} stopped: {failure!r}") from failure
 
     @contextlib.contextmanager
     def handle_signals(self) -> Iterator[None]:
@@ -173,73 +207,77 @@ class Supervisor:
         self._shutdown.set()
 
     async def stop(self) -> None:
-        """Stop everything started, remove `state.json`, release the lock. Never raises."""
+        """Stop everything started (in reverse order), remove `state.json`, release the lock. Never
+        raises."""
         self._stopping = True
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
-        if self._mcp_http is not None:
-            await self._mcp_http.stop()
-        if self._mcp is not None:
-            await self._mcp.close_sessions(0)
-        if self._control is not None:
-            await self._control.stop()
-        await self._stop_kernels(end_leases=True)
-        if self.tool_server is not None:
-            with contextlib.suppress(Exception):
-                await self.tool_server.stop()
-        if self._run_dir is not None:
-            shutil.rmtree(self._run_dir, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            self.paths.state.unlink(missing_ok=True)
-        if self._log_handler is not None:
-            logger.info("workspace %s is down", self.workspace)
-        self._lock.release()
-        self._stop_logging()
+        parts, self._parts = self._parts, None
+        if parts is not None:
+            try:
+                await parts.aclose()
+            except Exception:  # every part was still closed: the exit stack runs them all
+                logger.exception("stopping the workspace %s failed in part", self.workspace)
 
-    # -- status and leases (the control endpoint's target)
+    # -- status, leases and servers (the control endpoint's target)
 
-    def status(self) -> dict[str, Any]:
-        reconciler = self.reconciler.status() if self.reconciler is not None else {}
-        return {
-            "workspace": str(self.workspace),
-            "pid": os.getpid(),
-            "started_at": self.started_at.isoformat(),
-            "uptime_s": round((datetime.now(UTC) - self.started_at).total_seconds(), 1),
-            "sandbox": self.config.sandbox.enabled,
-            "gateway": {
-                "running": self.gateway is not None and self.gateway.running,
-                "pid": self.gateway.pid if self.gateway is not None else None,
-            },
-            "tool_server": {"running": self.tool_server is not None},
-            "pool": {
-                "size": self.config.kernel.warm_pool,
-                "idle": self.pool.idle if self.pool is not None else 0,
-                "leased": sum(len(kernels) for kernels in self._leases.values()),
-            },
-            "leases": len(self._leases),
-            "kernel_generation": self.kernel_generation,
-            "restarts": dict(self.restarts),
-            "config_error": str(self.reconciler.error) if self.reconciler and self.reconciler.error else None,
-            "reconciler": reconciler,
-            "state_dir": str(self.paths.dir),
-            "mcp": self.mcp_url,
-        }
+    def status(self) -> WorkspaceStatus:
+        reconciler, gateway, pool = self.reconciler, self.gateway, self.pool
+        return WorkspaceStatus(
+            workspace=str(self.workspace),
+            pid=os.getpid(),
+            started_at=self.started_at.isoformat(),
+            uptime_s=round((datetime.now(UTC) - self.started_at).total_seconds(), 1),
+            sandbox=self.config.sandbox.enabled,
+            gateway=GatewayStatus(
+                running=gateway is not None and gateway.running,
+                pid=gateway.pid if gateway is not None else None,
+            ),
+            tool_server=ToolServerStatus(running=self.tool_server is not None),
+            pool=PoolStatus(
+                size=self.config.kernel.warm_pool,
+                idle=pool.idle if pool is not None else 0,
+                leased=self.leases.leased_kernels,
+            ),
+            leases=len(self.leases),
+            kernel_generation=self.kernel_generation,
+            restarts=dict(self.restarts),
+            config_error=str(reconciler.error) if reconciler is not None and reconciler.error else None,
+            reconciler=_reconciler_status(reconciler),
+            state_dir=str(self.paths.dir),
+            mcp=self.mcp_url,
+        )
 
-    def new_lease(self) -> str:
-        lease = uuid.uuid4().hex
-        self._leases[lease] = set()
-        return lease
+    async def apply_server(self, name: str) -> ServerOutcome:
+        """Apply the current `ipybox.toml` now (as the watcher would after an edit) and return server
+        `name`'s outcome, once it has one."""
+        if self.reconciler is None:
+            raise RuntimeError("the workspace is still starting")
+        reconciler = self.reconciler
+        # A reload the watcher started meanwhile may still be starting the server: the next reload waits
+        # for it (reloads take turns) and, the file being unchanged, only tries again what failed.
+        for _ in range(3):
+            await reconciler.reload()
+            status = _reconciler_status(reconciler)
+            server = status.servers.get(name)
+            if reconciler.error is not None or server is None or server.state != "starting":
+                break
+        source = None
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            source = (self.workspace / CONFIG_FILE).read_text(encoding="utf-8")
+        return server_outcome(name, status, reconciler.error, source)
 
-    async def lease_kernel(self, lease: str) -> str:
-        kernels = self._leases[lease]
+    def new_lease(self) -> LeaseId:
+        return self.leases.new_lease()
+
+    async def lease_kernel(self, lease: LeaseId) -> KernelId:
+        self.leases.kernels(lease)  # an unknown lease fails before a kernel is claimed for it
         pool, kernel_id = await self._claim_kernel()
-        kernels.add(kernel_id)
         caller = pool.callers.get(kernel_id)
-        if caller is not None:
-            self._lease_of_caller[caller] = lease
-        return kernel_id
+        try:
+            self.leases.bind(lease, KernelId(kernel_id), CallerId(caller) if caller is not None else None)
+        except KeyError:  # released while the kernel was being claimed: it goes back
+            await pool.release(kernel_id)
+            raise
+        return KernelId(kernel_id)
 
     async def _claim_kernel(self) -> tuple[KernelPool, str]:
         for attempt in range(_LEASE_ATTEMPTS):
@@ -259,22 +297,27 @@ class Supervisor:
                 raise failure
         raise AssertionError("unreachable")
 
-    async def release_lease(self, lease: str) -> None:
-        kernels = self._leases.pop(lease)
-        if self.approver is not None:
-            await self.approver.drop(lease)
+    async def release_lease(self, lease: LeaseId) -> None:
+        released = self.leases.release(lease)
+        if released.channel is not None:
+            await released.channel.disconnect()  # its pending asks are not approved
+        self._revoke(released.tokens)
         if self.pool is not None:
-            for kernel_id in kernels:
-                caller = self.pool.callers.get(kernel_id)
-                if caller is not None:
-                    self._revoke(caller)
+            for kernel_id in released.kernels:
                 await self.pool.release(kernel_id)
 
     async def serve_approvals(self, lease: str, websocket: WebSocket) -> None:
-        if lease not in self._leases or self.approver is None:
+        if lease not in self.leases:
             await websocket.close(code=4404, reason="unknown lease")
             return
-        await self.approver.serve(lease, websocket)
+        channel = self.leases.open_channel(
+            LeaseId(lease), ApprovalChannel(True, self.config.approval.ask_timeout)
+        )
+        try:
+            await channel.connect(websocket)
+        finally:
+            if not channel.open:
+                self.leases.close_channel(LeaseId(lease), channel)
 
     # -- reconciler hooks
 
@@ -303,6 +346,7 @@ class Supervisor:
             environ={**os.environ, WORKSPACE_ENV: str(self.workspace)},
             dotenv_path=self.workspace / ".env",
         )
+        assert self.approver is not None  # made in start(), before the first tool server
         server.approver = self.approver
         if self.tool_server is not None:  # a restart: the servers the reconciler registered
             for name in self.config.enabled_servers():
@@ -314,38 +358,20 @@ class Supervisor:
 
     async def _start_kernels(self) -> None:
         config = self.config
-        spec: KernelSpec | None = None
-        if config.sandbox.enabled:
-            # A sandbox shows the workspace's top level as it was when its kernel started: the package
-            # directory is made before any kernel, so packages generated later are importable.
-            config.resolve(config.workspace.mcptools_dir).mkdir(parents=True, exist_ok=True)
-            policy = self._kernel_policy()
-            if policy.network.allowed_domains:
-                self.proxy = DomainProxy(policy.network.allowed_domains, policy.network.denied_domains)
-                await self.proxy.start(self.run_dir / "proxy.sock")
-            assert self.tool_server is not None and self.tool_server.unix_socket is not None
-            spec = sandboxed_kernel_spec(
-                policy,
-                self.workspace,
-                tool_socket=Path(self.tool_server.calls_address.removeprefix("unix:")),
-                proxy_socket=self.proxy.unix_socket if self.proxy is not None else None,
-            )
         assert self.tool_server is not None
-        base_env = {**_prefixed_kernel_env(self.workspace / ".env")}
-        base_env.update(resolve_placeholders(config.kernel.env, dotenv_path=self.workspace / ".env"))
-        base_env[MCPTOOLS_DIR_ENV] = str(config.resolve(config.workspace.mcptools_dir))
-        self.gateway = KernelGateway(
-            unix_socket=self.run_dir / "gateway.sock",
+        # The same builder as `CodeExecutor`'s embedded gateway; what differs is described by the setup.
+        kernels = await start_kernel_gateway(
+            workspace_kernel_setup(config, self.workspace, self.paths.dir),
+            self.tool_server.calls_address,
             # No call token for all: each pool kernel gets one of its own (`_pool_kernel_env`), so a token
             # only ever stands for one kernel's calls.
-            env={**base_env, SERVER_ENV: self.tool_server.calls_address},
-            working_dir=self.workspace,
-            kernel_spec=spec,
             request_env=[TOKEN_ENV],
+            unix_socket=self.run_dir / "gateway.sock",
             # The same token and socket after a restart or recycle: attached applications reconnect.
             token=self._gateway_token,
+            proxy_socket=self.run_dir / "proxy.sock",
         )
-        await self.gateway.start()
+        self.gateway, self.proxy = kernels.gateway, kernels.proxy
         self.pool = KernelPool(
             self.gateway.endpoint,
             config.kernel.warm_pool,
@@ -356,17 +382,14 @@ class Supervisor:
 
     async def _stop_kernels(self, *, end_leases: bool = False) -> None:
         # Leases outlive a recycle: their applications get fresh kernels under the same lease.
-        for lease in list(self._leases):
-            if end_leases:
+        if end_leases:
+            for lease in self.leases.leases:
                 with contextlib.suppress(Exception):
                     await self.release_lease(lease)
-            else:
-                self._leases[lease].clear()
         if self.pool is not None:
             await self.pool.stop()
             self.pool = None
-        for caller in list(self._caller_tokens):
-            self._revoke(caller)
+        self._revoke(self.leases.unbind_kernels())
         gateway, self.gateway = self.gateway, None  # first: the watcher must not take this for a crash
         if gateway is not None:
             with contextlib.suppress(Exception):
@@ -375,29 +398,16 @@ class Supervisor:
             await self.proxy.stop()
             self.proxy = None
 
-    def _kernel_policy(self) -> SandboxPolicy:
-        # Kernels never need ipybox's own state (tokens, logs, the audit log): hide it, not just protect it.
-        policy = self.config.sandbox.policy()
-        state_dir = str(self.paths.dir)
-        files = policy.filesystem.model_copy(
-            update={
-                "deny_read": [*policy.filesystem.deny_read, state_dir],
-                "deny_write": [*policy.filesystem.deny_write, state_dir],
-            }
-        )
-        return policy.model_copy(update={"filesystem": files})
-
     def _pool_kernel_env(self, caller: str) -> dict[str, str]:
         assert self.tool_server is not None
         token = self.tool_server.add_caller(caller)
-        self._caller_tokens[caller] = token
+        self.leases.add_caller(CallerId(caller), CallerToken(token))
         return {TOKEN_ENV: token}
 
-    def _revoke(self, caller: str) -> None:
-        token = self._caller_tokens.pop(caller, None)
-        self._lease_of_caller.pop(caller, None)
-        if token is not None and self.tool_server is not None:
-            self.tool_server.remove_caller(token)
+    def _revoke(self, tokens: Iterable[CallerToken]) -> None:
+        if self.tool_server is not None:
+            for token in tokens:
+                self.tool_server.remove_caller(token)
 
     async def _gateway_replaced(self, gateway: KernelGateway) -> bool:
         """Whether `gateway` exited (or was replaced) and is being restarted; waits up to a second for a
@@ -458,35 +468,15 @@ class Supervisor:
             await self.kernels_changed(self.config, ["the tool server restarted"])
             self.restarts["tool_server"] += 1
 
+    async def _stop_tool_server(self) -> None:
+        if self.tool_server is not None:
+            with contextlib.suppress(Exception):
+                await self.tool_server.stop()
+
     @property
     def mcp_url(self) -> str | None:
         """The streamable HTTP MCP endpoint (`None` unless `[endpoints] mcp` and running)."""
-        if self._mcp_http is None or self._mcp_http.port is None:
-            return None
-        host = self.config.endpoints.host
-        return f"http://{'[' + host + ']' if ':' in host else host}:{self._mcp_http.port}/mcp"
-
-    async def _sweep_mcp_sessions(self, every: float = 60, idle_for: float = MCP_SESSION_IDLE) -> None:
-        # HTTP clients may vanish without closing their session: their kernels go back after a while.
-        while True:
-            await asyncio.sleep(every)
-            if self._mcp is not None:
-                await self._mcp.close_sessions(idle_for)
-
-    async def _start_mcp_endpoint(self) -> None:
-
-        endpoints = self.config.endpoints
-        self._mcp = create_server(self.workspace, output_dir=self.paths.outputs)
-        local = [endpoints.host, "127.0.0.1", "localhost", "[::1]"]
-        # Browsers may only reach it from a page on the same machine; other hosts are refused.
-        security = TransportSecuritySettings(
-            allowed_hosts=[f"{host}:*" for host in local],
-            allowed_origins=[f"http://{host}:*" for host in local],
-        )
-        app = self._mcp.server.streamable_http_app(transport_security=security, host=endpoints.host)
-        self._mcp_http = EmbeddedServer(BearerAuth(app, self._mcp_token), "ipybox-mcp", lifespan=True)
-        await self._mcp_http.start(host=endpoints.host, port=endpoints.port)
-        logger.info("MCP endpoint at %s", self.mcp_url)
+        return self._mcp.url if self._mcp is not None else None
 
     def _write_state(self) -> None:
         assert self.gateway is not None and self.gateway.unix_socket is not None
@@ -500,27 +490,36 @@ class Supervisor:
             gateway_token=self.gateway.token,
             log_file=str(self.paths.log),
             mcp_url=self.mcp_url,
-            mcp_token=self._mcp_token if self.mcp_url else None,
+            mcp_token=self._mcp.token if self._mcp is not None and self._mcp.url else None,
             ready=self._ready,
         )
         write_state(self.paths, state)
 
-    def _start_logging(self) -> None:
-        handler = StateLogHandler(self.paths)  # never through a symlink a kernel planted
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root = logging.getLogger("ipybox")
-        root.addHandler(handler)
-        root.setLevel(logging.INFO)
-        self._log_handler = handler
 
-    def _stop_logging(self) -> None:
-        if self._log_handler is not None:
-            logging.getLogger("ipybox").removeHandler(self._log_handler)
-            self._log_handler.close()
-            self._log_handler = None
+def _remove_state(paths: StatePaths) -> None:
+    with contextlib.suppress(OSError):
+        paths.state.unlink(missing_ok=True)
 
 
-KERNEL_ENV_PREFIX = "KERNEL_ENV_"
+def _reconciler_status(reconciler: Reconciler | None) -> ReconcilerStatus:
+    return (
+        ReconcilerStatus.model_validate(reconciler.status()) if reconciler is not None else ReconcilerStatus()
+    )
+
+
+@contextlib.contextmanager
+def _logging_to(paths: StatePaths) -> Iterator[None]:
+    """While open, ipybox's log goes to the state directory's `logs/supervisor.log`."""
+    handler = StateLogHandler(paths)  # never through a symlink a kernel planted
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("ipybox")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        handler.close()
 
 
 async def _gateway_exit(gateway: KernelGateway) -> int | None:
@@ -537,13 +536,3 @@ async def _gateway_exit(gateway: KernelGateway) -> int | None:
         join.cancel()
     process = gateway._process
     return process.returncode if process is not None else None
-
-
-def _prefixed_kernel_env(dotenv: Path) -> dict[str, str]:
-    """`KERNEL_ENV_X` from the workspace's `.env` and the environment, as `X` (as in ipybox 0.9): the only
-    variables of the host that reach kernels besides `[kernel] env`."""
-    values = {k: v for k, v in dotenv_values(dotenv).items() if v is not None} if dotenv.is_file() else {}
-    values.update(os.environ)
-    return {
-        k[len(KERNEL_ENV_PREFIX) :]: v for k, v in values.items() if k.startswith(KERNEL_ENV_PREFIX) and v
-    }

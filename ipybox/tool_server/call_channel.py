@@ -9,7 +9,8 @@ puts that identity into the request as `caller` (whatever the kernel sent there 
 
 Requests, answered in order on each connection (kernels use one connection per thread):
 
-- `{"op": "run", "server": str, "tool": str, "args": object}`: approve and run a tool.
+- `{"op": "run", "server": str, "tool": str, "args": object}`: approve and run a tool (`run_call` reads it
+  into the [ToolCall][ipybox.rules.calls.ToolCall] that approvers and the audit log see, `caller` included).
 - `{"op": "reset"}`: stop all started MCP servers (they start again on their next call).
 """
 
@@ -24,6 +25,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from ipybox.rules.calls import ToolCall
+
 logger = logging.getLogger(__name__)
 
 # A request line holds tool arguments, which may be whole file contents.
@@ -35,6 +38,20 @@ Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 def error(kind: str, message: str) -> dict[str, Any]:
     """An error answer."""
     return {"error": {"type": kind, "message": message}}
+
+
+def run_call(request: dict[str, Any]) -> ToolCall:
+    """The tool call a `run` request asks for, with the caller the channel authenticated (no annotations:
+    the host knows those, not the kernel).
+
+    Raises:
+        ValueError: The request is not `{"server": str, "tool": str, "args": object}`.
+    """
+    server, tool, args = request.get("server"), request.get("tool"), request.get("args") or {}
+    if not (isinstance(server, str) and isinstance(tool, str) and isinstance(args, dict)):
+        raise ValueError("expected {'server': str, 'tool': str, 'args': object}")
+    caller = request.get("caller", "")
+    return ToolCall(server, tool, args, caller=caller if isinstance(caller, str) else "")
 
 
 class CallChannel:

@@ -19,6 +19,12 @@ is asked, nothing starts), and the approver sees the annotations the tool server
 server's last listing in this process, else those `annotations_lookup` has recorded for its parameters
 (`CodeExecutor` reads the ones `generate_mcp_sources` recorded in the host's registry), else none (no
 hint declared).
+
+Each call is decided by exactly one [Approver][ipybox.approval.approver.Approver], `approver`, asked once;
+only an `Approved` outcome runs the call. The others reach the calling code as errors of the kernel's
+`ToolRunner`: `Rejected` and `NoOneToAsk` as `ApprovalRejectedError` ("... was rejected: why", "... was
+not approved: who is missing"), `TimedOut` as `ApprovalTimeoutError`. An approver that raises is a bug,
+reported to the kernel as an internal error, never taken for a decision.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -39,12 +46,13 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
+from ipybox.approval.approver import ApproveAll, Approved, Approver, NoOneToAsk, Rejected, TimedOut
 from ipybox.approval.channel import ApprovalChannel
 from ipybox.asgi_server import BearerAuth, EmbeddedServer
 from ipybox.mcp_client import MCPServerError, ToolCallError, tool_result_value
 from ipybox.mcp_client.pool import AnnotationsLookup, MCPServers, UnknownServerError
-from ipybox.tool_server.approver import Approver, ToolCallRequest
-from ipybox.tool_server.call_channel import CallChannel, error
+from ipybox.rules.calls import ToolCall
+from ipybox.tool_server.call_channel import CallChannel, error, run_call
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +84,10 @@ class ToolServer:
             only: it is not accepted on the call channel and must never reach a kernel.
         call_token: The call token `kernel_env` gives kernels: it authenticates tool calls on the call
             channel only (caller ""). `add_caller` issues one per caller instead.
+        approval: The interactive approver behind `/approval`: an `ApprovalClient` connects to it, or an
+            in-process `approval.handler` answers (its `pause` stops the calling execution's clock).
+        approver: What decides every call: `approval` when `approval_required`, else `ApproveAll()`;
+            replace it with another `Approver` (a workspace uses its rules).
 
     Example:
         ```python
@@ -123,8 +135,9 @@ class ToolServer:
             annotations_lookup=annotations_lookup,
         )
         self.log_level = log_level.upper()
-        self.approval_wait: Callable[[], Callable[[], None]] | None = None
-        self.approver: Approver | None = None
+        # The one approver every call goes to: the channel, everything approved, or one set in its place
+        # (a workspace's `WorkspaceApprover`), which leaves the channel's websocket unused.
+        self.approver: Approver = self.approval if approval_required else ApproveAll()
         self._callers: dict[str, str] = {}
         self._private_dir: Path | None = None
         self.calls = CallChannel(self._caller_of, {"run": self._run, "reset": self._reset_op})
@@ -234,42 +247,32 @@ class ToolServer:
         return self._callers.get(token)
 
     async def _run(self, request: dict[str, Any]) -> dict[str, Any]:
-        server_name, tool_name, args = request.get("server"), request.get("tool"), request.get("args") or {}
-        if not (isinstance(server_name, str) and isinstance(tool_name, str) and isinstance(args, dict)):
-            return error("bad_request", "expected {'server': str, 'tool': str, 'args': object}")
+        try:
+            call = run_call(request)
+        except ValueError as e:
+            return error("bad_request", str(e))
+        name = f"{call.server}.{call.tool}"
         # Decided before anything starts: an unknown name is refused without asking anyone, and the
         # decision uses the annotations known without starting the server (a listing, or recorded ones).
         try:
-            self.servers.resolve(server_name)
+            self.servers.resolve(call.server)
         except UnknownServerError as e:
             return error("unknown_server", str(e))
-        annotations = self.servers.known_annotations(server_name, tool_name)
-        if self.approver is not None:
-            call = ToolCallRequest(server_name, tool_name, args, annotations, request.get("caller", ""))
-            reason = await self.approver(call)
-            if reason is not None:
-                return error("approval_rejected", f"{server_name}.{tool_name} was rejected: {reason}")
-            return await self._execute(server_name, tool_name, args)
-        done = self.approval_wait() if self.approval_wait else None
-        try:
-            accepted = await self.approval.request(server_name, tool_name, args, annotations)
-        except TimeoutError:
-            return error(
-                "approval_timeout",
-                f"no decision on {server_name}.{tool_name} within {self.approval.approval_timeout:g} s",
-            )
-        except RuntimeError as e:
-            return error("approval_rejected", f"{server_name}.{tool_name} was not approved: {e}")
-        finally:
-            if done is not None:
-                done()
-        if not accepted:
-            return error("approval_rejected", f"{server_name}.{tool_name} was rejected")
-        return await self._execute(server_name, tool_name, args)
+        call = replace(call, annotations=self.servers.known_annotations(call.server, call.tool))
+        match await self.approver.decide(call):
+            case Approved():
+                return await self._execute(call)
+            case Rejected(reason):
+                return error("approval_rejected", f"{name} was rejected" + (f": {reason}" if reason else ""))
+            case TimedOut(timeout):
+                return error("approval_timeout", f"no decision on {name} within {timeout:g} s")
+            case NoOneToAsk(reason):
+                return error("approval_rejected", f"{name} was not approved: {reason}")
 
-    async def _execute(self, server_name: str, tool_name: str, args: dict[str, Any]) -> dict[str, Any]:
+    async def _execute(self, call: ToolCall) -> dict[str, Any]:
+        server_name, tool_name = call.server, call.tool
         try:
-            result = await self.servers.call(server_name, tool_name, args)  # starts the server if needed
+            result = await self.servers.call(server_name, tool_name, dict(call.args))  # starts it if needed
             tool = self.servers.known_tool(server_name, tool_name)
             value = tool_result_value(
                 result,

@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration
+
 IPYBOX = Path(sys.executable).parent / "ipybox"
 
 

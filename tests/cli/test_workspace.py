@@ -17,6 +17,8 @@ from tests.cli.test_main import IPYBOX, ipybox
 from tests.servers.processes import pids_anywhere
 from tests.supervisor.workspaces import make_workspace
 
+pytestmark = pytest.mark.integration
+
 TAG = "cli-workspace"
 
 

@@ -98,6 +98,7 @@ def test_examples_mention_every_key() -> None:
     text = (ROOT / "ipybox.toml.example").read_text()
     schema = workspace_schema()
     tables = ["WorkspaceSection", "KernelSection", "SandboxSection", "FilesystemPolicy", "NetworkPolicy"]
-    tables += ["ServerSection", "ApprovalPolicy", "Rule", "EndpointsSection"]
+    tables += ["StdioServerSection", "RemoteServerSection", "ServerSandbox", "ApprovalPolicy", "Rule"]
+    tables += ["EndpointsSection"]
     missing = [f"{table}.{key}" for table in tables for key in _properties(schema, table) if key not in text]
     assert missing == []

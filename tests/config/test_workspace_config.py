@@ -13,12 +13,12 @@ from pydantic import ValidationError
 
 from ipybox.config import (
     ConfigError,
-    ServerSection,
     WorkspaceConfig,
     check_server_name,
     load_config,
     suggest_server_name,
 )
+from ipybox.config.servers import RemoteServerSection, StdioServerSection, parse_server_section
 from ipybox.mcp_client.params import HttpServerParams, StdioServerParams, parse_server_params
 from ipybox.rules import ToolCall
 from ipybox.sandbox import SandboxPolicy
@@ -156,8 +156,14 @@ def test_server_params(write_config: WriteConfig, workspace: Path) -> None:
         "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"},
         "type": "sse",
     }
-    assert ServerSection(command="x", cwd="rel").server_params() == {"command": "x", "args": [], "cwd": "rel"}
-    assert ServerSection(url="http://127.0.0.1:9/sse").server_params() == {"url": "http://127.0.0.1:9/sse"}
+    assert StdioServerSection(command="x", cwd="rel").server_params() == {
+        "command": "x",
+        "args": [],
+        "cwd": "rel",
+    }
+    assert RemoteServerSection(url="http://127.0.0.1:9/sse").server_params() == {
+        "url": "http://127.0.0.1:9/sse"
+    }
     with pytest.raises(KeyError):
         config.server_params("nope")
 
@@ -167,7 +173,7 @@ def test_server_params_are_what_the_mcp_client_takes(write_config: WriteConfig, 
     fs = parse_server_params("fs", config.server_params("fs"), environ={})
     assert isinstance(fs, StdioServerParams)
     assert (fs.command, fs.env, fs.cwd) == ("npx", {"DEBUG": "1"}, str(workspace))
-    assert fs.sandbox == SandboxPolicy()
+    assert fs.sandbox_policy() == SandboxPolicy()
     jail = parse_server_params("jail", config.server_params("jail"), environ={})
     assert isinstance(jail, StdioServerParams) and jail.sandbox is not None
     assert jail.sandbox.filesystem.allow_write == ["/data/out"]
@@ -180,15 +186,13 @@ def test_server_sandbox_forms(write_config: WriteConfig) -> None:
     config = load_config(write_config(FULL))
     fs, jail, github = config.servers["fs"], config.servers["jail"], config.servers["github"]
     assert fs.is_stdio and not github.is_stdio
-    assert fs.sandbox_policy() is not None and fs.sandbox_policy() == fs.sandbox  # `true`: the defaults
+    assert fs.sandbox_policy() == SandboxPolicy()  # `true`: the defaults
     assert fs.sandbox is not None and fs.sandbox.policy() == SandboxPolicy()
     jail_policy = jail.sandbox_policy()
     assert jail_policy is not None and jail_policy.filesystem.allow_write == ["/data/out"]
     assert github.sandbox_policy() is None
-    assert ServerSection.model_validate({"command": "x", "sandbox": False}).sandbox_policy() is None
-    assert (
-        ServerSection.model_validate({"command": "x", "sandbox": {"enabled": False}}).sandbox_policy() is None
-    )
+    assert parse_server_section({"command": "x", "sandbox": False}).sandbox_policy() is None
+    assert parse_server_section({"command": "x", "sandbox": {"enabled": False}}).sandbox_policy() is None
 
 
 def _error(path: Path) -> ConfigError:

@@ -15,6 +15,8 @@ from ipybox import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, 
 from ipybox.kernels.kernel_client import ExecutionTimeoutError
 from ipybox.kernels.result import KernelDiedError
 
+pytestmark = pytest.mark.integration
+
 
 async def test_state_persists_between_executions(executor: CodeExecutor) -> None:
     await executor.execute("persisted = 40")

@@ -17,6 +17,8 @@ from ipybox.mcp_client.registry import ANNOTATIONS_KEY, ServerRegistry
 from tests.servers import params
 from tests.servers.processes import pids, tagged
 
+pytestmark = pytest.mark.integration
+
 FS_TAG, OLD_TAG, BAD_TAG = "recorded-fs", "recorded-old", "recorded-bad"
 
 

@@ -25,6 +25,8 @@ from ipybox import (
 )
 from tests.servers.processes import pids
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -16,6 +16,8 @@ from ipybox import CodeExecutor
 from ipybox.in_kernel.mcptools_refresh import MCPTOOLS_DIR_ENV, MCPToolsRefresher
 from ipybox.reconcile.generations import Generations, delete_retired, retire_package
 
+pytestmark = pytest.mark.integration
+
 
 def write_package(mcptools: Path, name: str, value: int) -> None:
     """Write `mcptools/<name>` the way the reconciler does: complete in a staging directory, then renamed

@@ -20,6 +20,8 @@ from ipybox import process
 from ipybox.kernels.gateway import GatewayStartError, KernelGateway
 from ipybox.kernels.kernel_client import KernelClient
 
+pytestmark = pytest.mark.integration
+
 
 async def test_gateway_requires_its_token_and_listens_on_loopback() -> None:
     async with KernelGateway() as gateway:

@@ -18,6 +18,8 @@ from ipybox.kernels.gateway import GatewayEndpoint
 from ipybox.kernels.kernel_client import KernelClient
 from ipybox.kernels.kernel_connection import GatewayError
 
+pytestmark = pytest.mark.integration
+
 
 def _free_port() -> int:
     with socket.socket() as s:

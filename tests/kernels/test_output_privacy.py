@@ -16,6 +16,8 @@ import pytest
 from ipybox import CodeExecutor
 from ipybox.kernels.output import OutputCollector
 
+pytestmark = pytest.mark.integration
+
 NOBODY = 65534
 
 

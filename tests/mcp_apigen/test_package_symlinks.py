@@ -27,6 +27,7 @@ def _untouched(victim: Path) -> None:
     assert (victim / "edge" / "precious.txt").read_text() == "keep me\n"
 
 
+@pytest.mark.integration
 async def test_generating_into_a_mcptools_dir_replaced_by_a_symlink_is_refused(tmp_path: Path) -> None:
     victim = _victim(tmp_path)
     mcptools = tmp_path / "workspace" / "mcptools"

@@ -9,6 +9,7 @@ import sys
 import types
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -222,6 +223,7 @@ def _load(source: str) -> types.ModuleType:
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data(), NAMES, PROPERTIES)
+@pytest.mark.integration  # no process, but a property test that takes seconds
 def test_generated_code_accepts_every_valid_instance(
     data: st.DataObject, tool_name: str, props: list[tuple[str, SchemaAndValues, bool]]
 ) -> None:

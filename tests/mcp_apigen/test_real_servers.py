@@ -17,6 +17,8 @@ from ipybox.in_kernel.tool_runner import ToolRunnerError
 from ipybox.mcp_apigen import render_sources
 from tests.mcp_apigen.conftest import Generated
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

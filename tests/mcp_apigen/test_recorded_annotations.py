@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ipybox.mcp_apigen.sources import generate_mcp_sources, wait_for_stopped_servers
 from ipybox.mcp_client.registry import ServerRegistry
 from tests.servers import params
+
+pytestmark = pytest.mark.integration
 
 
 async def test_generation_records_each_tools_annotations_for_the_servers_parameters(tmp_path: Path) -> None:

@@ -18,6 +18,8 @@ from ipybox.mcp_client import (
 )
 from tests.servers import params
 
+pytestmark = pytest.mark.integration
+
 
 async def test_lists_tools_with_schemas(edge: MCPConnection) -> None:
     tools = {tool.name: tool for tool in await edge.list_tools()}

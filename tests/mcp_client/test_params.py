@@ -69,9 +69,9 @@ def test_transport_detection(url: str, type_: str | None, transport: str) -> Non
     ("raw", "fragment"),
     [
         ({"command": "x", "url": "http://a/mcp"}, "not both"),
-        ({"args": ["x"]}, "either 'command'"),
+        ({"args": ["x"]}, "needs 'command'"),
         ({"url": "ftp://example.com/mcp"}, "not an http"),
-        ({"url": "http://a/mcp", "type": "websocket"}, "unknown transport 'websocket'"),
+        ({"url": "http://a/mcp", "type": "websocket"}, "type: Input should be 'streamable_http' or 'sse'"),
         ({"command": "x", "args": "not-a-list"}, "args"),
         ({"command": "x", "extra": 1}, "extra"),
         ({"command": "${bad-name}"}, "invalid placeholder"),

@@ -1,8 +1,11 @@
+import json
 import stat
 from pathlib import Path
 
 import pytest
 
+from ipybox.mcp_client import ServerParamsError
+from ipybox.mcp_client.params import validate_server_params
 from ipybox.mcp_client.registry import (
     ServerRegistry,
     UnsafeRegistryError,
@@ -50,3 +53,52 @@ def test_ensure_registry_dir_creates_it_private_and_refuses_a_symlink(tmp_path: 
     (tmp_path / "link").symlink_to(tmp_path / "other")
     with pytest.raises(UnsafeRegistryError, match="symlink"):
         ensure_registry_dir(tmp_path / "link")
+
+
+def test_an_entry_is_stored_as_the_models_dump_and_loaded_back_with_the_model(tmp_path: Path) -> None:
+    registry = ServerRegistry(tmp_path / "state" / "servers.json")
+    root = tmp_path / "mcptools"
+    policy = {"network": {"allowedDomains": ["pypi.org"]}}
+    registry.register(root, "fs", {"command": "x", "sandbox": policy})
+    registry.register(root, "remote", {"url": "https://example.com/mcp", "type": "http"})
+    registry.register(root, "model", validate_server_params("model", {"command": "y", "sandbox": True}))
+    stored = json.loads(registry.path.read_text())[str(root.resolve())]
+    assert stored == {
+        "fs": {"command": "x", "sandbox": policy},  # a sandbox is never dropped
+        "remote": {"url": "https://example.com/mcp", "type": "streamable_http"},  # loads in ipybox.toml too
+        "model": {"command": "y", "sandbox": True},
+    }
+    assert registry.servers(root) == stored
+
+
+def test_invalid_parameters_are_refused_and_nothing_is_recorded(tmp_path: Path) -> None:
+    registry = ServerRegistry(tmp_path / "state" / "servers.json")
+    root = tmp_path / "mcptools"
+    with pytest.raises(ServerParamsError, match=r"'bad'.*type: Input should be 'streamable_http' or 'sse'"):
+        registry.register(root, "bad", {"url": "https://example.com/mcp", "type": "websocket"})
+    assert registry.servers(root) == {}
+
+
+def test_an_entry_edited_into_something_invalid_is_skipped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = ServerRegistry(tmp_path / "state" / "servers.json")
+    root = tmp_path / "mcptools"
+    registry.register(root, "good", {"command": "x"})
+    data = json.loads(registry.path.read_text())
+    data[str(root.resolve())]["bad"] = {"command": "x", "headers": {"A": "b"}}
+    registry.path.write_text(json.dumps(data))
+    assert registry.servers(root) == {"good": {"command": "x"}}
+    assert "'headers' is for url servers" in caplog.text
+
+
+def test_annotations_recorded_for_parameters_are_found_for_any_spelling_of_them(tmp_path: Path) -> None:
+    registry = ServerRegistry(tmp_path / "state" / "servers.json")
+    root = tmp_path / "mcptools"
+    registry.register(
+        root, "r", {"url": "https://example.com/mcp", "type": "http"}, {"t": {"readOnlyHint": True}}
+    )
+    for spelling in ("http", "streamable_http", "STREAMABLE-HTTP"):
+        params = {"url": "https://example.com/mcp", "type": spelling}
+        assert registry.recorded_annotations(root, "r", params) == {"t": {"readOnlyHint": True}}
+    assert registry.recorded_annotations(root, "r", {"url": "https://example.com/mcp", "type": "sse"}) is None

@@ -23,6 +23,7 @@ def _listing(directory: Path) -> list[Path]:
     return list(directory.iterdir())
 
 
+@pytest.mark.integration
 async def test_structured_content_for_tools_with_output_schema(edge: MCPConnection, tmp_path: Path) -> None:
     result = await edge.call_tool("add", {"a": 1, "b": 2})
     assert _value(result, tmp_path, has_output_schema=True) == {"total": 3, "operands": [1, 2]}
@@ -30,10 +31,12 @@ async def test_structured_content_for_tools_with_output_schema(edge: MCPConnecti
     assert isinstance(_value(result, tmp_path), str)
 
 
+@pytest.mark.integration
 async def test_text_content(edge: MCPConnection, tmp_path: Path) -> None:
     assert _value(await edge.call_tool("echo", {"text": "héllo\nworld"}), tmp_path) == "héllo\nworld"
 
 
+@pytest.mark.integration
 async def test_non_text_content_is_never_dropped(edge: MCPConnection, tmp_path: Path) -> None:
     value = _value(await edge.call_tool("media", {}), tmp_path / "media")
     assert isinstance(value, str)
@@ -53,6 +56,7 @@ async def test_non_text_content_is_never_dropped(edge: MCPConnection, tmp_path: 
     assert len(_listing(tmp_path / "media")) == 3
 
 
+@pytest.mark.integration
 async def test_error_results_raise_with_the_servers_message(edge: MCPConnection, tmp_path: Path) -> None:
     with pytest.raises(ToolCallError) as info:
         _value(await edge.call_tool("fail", {"message": "quota exceeded\nretry later"}), tmp_path)

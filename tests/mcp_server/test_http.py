@@ -17,6 +17,8 @@ from ipybox.supervisor import Supervisor, read_state
 from tests.mcp_server.sessions import check_cancellation_frees_the_kernel, check_progress, owned_session, text
 from tests.supervisor.workspaces import make_workspace
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 async def supervisor(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Supervisor]:
@@ -50,7 +52,7 @@ async def test_each_session_has_its_own_kernel(supervisor: Supervisor) -> None:
         assert text(other) == "False"
         code = "from mcptools.edge import echo\nprint(echo.run(echo.Params(text='over http')))"
         assert text(await two.call_tool("execute_ipython_cell", {"code": code})) == "over http"
-        assert supervisor.status()["leases"] == 2
+        assert supervisor.status().leases == 2
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,8 @@ from tests.mcp_server.sessions import ALLOW_REGISTRATION
 from tests.servers.params import CACHE, EDGE_SERVER
 from tests.supervisor.workspaces import RULES
 
+pytestmark = pytest.mark.integration
+
 NODE_MODULES = CACHE / "npm-clients" / "node_modules"
 SESSION_SCRIPT = Path(__file__).resolve().parent / "node" / "session.mjs"
 TOOLS = ["execute_ipython_cell", "install_package", "register_mcp_server", "reset"]

@@ -23,12 +23,15 @@ from mcp import ClientSession
 from mcp.client.session import ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 
+from ipybox.config import load_config
 from ipybox.rules import AuditLog
 from ipybox.running.state import StatePaths
 from ipybox.supervisor import Supervisor, read_state
 from tests.mcp_server.sessions import ALLOW_REGISTRATION, owned_session, text
-from tests.servers.params import EDGE_SERVER
+from tests.servers.params import EDGE_SERVER, edge_http_server
 from tests.supervisor.workspaces import make_workspace
+
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
@@ -163,11 +166,24 @@ async def test_turning_the_sandbox_off_in_a_sandboxed_workspace_is_refused_and_w
     assert config.read_bytes() == before
 
 
-async def test_a_transport_the_file_cannot_load_is_refused_naming_the_key_and_what_is_accepted(
+async def test_a_transport_spelt_http_is_registered_as_streamable_http_and_the_file_still_loads(
+    supervisor: Supervisor, config: Path
+) -> None:
+    # Once written as `type = "http"`, which ipybox.toml did not load: now normalised, as ipybox 0.9 took it.
+    with edge_http_server("streamable-http") as url:
+        result, _ = await register(supervisor, "remote", {"url": url, "type": "http"})
+        assert not result.is_error, text(result)
+    assert written(config, "remote") == {"url": url, "type": "streamable_http"}
+    assert load_config(config).servers["remote"].transport == "streamable_http"
+
+
+async def test_a_transport_nobody_knows_is_refused_naming_the_key_and_what_is_accepted(
     supervisor: Supervisor, config: Path
 ) -> None:
     before = config.read_bytes()
-    result, asked = await register(supervisor, "remote", {"url": "http://127.0.0.1:9/mcp", "type": "http"})
+    result, asked = await register(
+        supervisor, "remote", {"url": "http://127.0.0.1:9/mcp", "type": "websocket"}
+    )
     assert result.is_error
     assert (
         "server_params.type" in text(result)

@@ -154,3 +154,73 @@ def test_rules_see_the_written_parameters_and_whether_a_server_is_replaced(tmp_p
     rules = policy(sandboxed_only, keep_existing)
     assert decide_registration(rules, call(tmp_path, "fresh")).decision == "allow"
     assert decide_registration(rules, call(tmp_path, "kept")).decision == "deny"
+
+
+# The two bugs of the four-models era, and the round trip that keeps them fixed
+
+
+def test_a_transport_spelt_http_is_written_as_streamable_http_and_the_file_loads(tmp_path: Path) -> None:
+    # ipybox 0.9 took `"type": "http"` for a `/mcp` URL (streamable HTTP): it is normalised, never written as
+    # `type = "http"`, which ipybox.toml would not load.
+    directory = workspace(tmp_path, sandboxed=True)
+    server = register(directory, "remote", {"url": "https://example.com/mcp", "type": "http"})
+    assert server == {"url": "https://example.com/mcp", "type": "streamable_http"}
+    assert 'type = "streamable_http"' in (directory / "ipybox.toml").read_text()
+
+
+@pytest.mark.parametrize("sandboxed", [True, False])
+@pytest.mark.parametrize(
+    "sandbox",
+    [
+        True,
+        {"network": {"allowedDomains": ["api.github.com"]}},
+        {"enabled": True, "filesystem": {"denyRead": ["x"]}},
+    ],
+)
+def test_a_sandbox_given_by_the_client_is_never_dropped(
+    tmp_path: Path, sandboxed: bool, sandbox: Any
+) -> None:
+    directory = workspace(tmp_path, sandboxed=sandboxed)
+    registration = parse(directory, "fs", {"command": sys.executable, "sandbox": sandbox})
+    assert registration.table["sandbox"] == sandbox
+    add_server(directory, registration)
+    loaded = load_config(directory).servers["fs"]
+    assert (
+        loaded.sandbox_policy() is not None
+        and loaded.sandbox_policy() == registration.server.sandbox_policy()
+    )
+    assert "sandbox" in load_config(directory).server_params("fs")  # what the tool server starts it with
+
+
+ROUND_TRIP_CASES: list[dict[str, Any]] = [
+    {"command": "npx"},
+    {"command": "npx", "args": ["-y", "@scope/pkg", "--flag=${VALUE}"], "env": {"TOKEN": "${TOKEN}"}},
+    {"command": "uvx", "args": [], "env": {}, "cwd": "sub/dir"},
+    {"command": "x", "sandbox": True},
+    {"command": "x", "sandbox": False},
+    {"command": "x", "sandbox": {"enabled": False}},
+    {"command": "x", "sandbox": {"filesystem": {"denyRead": ["~/.ssh"], "allowWrite": ["out"]}}},
+    {"command": "x", "sandbox": {"network": {"allowedDomains": ["*.example.com"], "deniedDomains": ["a.b"]}}},
+    {"command": "x", "sandbox": {"filesystem": {"deny_read": ["snake_case"]}}},
+    {"url": "https://example.com/mcp"},
+    {"url": "http://127.0.0.1:8000/sse", "type": "sse"},
+    {"url": "https://example.com/x", "type": "streamable_http", "headers": {"Authorization": "Bearer ${T}"}},
+    {"url": "https://example.com/x", "type": "HTTP"},
+    {"url": "https://example.com/x", "type": "streamable-http", "headers": {}},
+    {"url": "${MCP_URL}", "headers": {"X-Key": "${KEY}"}},
+]
+
+
+@pytest.mark.parametrize("params", ROUND_TRIP_CASES)
+def test_dict_to_model_to_file_to_model_is_the_identity(tmp_path: Path, params: dict[str, Any]) -> None:
+    from ipybox.mcp_client.params import dump_server_params, validate_server_params
+
+    (tmp_path / ".env").write_text("VALUE=v\nTOKEN=t\nT=t\nMCP_URL=https://example.com/mcp\nKEY=k\n")
+    model = validate_server_params("srv", params)
+    directory = workspace(tmp_path, sandboxed=False)
+    registration = parse(directory, "srv", params)
+    assert registration.server == model and registration.table == dump_server_params(model)
+    add_server(directory, registration)
+    loaded = load_config(directory).servers["srv"]
+    assert validate_server_params("srv", dump_server_params(loaded)) == model
+    assert dump_server_params(loaded) == registration.table  # the file holds exactly what was parsed

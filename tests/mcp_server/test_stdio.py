@@ -18,6 +18,8 @@ from tests.cli.test_main import IPYBOX
 from tests.mcp_server.sessions import check_cancellation_frees_the_kernel, check_progress, owned_session, text
 from tests.servers.params import EDGE_SERVER
 
+pytestmark = pytest.mark.integration
+
 ANSWERS: list[bool] = []
 
 
@@ -113,7 +115,7 @@ async def test_bad_registrations_are_one_clear_error(session: ClientSession) -> 
     result = await session.call_tool(
         "register_mcp_server", {"server_name": "my-server", "server_params": {"command": "x"}}
     )
-    assert result.is_error and "cannot be a Python package name" in text(result)
+    assert result.is_error and "is not a valid Python package name" in text(result)
     result = await session.call_tool(
         "register_mcp_server", {"server_name": "bad", "server_params": {"url": "ftp://x"}}
     )

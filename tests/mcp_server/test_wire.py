@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 # A process that claims the wire, then echoes every line it reads back in upper case. What it (or a child)
 # prints on fd 1 after the claim must land on stderr, not on the wire.
 ECHO = """

@@ -25,6 +25,8 @@ from ipybox.rules import ApprovalPolicy
 from tests.servers import params
 from tests.servers.processes import pids, tagged
 
+pytestmark = pytest.mark.integration
+
 
 class RecordingHooks:
     """Records what the reconciler asked for."""

@@ -14,6 +14,8 @@ from ipybox.mcp_client.pool import MCPServers
 from ipybox.reconcile.reconciler import Reconciler
 from tests.config.conftest import ROOT
 
+pytestmark = pytest.mark.integration
+
 SEED = 20240611
 CASES = 200
 DOTENV = "IPYBOX_KERNEL__TIMEOUT=30\nIPYBOX_KERNEL__WARM_POOL=2\nTOKEN=secret\n"

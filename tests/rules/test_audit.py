@@ -180,6 +180,7 @@ def test_overlapping_secrets_are_redacted_whole(tmp_path: Path) -> None:
     secrets=st.lists(st.text("abc", min_size=4, max_size=6), min_size=1, max_size=3),
     values=st.lists(st.text("abc", max_size=30), max_size=3),
 )
+@pytest.mark.integration  # no process, but a property test that takes seconds
 def test_no_known_secret_survives(tmp_path: Path, secrets: list[str], values: list[str]) -> None:
     # A small alphabet makes secrets overlap each other and their surroundings.
     path = tmp_path / "audit.jsonl"

@@ -143,6 +143,7 @@ def reference(rules: list[dict[str, Any]], default: Decision, call: ToolCall) ->
 
 @settings(max_examples=300, deadline=None)
 @given(rules=st.lists(rule_dicts, max_size=6), default=st.sampled_from(DECISIONS), call=calls)
+@pytest.mark.integration  # no process, but a property test that takes seconds
 def test_decide_agrees_with_the_reference(
     rules: list[dict[str, Any]], default: Decision, call: ToolCall
 ) -> None:
@@ -152,6 +153,7 @@ def test_decide_agrees_with_the_reference(
 
 @settings(max_examples=200, deadline=None)
 @given(rules=st.lists(rule_dicts, max_size=6), default=st.sampled_from(DECISIONS), call=calls)
+@pytest.mark.integration  # no process, but a property test that takes seconds
 def test_catch_all_deny_at_top_priority_always_wins(
     rules: list[dict[str, Any]], default: Decision, call: ToolCall
 ) -> None:

@@ -10,6 +10,8 @@ import pytest
 from ipybox import CodeExecutionError
 from tests.sandbox.conftest import Sandboxed
 
+pytestmark = pytest.mark.integration
+
 
 def attempt(action: str) -> str:
     """Code that prints `ok: <result>` when `action` (an expression) works, else `denied: <error type>`."""

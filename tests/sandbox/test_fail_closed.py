@@ -13,6 +13,8 @@ import pytest
 from ipybox.sandbox import SandboxUnavailableError
 from ipybox.sandbox.bwrap import bwrap_path, check_sandbox
 
+pytestmark = pytest.mark.integration
+
 
 def test_missing_bubblewrap_is_named_with_the_remedy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))

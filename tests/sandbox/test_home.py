@@ -22,6 +22,8 @@ from ipybox import CodeExecutor
 from ipybox.sandbox.policy import DEFAULT_DENY_READ
 from tests.sandbox.conftest import OUTSIDE_PARENT, UNPRIVILEGED_USER_VARIABLE
 
+pytestmark = pytest.mark.integration
+
 # A credential file in each of the default hidden places (the place itself for the file ones).
 CANARIES = {
     "~/.ssh": ".ssh/ipybox-test-canary",

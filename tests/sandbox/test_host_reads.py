@@ -22,6 +22,8 @@ from ipybox import CodeExecutionError, CodeExecutor
 from ipybox.paths import user_state_dir
 from tests.sandbox.conftest import OUTSIDE_PARENT
 
+pytestmark = pytest.mark.integration
+
 
 def attempt(action: str) -> str:
     """Code that prints `ok: <result>` when `action` (an expression) works, else `denied: <error type>`."""
@@ -187,7 +189,7 @@ async def test_below_the_top_level_the_workspace_is_the_kernels(planted: Planted
 
 
 async def test_a_kernel_sees_and_reaches_no_other_kernel(planted: Planted) -> None:
-    gateway = planted.executor._gateway
+    gateway = planted.executor.kernel_gateway
     assert gateway is not None and gateway._runtime_dir is not None
     runtime = gateway._runtime_dir / "runtime"
     listing = "import glob, json\nprint(json.dumps(sorted(glob.glob('/tmp/ipybox-gateway-*/{}/*'))))"

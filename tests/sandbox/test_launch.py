@@ -7,9 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ipybox.sandbox.bwrap import sandboxed_kernel_spec
+import pytest
+
+from ipybox.sandbox.bwrap import sandboxed_kernel_launch
 from ipybox.sandbox.launch import PLAN_FILE
 from ipybox.sandbox.policy import SandboxPolicy
+
+pytestmark = pytest.mark.integration
 
 
 def test_the_launcher_shows_a_kernel_its_own_connection_file_and_sockets_only(tmp_path: Path) -> None:
@@ -22,9 +26,9 @@ def test_the_launcher_shows_a_kernel_its_own_connection_file_and_sockets_only(tm
     (runtime / "kernel-other.json").write_text('{"key": "another kernel\'s key"}')
     mine = runtime / "kernel-mine.json"
     mine.write_text(json.dumps({"transport": "ipc", "ip": str(runtime / "ipc" / "k-mine" / "s"), "key": "k"}))
-    spec = sandboxed_kernel_spec(SandboxPolicy(), workspace)
+    launch = sandboxed_kernel_launch([sys.executable, "-m", "kernel"], SandboxPolicy(), workspace)
     plan = tmp_path / PLAN_FILE
-    plan.write_text(spec.resources[PLAN_FILE])
+    plan.write_text(launch.resources[PLAN_FILE])
     probe = f"find {runtime} -mindepth 1 | sort; touch {runtime}/ipc/k-mine/s-1 && echo bound; cat .env"
     done = subprocess.run(
         [sys.executable, "-m", "ipybox.sandbox.launch", str(plan), str(mine), "--", "sh", "-c", probe],

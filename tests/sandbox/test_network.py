@@ -11,6 +11,8 @@ import pytest
 
 from ipybox import CodeExecutor
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 async def networked(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[CodeExecutor]:

@@ -109,6 +109,7 @@ def test_bad_domain_entries_are_named(tmp_path: Path, entry: str, reason: str) -
     assert "network.allowedDomains" in str(caught.value) and entry in str(caught.value)
 
 
+@pytest.mark.integration
 def test_allowed_domains_need_a_proxy(tmp_path: Path) -> None:
     policy = SandboxPolicy.model_validate({"network": {"allowedDomains": ["pypi.org", "*.pythonhosted.org"]}})
     with pytest.raises(ValueError, match="needs a DomainProxy"):

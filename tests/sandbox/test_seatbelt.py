@@ -19,10 +19,15 @@ from pathlib import Path
 import pytest
 
 import ipybox.sandbox
-from ipybox.kernels.kernelspec import RUNTIME_DIR
 from ipybox.sandbox import SandboxPolicy, SandboxUnavailableError, bwrap, doctor, sbpl, seatbelt
 from ipybox.sandbox.command import sandboxed
-from ipybox.sandbox.seatbelt import SANDBOX_EXEC, seatbelt_command, seatbelt_kernel_spec, seatbelt_profile
+from ipybox.sandbox.kernel_launch import SandboxedKernelLaunch
+from ipybox.sandbox.seatbelt import SANDBOX_EXEC, seatbelt_command, seatbelt_kernel_launch, seatbelt_profile
+
+# A kernel command line, and a placeholder for a directory known only when a kernel starts (as the
+# gateway's kernelspec has one for its runtime dir).
+KERNEL = ("python", "-m", "kernel", "-f", "{connection_file}")
+PLACEHOLDER = "{runtime_dir}"
 
 
 class Text(str):
@@ -113,6 +118,21 @@ def workspace(tmp_path: Path) -> Path:
 def no_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     """`sandbox-exec` counts as working: the command line is built, never run."""
     monkeypatch.setattr(seatbelt, "check_seatbelt", lambda: SANDBOX_EXEC)
+
+
+def kernel_launch(
+    workspace: Path, policy: SandboxPolicy | None = None, **kwargs: Path | None
+) -> SandboxedKernelLaunch:
+    runtime = Path(PLACEHOLDER)
+    return seatbelt_kernel_launch(
+        KERNEL,
+        policy or SandboxPolicy(),
+        workspace,
+        ipc_dir=runtime / "ipc",
+        temp_dir=runtime / "tmp",
+        placeholder=PLACEHOLDER,
+        **kwargs,
+    )
 
 
 def profile_for(
@@ -337,6 +357,7 @@ def test_command_line(tmp_path: Path, workspace: Path, home: Path) -> None:
     assert "-D" not in argv  # no parameter without a runtime-dir placeholder
 
 
+@pytest.mark.integration
 def test_launcher_makes_a_private_temp_dir_and_execs(tmp_path: Path, workspace: Path, no_probe: None) -> None:
     """The part of the command line after the profile, run here without sandbox-exec."""
     base = tmp_path / "runtime" / "tmp"
@@ -361,36 +382,48 @@ def test_allowed_domains_are_refused_on_macos(workspace: Path) -> None:
     with pytest.raises(SandboxUnavailableError, match="allowedDomains is not supported"):
         seatbelt_command(["true"], policy, workspace, temp_dir=workspace)
     with pytest.raises(SandboxUnavailableError, match="allowedDomains is not supported"):
-        seatbelt_kernel_spec(policy, workspace)
+        kernel_launch(workspace, policy)
 
 
 @pytest.mark.usefixtures("no_probe")
-def test_kernel_spec(tmp_path: Path, workspace: Path, home: Path) -> None:
+def test_a_kernel_launch_wraps_the_kernel_and_names_the_placeholder_dir_by_a_parameter(
+    tmp_path: Path, workspace: Path, home: Path
+) -> None:
     tools = tmp_path / "tools"
-    spec = seatbelt_kernel_spec(SandboxPolicy(), workspace, tool_server_dir=tools, home=home)
-    assert spec.interrupt_mode == "signal"  # sandbox-exec and the launcher exec: the kernel has the pid
-    assert spec.argv[:3] == [SANDBOX_EXEC, "-D", f"IPYBOX_RUNTIME_DIR={RUNTIME_DIR}"]
-    profile = spec.argv[spec.argv.index("-p") + 1]
-    assert RUNTIME_DIR not in profile  # the runtime dir is a parameter, never profile text
+    launch = kernel_launch(workspace, tool_server_dir=tools, home=home)
+    assert launch.interrupt_mode == "signal"  # sandbox-exec and the launcher exec: the kernel has the pid
+    assert launch.resources == {}
+    assert launch.argv[:3] == (SANDBOX_EXEC, "-D", f"IPYBOX_RUNTIME_DIR={PLACEHOLDER}")
+    assert launch.argv[-len(KERNEL) :] == KERNEL
+    profile = launch.argv[launch.argv.index("-p") + 1]
+    assert PLACEHOLDER not in profile  # the directory is a parameter, never profile text
     assert [
         "allow",
         "network-outbound",
         ["remote", "unix-socket", ["subpath", Text(real(tools))]],
     ] in read_sbpl(profile)
-    runtime = Path("/var/folders/xy/T/ipybox-gateway-1")
-    spec_dir = spec.write(tmp_path / "data", runtime_dir=runtime)
-    argv = json.loads((spec_dir / "kernel.json").read_text())["argv"]
+    # Filling in the placeholder in every argument (as Jupyter does a kernelspec's) fills in the profile's
+    # parameter and the launcher's temp dir with it.
+    runtime = "/var/folders/xy/T/ipybox-gateway-1"
+    argv = [arg.replace(PLACEHOLDER, runtime) for arg in launch.argv]
     assert argv[2] == f"IPYBOX_RUNTIME_DIR={runtime}"
     assert argv[argv.index("ipybox-sandbox") + 1] == f"{runtime}/tmp"
-    assert argv[-4:-2] == ["-f", "{connection_file}"]
+
+
+@pytest.mark.usefixtures("no_probe")
+def test_a_command_without_the_placeholder_gets_no_parameter(workspace: Path, home: Path) -> None:
+    argv = seatbelt_command(
+        ["true"], SandboxPolicy(), workspace, temp_dir=workspace / "tmp", home=home, placeholder=PLACEHOLDER
+    )
+    assert "-D" not in argv and "param" not in argv[argv.index("-p") + 1]
 
 
 @pytest.mark.usefixtures("no_probe")
 def test_runtime_dir_is_allowed_as_spelled_and_under_private(
     tmp_path: Path, workspace: Path, home: Path
 ) -> None:
-    spec = seatbelt_kernel_spec(SandboxPolicy(), workspace, home=home)
-    _, writable = only_rule(spec.argv[spec.argv.index("-p") + 1], "allow", "file-write*")
+    launch = kernel_launch(workspace, home=home)
+    _, writable = only_rule(launch.argv[launch.argv.index("-p") + 1], "allow", "file-write*")
     param = ["param", Text("IPYBOX_RUNTIME_DIR")]
     assert ["subpath", ["string-append", param, Text("/ipc")]] in writable
     assert ["subpath", ["string-append", Text("/private"), param, Text("/ipc")]] in writable
@@ -398,11 +431,28 @@ def test_runtime_dir_is_allowed_as_spelled_and_under_private(
 
 
 @pytest.mark.usefixtures("no_probe")
-def test_kernel_spec_refuses_paths_jupyter_would_rewrite(tmp_path: Path, home: Path) -> None:
+def test_a_kernel_launch_refuses_paths_jupyter_would_rewrite(tmp_path: Path, home: Path) -> None:
     workspace = tmp_path / "{connection_file}"
     workspace.mkdir()
     with pytest.raises(SandboxUnavailableError, match="connection_file"):
-        seatbelt_kernel_spec(SandboxPolicy(), workspace, home=home)
+        kernel_launch(workspace, home=home)
+
+
+@pytest.mark.usefixtures("no_probe")
+def test_a_kernel_launch_refuses_paths_its_own_placeholder_would_rewrite(tmp_path: Path, home: Path) -> None:
+    workspace = tmp_path / "@RUNTIME@"
+    workspace.mkdir()
+    runtime = Path("@RUNTIME@")
+    with pytest.raises(SandboxUnavailableError, match="@RUNTIME@"):
+        seatbelt_kernel_launch(
+            KERNEL,
+            SandboxPolicy(),
+            workspace,
+            ipc_dir=runtime / "ipc",
+            temp_dir=runtime / "tmp",
+            placeholder="@RUNTIME@",
+            home=home,
+        )
 
 
 # --- platform dispatch, fail-closed checks, doctor ------------------------------------------------------
@@ -412,8 +462,10 @@ def test_kernel_spec_refuses_paths_jupyter_would_rewrite(tmp_path: Path, home: P
 def test_dispatch_picks_seatbelt_on_macos(monkeypatch: pytest.MonkeyPatch, workspace: Path) -> None:
     monkeypatch.setattr(platform, "system", lambda: "Darwin")
     assert ipybox.sandbox.check_sandbox() == SANDBOX_EXEC
-    spec = ipybox.sandbox.sandboxed_kernel_spec(SandboxPolicy(), workspace)
-    assert spec.argv[0] == SANDBOX_EXEC and spec.interrupt_mode == "signal"
+    launch = ipybox.sandbox.sandboxed_kernel_launch(
+        KERNEL, SandboxPolicy(), workspace, ipc_dir=workspace / "ipc", temp_dir=workspace / "tmp"
+    )
+    assert launch.argv[0] == SANDBOX_EXEC and launch.interrupt_mode == "signal"
     argv = ipybox.sandbox.sandboxed_command(["true"], SandboxPolicy(), workspace, temp_dir=workspace)
     assert argv[0] == SANDBOX_EXEC and argv[-1] == "true"
     with pytest.raises(ValueError, match="temp_dir"):
@@ -425,12 +477,15 @@ def test_dispatch_picks_bubblewrap_on_linux(monkeypatch: pytest.MonkeyPatch, wor
     monkeypatch.setattr(bwrap, "check_sandbox", lambda: "/usr/bin/bwrap")
     monkeypatch.setattr(seatbelt, "check_seatbelt", lambda: pytest.fail("seatbelt on Linux"))
     assert ipybox.sandbox.check_sandbox() == "/usr/bin/bwrap"
-    spec = ipybox.sandbox.sandboxed_kernel_spec(SandboxPolicy(), workspace)
+    launch = ipybox.sandbox.sandboxed_kernel_launch(
+        KERNEL, SandboxPolicy(), workspace, ipc_dir=workspace / "ipc", temp_dir=workspace / "tmp"
+    )
     # Kernels start through the launcher, which builds the view per kernel and execs bubblewrap.
-    assert spec.argv[1:3] == ["-m", "ipybox.sandbox.launch"]
-    plan = json.loads(spec.resources["sandbox.json"])
+    assert launch.argv[1:3] == ("-m", "ipybox.sandbox.launch")
+    assert launch.argv[-len(KERNEL) - 1 :] == ("--", *KERNEL)
+    plan = json.loads(launch.resources["sandbox.json"])
     assert plan["bwrap"] == "/usr/bin/bwrap" and "--unshare-all" in plan["namespaces"]
-    assert spec.interrupt_mode == "message"
+    assert launch.interrupt_mode == "message"
     argv = ipybox.sandbox.sandboxed_command(["true"], SandboxPolicy(), workspace, temp_dir=workspace)
     assert argv == bwrap.sandboxed_command(["true"], SandboxPolicy(), workspace)
 
@@ -441,7 +496,9 @@ def test_other_platforms_fail_closed(monkeypatch: pytest.MonkeyPatch, workspace:
     with pytest.raises(SandboxUnavailableError, match=message):
         ipybox.sandbox.check_sandbox()
     with pytest.raises(SandboxUnavailableError, match=message):
-        ipybox.sandbox.sandboxed_kernel_spec(SandboxPolicy(), workspace)
+        ipybox.sandbox.sandboxed_kernel_launch(
+            KERNEL, SandboxPolicy(), workspace, ipc_dir=workspace, temp_dir=workspace
+        )
     with pytest.raises(SandboxUnavailableError, match=message):
         ipybox.sandbox.sandboxed_command(["true"], SandboxPolicy(), workspace, temp_dir=workspace)
 
@@ -472,6 +529,9 @@ def test_check_seatbelt_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
     # The probe applies a real profile (so one this macOS can't compile fails here) to /usr/bin/true.
     assert probes[0][0] == SANDBOX_EXEC and probes[0][-1] == "/usr/bin/true"
     assert read_sbpl(probes[0][probes[0].index("-p") + 1])[1] == ["deny", "default"]
+    # The rules on a directory named by parameter, which kernel profiles have, are in the probe's too.
+    assert probes[0][1] == "-D" and probes[0][2].startswith("IPYBOX_RUNTIME_DIR=/")
+    assert '(param "IPYBOX_RUNTIME_DIR")' in probes[0][probes[0].index("-p") + 1]
     answer.update(returncode=0, stderr="")
     assert seatbelt.check_seatbelt.__wrapped__() == SANDBOX_EXEC
 

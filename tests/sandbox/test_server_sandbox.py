@@ -14,6 +14,8 @@ from ipybox.mcp_client import MCPConnection
 from ipybox.mcp_client.params import parse_server_params
 from tests.servers import params
 
+pytestmark = pytest.mark.integration
+
 OUTSIDE = Path(__file__).resolve().parent  # on the host, outside the workspace and /tmp
 
 

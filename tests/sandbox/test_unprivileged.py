@@ -23,15 +23,17 @@ import pytest
 
 from tests.sandbox.conftest import UNPRIVILEGED_USER_VARIABLE
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX_TESTS = "tests/sandbox"
 # Attacks on the host's side of the sandbox boundary (credentials, registry, state, generated packages,
 # outputs, registrations): they must hold for users that are not root too.
 ATTACK_TESTS = (
-    "tests/tool_exec/test_attacks.py",
-    "tests/code_exec/test_output_privacy.py",
+    "tests/tool_server/test_attacks.py",
+    "tests/kernels/test_output_privacy.py",
     "tests/mcp_apigen/test_package_symlinks.py",
-    "tests/workspace/test_generations_hostile.py",
+    "tests/reconcile/test_generations_hostile.py",
     "tests/supervisor/test_state_dir_hostile.py",
     "tests/mcp_server/test_registration.py",
 )

@@ -9,9 +9,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from ipybox.sandbox import SandboxPolicy
 from ipybox.sandbox.bwrap import sandboxed_command
 from tests.sandbox.conftest import OUTSIDE_PARENT
+
+pytestmark = pytest.mark.integration
 
 
 def test_a_policy_path_behind_a_closed_directory(tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ import pytest
 from ipybox import ApprovalRequest, CodeExecutionError, CodeExecutionResult, CodeExecutor
 from ipybox.supervisor import NotRunningError, Supervisor
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 async def attached(supervisor: Supervisor) -> AsyncIterator[CodeExecutor]:
@@ -25,7 +27,7 @@ async def test_a_kernel_from_the_pool_runs_in_the_workspace(
     result = await attached.execute("import os\nprint(os.getcwd(), os.environ.get('WORKSPACE_SECRET'))")
     assert result.text == f"{supervisor.workspace} None"
     status = supervisor.status()
-    assert status["pool"]["leased"] == 1 and status["leases"] == 1
+    assert status.pool.leased == 1 and status.leases == 1
 
 
 async def test_generated_tools_follow_the_rules(attached: CodeExecutor, supervisor: Supervisor) -> None:
@@ -103,9 +105,9 @@ async def test_reset_takes_a_fresh_kernel_and_keeps_the_servers(
 async def test_leases_are_given_back(supervisor: Supervisor) -> None:
     async with CodeExecutor(workspace=supervisor.workspace) as executor:
         await executor.execute("1")
-        assert supervisor.status()["leases"] >= 1
+        assert supervisor.status().leases >= 1
     await asyncio.sleep(0.1)
-    assert supervisor.status()["leases"] == 0
+    assert supervisor.status().leases == 0
 
 
 async def test_attaching_to_a_workspace_that_is_not_running(tmp_path: object) -> None:

@@ -15,6 +15,8 @@ from ipybox import ApprovalRequest, CodeExecutionResult, CodeExecutor
 from ipybox.supervisor import Supervisor
 from tests.supervisor.workspaces import edge_server, make_workspace
 
+pytestmark = pytest.mark.integration
+
 TAG = "supervisor-live"
 
 
@@ -95,16 +97,16 @@ async def test_a_broken_file_keeps_the_last_good_configuration(live: tuple[Super
     path.write_text(good + "\n[kernel.oops\n")
 
     async def reported() -> bool:
-        error = supervisor.status()["config_error"]
+        error = supervisor.status().config_error
         return error is not None and f"{path}:" in error
 
     await eventually(reported, timeout=10)
     assert (await executor.execute("print(1 + 1)")).text == "2"
-    assert "edge" in supervisor.status()["reconciler"]["servers"]
+    assert "edge" in supervisor.status().reconciler.servers
     path.write_text(good)
 
     async def cleared() -> bool:
-        return supervisor.status()["config_error"] is None
+        return supervisor.status().config_error is None
 
     await eventually(cleared, timeout=10)
 

@@ -20,6 +20,8 @@ from ipybox.running.state import StatePaths, SupervisorLock
 from ipybox.supervisor import NotRunningError, Supervisor, read_state
 from tests.supervisor.workspaces import make_workspace
 
+pytestmark = pytest.mark.integration
+
 TAG = "state-dir-hostile"
 NOBODY = 65534
 PRECIOUS = "root:x:0:0:root:/root:/bin/bash\n"

@@ -13,6 +13,8 @@ from ipybox.supervisor import Supervisor
 from tests.reconcile.test_reconciler_fuzz import mutate
 from tests.supervisor.workspaces import make_workspace
 
+pytestmark = pytest.mark.integration
+
 SEED = 7
 CASES = 150
 
@@ -31,13 +33,13 @@ async def test_the_supervisor_survives_mutated_files(tmp_path: Path) -> None:
             (workspace / "ipybox.toml").write_bytes(mutate(valid, rng))
             if not await supervisor.reconciler.reload():
                 rejected += 1
-                assert supervisor.status()["config_error"] is not None
+                assert supervisor.status().config_error is not None
         assert rejected > CASES // 4
         (workspace / "ipybox.toml").write_bytes(valid)
         assert await supervisor.reconciler.reload()
         status = supervisor.status()
-        assert status["config_error"] is None and status["gateway"]["running"]
-        assert status["reconciler"]["servers"]["edge"]["state"] == "ready"
+        assert status.config_error is None and status.gateway.running
+        assert status.reconciler.servers["edge"].state == "ready"
         async with CodeExecutor(workspace=workspace) as executor:
             code = "from mcptools.edge import echo\nprint(echo.run(echo.Params(text='still here')))"
             assert (await executor.execute(code)).text == "still here"

@@ -1,4 +1,5 @@
-"""ApprovalChannel and ApprovalClient over the tool server's websocket."""
+"""The tool server's one approver: each outcome reaches the calling code as its error, and the interactive
+one (ApprovalChannel) answers through an ApprovalClient on the tool server's websocket."""
 
 from __future__ import annotations
 
@@ -6,8 +7,24 @@ import asyncio
 
 import pytest
 
-from ipybox.approval import ApprovalClient, ApprovalRequest
-from ipybox.in_kernel.tool_runner import ApprovalRejectedError, ApprovalTimeoutError, ToolRunner
+from ipybox.approval import (
+    Approval,
+    ApprovalChannel,
+    ApprovalClient,
+    ApprovalRequest,
+    ApproveAll,
+    FunctionApprover,
+    NoOneToAsk,
+    Rejected,
+    TimedOut,
+)
+from ipybox.in_kernel.tool_runner import (
+    ApprovalRejectedError,
+    ApprovalTimeoutError,
+    ToolRunner,
+    ToolRunnerError,
+)
+from ipybox.rules import ToolCall
 from ipybox.tool_server.tool_server import ToolServer
 from tests.servers import params
 
@@ -25,6 +42,7 @@ async def server() -> object:
         yield s
 
 
+@pytest.mark.integration
 async def test_accept_and_reject(server: ToolServer) -> None:
     seen: list[ApprovalRequest] = []
 
@@ -46,6 +64,7 @@ async def test_accept_and_reject(server: ToolServer) -> None:
     assert str(seen[0]) == "everything.echo(message='yes')"
 
 
+@pytest.mark.integration
 async def test_pending_calls_are_decided_independently(server: ToolServer) -> None:
     pending: list[ApprovalRequest] = []
     all_arrived = asyncio.Event()
@@ -68,6 +87,7 @@ async def test_pending_calls_are_decided_independently(server: ToolServer) -> No
     assert results[2] == "Echo: 2"
 
 
+@pytest.mark.integration
 async def test_undecided_call_times_out(server: ToolServer) -> None:
     async def ignore(request: ApprovalRequest) -> None:
         pass
@@ -77,6 +97,7 @@ async def test_undecided_call_times_out(server: ToolServer) -> None:
             await call(server, "late")
 
 
+@pytest.mark.integration
 async def test_disconnecting_rejects_pending_calls(server: ToolServer) -> None:
     arrived = asyncio.Event()
 
@@ -92,6 +113,7 @@ async def test_disconnecting_rejects_pending_calls(server: ToolServer) -> None:
         await pending
 
 
+@pytest.mark.integration
 async def test_a_failing_callback_rejects(server: ToolServer) -> None:
     async def broken(request: ApprovalRequest) -> None:
         raise ValueError("bug in the application")
@@ -113,3 +135,58 @@ async def test_request_cannot_be_decided_twice_differently() -> None:
     with pytest.raises(RuntimeError, match="already accepted"):
         await request.reject()
     assert decisions == [True]
+
+
+def test_the_approver_is_the_channel_when_approval_is_required_else_approve_all() -> None:
+    required = ToolServer(approval_required=True)
+    assert isinstance(required.approver, ApprovalChannel) and required.approver is required.approval
+    assert isinstance(ToolServer().approver, ApproveAll)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "error", "message"),
+    [
+        (Rejected(), ApprovalRejectedError, r"^everything\.echo was rejected$"),
+        (Rejected("not today"), ApprovalRejectedError, r"^everything\.echo was rejected: not today$"),
+        (
+            NoOneToAsk("nobody home"),
+            ApprovalRejectedError,
+            r"^everything\.echo was not approved: nobody home$",
+        ),
+        (TimedOut(1.5), ApprovalTimeoutError, r"^no decision on everything\.echo within 1\.5 s$"),
+    ],
+)
+async def test_each_outcome_but_approved_reaches_the_calling_code_as_its_error_and_starts_nothing(
+    outcome: Approval, error: type[Exception], message: str
+) -> None:
+    seen: list[ToolCall] = []
+
+    async def decide(call: ToolCall) -> Approval:
+        seen.append(call)
+        return outcome
+
+    async with ToolServer(servers={"everything": params.everything()}) as server:
+        server.approver = FunctionApprover(decide)
+        with pytest.raises(error, match=message):
+            await call(server, "x")
+        assert server.servers.started("everything") is None
+    assert seen == [ToolCall("everything", "echo", {"message": "x"})]  # asked once, as the shared caller ""
+
+
+async def test_an_approver_that_raises_is_reported_as_a_bug_not_taken_for_a_decision() -> None:
+    async def broken(call: ToolCall) -> Approval:
+        raise KeyError("bug in the approver")
+
+    async with ToolServer(servers={"everything": params.everything()}) as server:
+        server.approver = FunctionApprover(broken)
+        with pytest.raises(ToolRunnerError, match="the tool server failed: KeyError") as info:
+            await call(server, "x")
+        assert not isinstance(info.value, ApprovalRejectedError)
+        assert server.servers.started("everything") is None
+
+
+def test_the_published_approver_names_still_import() -> None:
+    from ipybox.tool_exec.server import Approver, ToolCallRequest
+
+    assert ToolCallRequest is ToolCall
+    assert isinstance(Approver, type)

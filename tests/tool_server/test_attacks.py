@@ -20,12 +20,14 @@ import aiohttp
 import pytest
 
 from ipybox import process
-from ipybox.approval import ApprovalClient, ApprovalRequest
+from ipybox.approval import Approval, ApprovalClient, ApprovalRequest, Approved, FunctionApprover, Rejected
 from ipybox.in_kernel.tool_runner import TOKEN_ENV, ApprovalRejectedError, ToolRunner, ToolRunnerError
 from ipybox.mcp_client.registry import ServerRegistry
-from ipybox.tool_server.approver import ToolCallRequest
+from ipybox.rules import ToolCall
 from ipybox.tool_server.tool_server import ToolServer
 from tests.servers import params
+
+pytestmark = pytest.mark.integration
 
 
 def kernel_tokens(server: ToolServer) -> dict[str, str]:
@@ -137,12 +139,12 @@ async def test_the_application_token_is_no_call_token() -> None:
 async def test_each_kernel_token_names_one_caller_and_dies_when_revoked() -> None:
     seen: list[str] = []
 
-    async def approver(request: ToolCallRequest) -> str | None:
-        seen.append(request.caller)
-        return None
+    async def approver(call: ToolCall) -> Approval:
+        seen.append(call.caller)
+        return Approved()
 
     async with ToolServer(servers={"everything": params.everything()}) as server:
-        server.approver = approver
+        server.approver = FunctionApprover(approver)
         first, second = server.add_caller("a"), server.add_caller("b")
         assert len({first, second, server.kernel_env[TOKEN_ENV], server.token}) == 4
         for token in (first, second, server.kernel_env[TOKEN_ENV]):
@@ -162,9 +164,9 @@ async def test_a_call_for_an_unregistered_name_reaches_no_approver_and_starts_no
     registry.register(root, "known", params.everything())
     asked: list[str] = []
 
-    async def approver(request: ToolCallRequest) -> str | None:
-        asked.append(request.server_name)
-        return None
+    async def approver(call: ToolCall) -> Approval:
+        asked.append(call.server)
+        return Approved()
 
     async def approval_client(request: ApprovalRequest) -> None:
         asked.append(request.server_name)
@@ -177,7 +179,7 @@ async def test_a_call_for_an_unregistered_name_reaches_no_approver_and_starts_no
         async with ApprovalClient(approval_client, address=server.address, token=server.token):
             with pytest.raises(ToolRunnerError, match="no MCP server named 'evil'"):
                 await call(server, "evil", "run", {"command": "id"})
-        server.approver = approver
+        server.approver = FunctionApprover(approver)
         with pytest.raises(ToolRunnerError, match="no MCP server named 'evil'"):
             await call(server, "evil", "run", {"command": "id"})
         assert asked == []
@@ -190,9 +192,9 @@ async def test_a_rejected_call_never_starts_its_server(tmp_path: Path, via: str)
     marker = tmp_path / "started"
     seen: list[dict[str, Any]] = []
 
-    async def reject(request: ToolCallRequest) -> str | None:
-        seen.append(request.annotations)
-        return "not today"
+    async def reject(call: ToolCall) -> Approval:
+        seen.append(dict(call.annotations))
+        return Rejected("not today")
 
     async def reject_client(request: ApprovalRequest) -> None:
         seen.append(request.annotations)
@@ -200,7 +202,7 @@ async def test_a_rejected_call_never_starts_its_server(tmp_path: Path, via: str)
 
     async with ToolServer(servers={"everything": marked(marker)}, approval_required=True) as server:
         if via == "approver":
-            server.approver = reject
+            server.approver = FunctionApprover(reject)
             with pytest.raises(ApprovalRejectedError):
                 await call(server, "everything", "echo", {"message": "x"})
         else:
@@ -220,12 +222,12 @@ async def test_a_server_named_only_in_the_registry_is_not_started_before_a_decis
     registry.register(root, "planted", marked(marker))
     asked: list[str] = []
 
-    async def reject(request: ToolCallRequest) -> str | None:
-        asked.append(f"{request.server_name}.{request.tool_name}")
-        return "unknown to me"
+    async def reject(call: ToolCall) -> Approval:
+        asked.append(f"{call.server}.{call.tool}")
+        return Rejected("unknown to me")
 
     async with ToolServer(lookup=lambda name: registry.servers(root).get(name)) as server:
-        server.approver = reject
+        server.approver = FunctionApprover(reject)
         with pytest.raises(ApprovalRejectedError, match="unknown to me"):
             await call(server, "planted", "echo", {"message": "x"})
         assert server.servers.started("planted") is None
@@ -237,12 +239,12 @@ async def test_an_accepted_call_starts_its_server_after_the_decision(tmp_path: P
     marker = tmp_path / "started"
     started_when_asked: list[bool] = []
 
-    async def accept(request: ToolCallRequest) -> str | None:
+    async def accept(call: ToolCall) -> Approval:
         started_when_asked.append(marker.exists())
-        return None
+        return Approved()
 
     async with ToolServer(servers={"everything": marked(marker)}) as server:
-        server.approver = accept
+        server.approver = FunctionApprover(accept)
         assert await call(server, "everything", "echo", {"message": "x"}) == "Echo: x"
         assert marker.exists()
     assert started_when_asked == [False]
@@ -255,12 +257,12 @@ async def test_annotations_of_an_earlier_listing_decide_later_calls_without_star
     asked: list[tuple[dict[str, Any], bool]] = []
     tools = ToolServer(servers={"everything": marked(marker)})
 
-    async def approver(request: ToolCallRequest) -> str | None:
-        asked.append((request.annotations, tools.servers.started("everything") is not None))
-        return None if request.annotations.get("readOnlyHint") else "not known to be read-only"
+    async def approver(call: ToolCall) -> Approval:
+        asked.append((dict(call.annotations), tools.servers.started("everything") is not None))
+        return Approved() if call.annotations.get("readOnlyHint") else Rejected("not known to be read-only")
 
     async with tools as server:
-        server.approver = approver
+        server.approver = FunctionApprover(approver)
         # The first call: no listing yet, so no annotations (treated as "none declared": rejected here).
         with pytest.raises(ApprovalRejectedError):
             await call(server, "everything", "echo", {"message": "x"})

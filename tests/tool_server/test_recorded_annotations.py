@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from ipybox.approval import Approval, Approved, FunctionApprover, Rejected
 from ipybox.in_kernel.tool_runner import ApprovalRejectedError, ToolRunner
 from ipybox.mcp_apigen.sources import generate_mcp_sources, wait_for_stopped_servers
 from ipybox.mcp_client.registry import (
@@ -21,7 +22,7 @@ from ipybox.mcp_client.registry import (
     MAX_VALUE_CHARS,
     ServerRegistry,
 )
-from ipybox.tool_server.approver import ToolCallRequest
+from ipybox.rules import ToolCall
 from ipybox.tool_server.tool_server import ToolServer
 from tests.servers import params
 
@@ -241,14 +242,14 @@ async def call(server: ToolServer, name: str, tool: str, args: dict[str, Any]) -
     return await asyncio.to_thread(runner.run_sync, tool, args)
 
 
-def read_only(asked: list[tuple[str, dict[str, Any], bool]], marker: Path) -> Any:
+def read_only(asked: list[tuple[str, dict[str, Any], bool]], marker: Path) -> FunctionApprover:
     """An approver that accepts what is declared read-only, noting what it saw and whether the server ran."""
 
-    async def approver(request: ToolCallRequest) -> str | None:
-        asked.append((request.tool_name, request.annotations, marker.exists()))
-        return None if request.annotations.get("readOnlyHint") else "not declared read-only"
+    async def approver(call: ToolCall) -> Approval:
+        asked.append((call.tool, dict(call.annotations), marker.exists()))
+        return Approved() if call.annotations.get("readOnlyHint") else Rejected("not declared read-only")
 
-    return approver
+    return FunctionApprover(approver)
 
 
 def tool_server(registry: ServerRegistry, root: Path, servers: dict[str, Any] | None = None) -> ToolServer:
@@ -260,6 +261,7 @@ def tool_server(registry: ServerRegistry, root: Path, servers: dict[str, Any] | 
     )
 
 
+@pytest.mark.integration
 async def test_annotations_recorded_at_generation_decide_the_first_calls_before_the_server_starts(
     tmp_path: Path, registry: ServerRegistry, root: Path
 ) -> None:
@@ -281,6 +283,7 @@ async def test_annotations_recorded_at_generation_decide_the_first_calls_before_
     ]
 
 
+@pytest.mark.integration
 async def test_a_server_found_in_the_registry_only_later_gets_its_recorded_annotations(
     tmp_path: Path, registry: ServerRegistry, root: Path
 ) -> None:
@@ -309,6 +312,7 @@ async def test_a_server_given_with_other_parameters_than_recorded_gets_no_record
     assert not marker.exists()
 
 
+@pytest.mark.integration
 async def test_a_listing_in_this_process_takes_precedence_over_recorded_annotations(
     tmp_path: Path, registry: ServerRegistry, root: Path
 ) -> None:
@@ -316,12 +320,12 @@ async def test_a_listing_in_this_process_takes_precedence_over_recorded_annotati
     registry.register(root, "everything", marked(marker), {"echo": {"readOnlyHint": False, "title": "stale"}})
     seen: list[dict[str, Any]] = []
 
-    async def accept(request: ToolCallRequest) -> str | None:
-        seen.append(request.annotations)
-        return None
+    async def accept(call: ToolCall) -> Approval:
+        seen.append(dict(call.annotations))
+        return Approved()
 
     async with tool_server(registry, root) as server:
-        server.approver = accept
+        server.approver = FunctionApprover(accept)
         await call(server, "everything", "echo", {"message": "x"})  # starts the server: it lists its tools
         await server.reset()
         await call(server, "everything", "echo", {"message": "y"})

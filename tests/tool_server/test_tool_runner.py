@@ -26,6 +26,7 @@ def test_bad_address() -> None:
         ToolRunner("x", address="ftp://nope", token="t").run_sync("t", {})
 
 
+@pytest.mark.integration
 def test_imports_only_the_standard_library() -> None:
     import subprocess
     import sys

@@ -20,6 +20,8 @@ from tests.servers import params
 from tests.servers.processes import pids, tagged
 from tests.tool_server.conftest import TAG
 
+pytestmark = pytest.mark.integration
+
 
 def runner(server: ToolServer, name: str = "everything", token: str | None = None) -> ToolRunner:
     return ToolRunner(

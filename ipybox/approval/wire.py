@@ -1,0 +1,216 @@
+"""The approval wire format: JSON-RPC 2.0 text frames between an approval channel (server) and an
+`ApprovalClient`, one message per frame, each parsed into a model below on arrival.
+
+Server to client, one per tool call waiting for a decision (`ApprovalAsk`):
+
+```json
+{"jsonrpc": "2.0", "id": 7, "method": "approve",
+ "params": {"server_name": "fs", "tool_name": "write_file", "tool_args": {"path": "a"},
+            "annotations": {"destructiveHint": true}}}
+```
+
+Client to server, the decision on request `id` (`ApprovalAnswer`), `accept` a JSON boolean:
+
+```json
+{"jsonrpc": "2.0", "id": 7, "result": {"accept": true}}
+```
+
+Either way, a message that can't be used is answered with a JSON-RPC error (`ApprovalError`), its `id`
+that of the message when one could be read, else `null`:
+
+```json
+{"jsonrpc": "2.0", "id": 7, "error": {"code": -32602, "message": "params.tool_name: Field required"}}
+```
+
+Contracts: a malformed message never crashes the receiving end and never approves anything: the
+server takes a malformed answer (or an error) for a pending call as a refusal of that call, and a client
+answers a malformed request with an error, which the server takes as a refusal too. Fields a receiver
+does not know are ignored, so either end can add some; the types of known fields are strict (`accept`
+must be `true` or `false`, not `1` or `"yes"`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+
+from ipybox.errors import ApprovalFailedError
+from ipybox.rules.calls import ToolCall
+
+__all__ = [
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "PARSE_ERROR",
+    "ApprovalAnswer",
+    "ApprovalAsk",
+    "ApprovalError",
+    "ApprovalMessageError",
+    "CallParams",
+    "Decision",
+    "ErrorDetail",
+    "parse_ask",
+    "parse_reply",
+]
+
+PARSE_ERROR: Final = -32700
+"""JSON-RPC: the frame is not a JSON object."""
+INVALID_REQUEST: Final = -32600
+"""JSON-RPC: a JSON object, but not a message of this protocol."""
+INVALID_PARAMS: Final = -32602
+"""JSON-RPC: an `approve` request whose `params` are not a tool call."""
+
+
+class ApprovalMessageError(ApprovalFailedError, ValueError):
+    """A frame on the approval websocket is not a valid message; the text says what was wrong with it.
+
+    Attributes:
+        message_id: The `id` of the offending message, if it had a usable one (so the receiver can
+            answer it, or refuse the call it was about).
+        code: The JSON-RPC error code for an `ApprovalError` answering it.
+    """
+
+    def __init__(self, text: str, *, message_id: int | None = None, code: int = INVALID_REQUEST) -> None:
+        super().__init__(text)
+        self.message_id = message_id
+        self.code = code
+
+
+class _Message(BaseModel):
+    # Unknown fields are ignored (a newer peer may send more); known ones are strictly typed.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    def to_json(self) -> str:
+        """The message as one text frame."""
+        return self.model_dump_json()
+
+
+class CallParams(_Message):
+    """A tool call as the application sees it (`ApprovalAsk.params`); the caller is not sent."""
+
+    server_name: StrictStr
+    tool_name: StrictStr
+    tool_args: dict[str, Any]
+    annotations: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, call: ToolCall) -> CallParams:
+        return cls(
+            server_name=call.server,
+            tool_name=call.tool,
+            tool_args=dict(call.args),
+            annotations=dict(call.annotations),
+        )
+
+    def to_call(self) -> ToolCall:
+        return ToolCall(self.server_name, self.tool_name, self.tool_args, self.annotations)
+
+
+class ApprovalAsk(_Message):
+    """Server to client: decide on this call, and answer with its `id`."""
+
+    jsonrpc: Literal["2.0"] = "2.0"
+    id: StrictInt
+    method: Literal["approve"] = "approve"
+    params: CallParams
+
+
+class Decision(_Message):
+    """The client's decision: `accept` is `True` to let the call run."""
+
+    accept: StrictBool
+
+
+class ApprovalAnswer(_Message):
+    """Client to server: the decision on the request `id`."""
+
+    jsonrpc: Literal["2.0"] = "2.0"
+    id: StrictInt
+    result: Decision
+
+
+class ErrorDetail(_Message):
+    """A JSON-RPC error: one of the codes above, and what was wrong."""
+
+    code: StrictInt
+    message: StrictStr
+
+
+class ApprovalError(_Message):
+    """Either way: the message `id` (`None` if it had no usable one) could not be used."""
+
+    jsonrpc: Literal["2.0"] = "2.0"
+    id: StrictInt | None
+    error: ErrorDetail
+
+    @classmethod
+    def of(cls, error: ApprovalMessageError) -> ApprovalError:
+        return cls(id=error.message_id, error=ErrorDetail(code=error.code, message=str(error)))
+
+
+def parse_ask(frame: str | bytes) -> ApprovalAsk:
+    """Parse a frame the server sent.
+
+    Raises:
+        ApprovalMessageError: It is not an `approve` request with a tool call in its `params`.
+    """
+    data = _object(frame, "approval request")
+    message_id = _id_of(data)
+    if data.get("method") != "approve":
+        raise ApprovalMessageError(
+            f"not an approval request: expected method 'approve', got {data.get('method')!r}",
+            message_id=message_id,
+        )
+    try:
+        return ApprovalAsk.model_validate(data)
+    except ValidationError as e:
+        code = INVALID_PARAMS if message_id is not None else INVALID_REQUEST
+        raise ApprovalMessageError(
+            f"malformed approval request: {_explain(e)}", message_id=message_id, code=code
+        ) from None
+
+
+def parse_reply(frame: str | bytes) -> ApprovalAnswer | ApprovalError:
+    """Parse a frame the client sent: a decision, or an error about a request it could not use.
+
+    Raises:
+        ApprovalMessageError: It is neither, e.g. `{"id": 7, "result": {"accept": "yes"}}`.
+    """
+    data = _object(frame, "approval answer")
+    kind: type[ApprovalAnswer | ApprovalError] = ApprovalError if "error" in data else ApprovalAnswer
+    try:
+        return kind.model_validate(data)
+    except ValidationError as e:
+        raise ApprovalMessageError(
+            f"malformed approval answer: {_explain(e)}", message_id=_id_of(data)
+        ) from None
+
+
+def _object(frame: str | bytes, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(frame)
+    except ValueError:
+        raise ApprovalMessageError(
+            f"an {what} must be a JSON object; got non-JSON text", code=PARSE_ERROR
+        ) from None
+    if not isinstance(data, dict):
+        raise ApprovalMessageError(
+            f"an {what} must be a JSON object; got {type(data).__name__}", code=PARSE_ERROR
+        )
+    return data
+
+
+def _id_of(data: dict[str, Any]) -> int | None:
+    # A bool is an int in Python, never an id on the wire.
+    value = data.get("id")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _explain(error: ValidationError) -> str:
+    """`field.path: what is wrong` for each problem, e.g. `result.accept: Input should be a valid boolean`."""
+    parts = []
+    for problem in error.errors(include_url=False):
+        where = ".".join(str(part) for part in problem["loc"]) or "message"
+        parts.append(f"{where}: {problem['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,264 @@
+"""How kernels are started: one builder for `CodeExecutor`'s embedded gateway and the workspace supervisor.
+
+Both callers describe what their kernels get in a `KernelSetup` (working directory, environment, sandbox
+policy, where generated tool packages are) and call `start_kernel_gateway`, which builds the kernelspec
+(sandboxed when the setup has a policy), the kernel environment and the gateway, plus the `DomainProxy`
+when the policy allows domains. Nothing about kernels is decided by a caller on its own any more, so the
+SDK and `ipybox up` cannot drift apart again.
+
+The kernel environment, in order (a later source wins):
+
+1. with `prefixed_env`: `KERNEL_ENV_X` from `dotenv` and the host's environment, as `X` (ipybox 0.9's
+   workspace rule, documented for `ipybox up`);
+2. `env`, with `${VAR}` placeholders filled from the host's environment or `dotenv` when
+   `resolve_placeholders` is set (`[kernel] env` of `ipybox.toml`), else taken literally;
+3. `IPYBOX_MCPTOOLS_DIR` when `refresh_mcptools` is set (kernels re-import regenerated packages);
+4. the tool server's address and, when given, the call token that all kernels share (else no token: the
+   starter gives each kernel its own): last, so no variable above can point a kernel's tool calls
+   elsewhere or pose as a kernel.
+
+The host's environment itself never reaches a kernel: the gateway gives kernels `PATH`, `HOME`, `LANG`
+and little else, plus the above.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dotenv import dotenv_values
+
+from ipybox.config import WorkspaceConfig
+from ipybox.in_kernel.mcptools_refresh import MCPTOOLS_DIR_ENV
+from ipybox.in_kernel.tool_runner import SERVER_ENV, TOKEN_ENV
+from ipybox.kernels.gateway import KernelGateway
+from ipybox.kernels.kernelspec import KernelSpec, sandboxed_kernel_spec
+from ipybox.mcp_client.params import resolve_placeholders as _resolve_placeholders
+from ipybox.sandbox import DomainProxy, SandboxPolicy
+
+KERNEL_ENV_PREFIX = "KERNEL_ENV_"
+"""Variables of `.env` or the host named `KERNEL_ENV_X` reach kernels as `X` (with `prefixed_env`)."""
+
+
+@dataclass(frozen=True)
+class KernelSetup:
+    """What kernels are started with (see the module docstring for how the environment is made).
+
+    Attributes:
+        working_dir: The kernels' working directory (absolute).
+        env: Environment variables for kernels.
+        resolve_placeholders: Fill `${VAR}` placeholders in `env` from the host's environment or `dotenv`.
+        prefixed_env: Pass `KERNEL_ENV_X` of `dotenv` and the host's environment as `X`.
+        dotenv: The `.env` file read for placeholders and `KERNEL_ENV_*` (ignored when it does not exist).
+        sandbox: The sandbox policy kernels run under; `None` runs them unsandboxed.
+        mcptools_dir: Where the generated tool packages are (absolute).
+        refresh_mcptools: Tell kernels where `mcptools_dir` is, so regenerated packages are imported anew.
+    """
+
+    working_dir: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    resolve_placeholders: bool = False
+    prefixed_env: bool = False
+    dotenv: Path | None = None
+    sandbox: SandboxPolicy | None = None
+    mcptools_dir: Path | None = None
+    refresh_mcptools: bool = False
+
+    @property
+    def needs_proxy(self) -> bool:
+        """Whether sandboxed kernels reach the network through a `DomainProxy` (the policy allows domains)."""
+        return self.sandbox is not None and bool(self.sandbox.network.allowed_domains)
+
+    def kernel_env(
+        self, tool_address: str, tool_token: str | None = None, *, environ: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """The environment every kernel gets (a per-kernel call token is added by whoever starts it).
+
+        Args:
+            tool_address: The tool server's call address (`ToolServer.calls_address`).
+            tool_token: A call token for all kernels; `None` when each kernel gets its own.
+            environ: The host's environment (default: `os.environ`).
+
+        Raises:
+            ValueError: A `${VAR}` placeholder names a variable that is not set.
+        """
+        host = os.environ if environ is None else environ
+        env: dict[str, str] = {}
+        if self.prefixed_env:
+            env.update(_prefixed_env(self.dotenv, host))
+        if self.resolve_placeholders:
+            env.update(_resolve_placeholders(self.env, environ=host, dotenv_path=self.dotenv))
+        else:
+            env.update(self.env)
+        if self.refresh_mcptools and self.mcptools_dir is not None:
+            env[MCPTOOLS_DIR_ENV] = str(self.mcptools_dir)
+        env[SERVER_ENV] = tool_address
+        if tool_token is not None:
+            env[TOKEN_ENV] = tool_token
+        else:  # only ever the one its starter gives each kernel
+            env.pop(TOKEN_ENV, None)
+        return env
+
+    def kernel_spec(self, tool_address: str, proxy_socket: Path | None = None) -> KernelSpec | None:
+        """The kernelspec kernels are launched with: sandboxed by `sandbox`, or `None` for the default one.
+
+        Raises:
+            SandboxUnavailableError: The machine can't sandbox.
+            ValueError: Sandboxed, but the tool server does not listen on a Unix socket (a sandboxed kernel
+                has no network), or the policy allows domains and no `proxy_socket` is given.
+        """
+        if self.sandbox is None:
+            return None
+        if not tool_address.startswith("unix:"):
+            raise ValueError(
+                f"sandboxed kernels reach the tool server over a Unix socket only, not {tool_address!r}: "
+                "start the tool server without a port"
+            )
+        return sandboxed_kernel_spec(
+            self.sandbox,
+            self.working_dir,
+            tool_socket=Path(tool_address.removeprefix("unix:")),
+            proxy_socket=proxy_socket,
+        )
+
+    def prepare_dirs(self) -> None:
+        """Make what must exist before a sandboxed kernel starts.
+
+        A sandbox shows the working dir's top level as it was when its kernel started: a package directory
+        made later would stay out of its sight until a reset, so `mcptools_dir` is made now.
+        """
+        if self.sandbox is not None and self.mcptools_dir is not None:
+            self.mcptools_dir.mkdir(parents=True, exist_ok=True)
+
+
+def embedded_kernel_setup(
+    working_dir: Path,
+    kernel_env: Mapping[str, str],
+    *,
+    sandbox: SandboxPolicy | None,
+    mcptools_dir: Path,
+) -> KernelSetup:
+    """What `CodeExecutor`'s embedded gateway starts kernels with.
+
+    `kernel_env` is taken literally: no `${VAR}` placeholders, no `KERNEL_ENV_*` from `.env` or the host.
+    The SDK's caller already holds the host's environment and passes what it means to; a kernel of the
+    embedded executor gets nothing of the host that its caller did not name (README, "Kernel environment").
+    """
+    return KernelSetup(
+        working_dir=working_dir, env=dict(kernel_env), sandbox=sandbox, mcptools_dir=mcptools_dir
+    )
+
+
+def workspace_kernel_setup(config: WorkspaceConfig, workspace: Path, state_dir: Path) -> KernelSetup:
+    """What `ipybox up` starts a workspace's kernels with: `[kernel] env` with `${VAR}` placeholders filled,
+    `KERNEL_ENV_*` of the workspace's `.env` and the environment (README, "MCP server"), fresh tool
+    packages, and `[sandbox]` with ipybox's own state directory hidden.
+    """
+    return KernelSetup(
+        working_dir=workspace,
+        env=dict(config.kernel.env),
+        resolve_placeholders=True,
+        prefixed_env=True,
+        dotenv=workspace / ".env",
+        sandbox=_hide(config.sandbox.policy(), state_dir) if config.sandbox.enabled else None,
+        mcptools_dir=config.resolve(config.workspace.mcptools_dir),
+        refresh_mcptools=True,
+    )
+
+
+def _hide(policy: SandboxPolicy, path: Path) -> SandboxPolicy:
+    # Kernels never need ipybox's own state (tokens, logs, the audit log): hide it, not just protect it.
+    files = policy.filesystem.model_copy(
+        update={
+            "deny_read": [*policy.filesystem.deny_read, str(path)],
+            "deny_write": [*policy.filesystem.deny_write, str(path)],
+        }
+    )
+    return policy.model_copy(update={"filesystem": files})
+
+
+@dataclass
+class StartedKernels:
+    """A started kernel gateway and, when the sandbox allows domains, its proxy. `stop()` ends both."""
+
+    gateway: KernelGateway
+    proxy: DomainProxy | None = None
+
+    async def stop(self) -> None:
+        """Stop the gateway (and all its kernels), then the proxy. Raises what the gateway's stop raises,
+        after the proxy is stopped too."""
+        try:
+            await self.gateway.stop()
+        finally:
+            if self.proxy is not None:
+                await self.proxy.stop()
+
+
+async def start_kernel_gateway(
+    setup: KernelSetup,
+    tool_address: str,
+    *,
+    tool_token: str | None = None,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    unix_socket: Path | None = None,
+    token: str | None = None,
+    request_env: Sequence[str] = (),
+    proxy_socket: Path | None = None,
+    log_level: str = "WARNING",
+) -> StartedKernels:
+    """Start a kernel gateway whose kernels get `setup`.
+
+    Args:
+        setup: What the kernels get.
+        tool_address: The tool server's call address (`ToolServer.calls_address`).
+        tool_token: A call token for all kernels; `None` when each kernel gets its own (`request_env`).
+        host, port, unix_socket, token, request_env, log_level: As for `KernelGateway`.
+        proxy_socket: Where the `DomainProxy` listens (default: in a private directory).
+
+    Raises:
+        SandboxUnavailableError: The setup is sandboxed and the machine can't sandbox.
+        ValueError: A `${VAR}` placeholder names a variable that is not set, or see `kernel_spec`.
+    """
+    # Everything that can fail on the caller's input fails before any process starts.
+    env = setup.kernel_env(tool_address, tool_token)
+    proxy = (
+        DomainProxy(setup.sandbox.network.allowed_domains, setup.sandbox.network.denied_domains)
+        if (setup.sandbox is not None and setup.needs_proxy)
+        else None
+    )
+    try:
+        if proxy is not None:
+            proxy_socket = await proxy.start(proxy_socket)
+        setup.prepare_dirs()
+        spec = setup.kernel_spec(tool_address, proxy_socket if proxy is not None else None)
+        gateway = KernelGateway(
+            host=host,
+            port=port,
+            unix_socket=unix_socket,
+            env=env,
+            working_dir=setup.working_dir,
+            kernel_spec=spec,
+            log_level=log_level,
+            request_env=request_env,
+            token=token,
+        )
+        await gateway.start()
+    except BaseException:
+        if proxy is not None:
+            await proxy.stop()
+        raise
+    return StartedKernels(gateway, proxy)
+
+
+def _prefixed_env(dotenv: Path | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """`KERNEL_ENV_X` from `.env` and the environment (which wins), as `X`; empty values are left out."""
+    values: dict[str, str] = {}
+    if dotenv is not None and dotenv.is_file():
+        values.update((k, v) for k, v in dotenv_values(dotenv).items() if v is not None)
+    values.update(environ)
+    return {
+        k[len(KERNEL_ENV_PREFIX) :]: v for k, v in values.items() if k.startswith(KERNEL_ENV_PREFIX) and v
+    }

@@ -1,0 +1,171 @@
+"""The typed protocol of a running workspace's control endpoint: what `GET /status` reports, what each
+control request answers, and a server's outcome after `POST /servers/{name}/apply`.
+
+Contract:
+
+- The supervisor builds these models; the control endpoint serves them as JSON
+  (`model_dump(mode="json")`); `ControlClient` validates the JSON back into them. Nothing between the
+  processes is a bare `dict`.
+- `WorkspaceStatus` serializes to the JSON `ipybox status --json` has always printed (same keys, same
+  nesting), so scripts reading it keep working.
+- `ServerOutcome` is the one answer to "what became of server X": `ready` (its package is generated, at
+  `generation`), `failed` (it could not be started: `error`), `config_error` (`ipybox.toml` does not load:
+  `problems` are the ones located in `[servers.X]`, or all of them when none is, with `about_server`
+  saying which) or `absent` (the configuration that runs has no enabled server X).
+- Ids are `NewType`s of `str`: a lease, a kernel and a kernel's caller are never mixed up in a signature.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NewType
+
+from pydantic import BaseModel, ConfigDict
+
+LeaseId = NewType("LeaseId", str)
+"""An attached application's share of the workspace (`POST /leases`)."""
+KernelId = NewType("KernelId", str)
+"""A kernel of the gateway (its id there)."""
+CallerId = NewType("CallerId", str)
+"""Whom the tool server sees calling: one per pool kernel, named in its tool token."""
+CallerToken = NewType("CallerToken", str)
+"""The secret a caller's kernel authenticates its tool calls with (`IPYBOX_TOOL_TOKEN`)."""
+
+
+class _Model(BaseModel):
+    # Extra keys are ignored, not refused: a newer supervisor may report more than this client knows.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class GatewayStatus(_Model):
+    running: bool
+    pid: int | None = None
+
+
+class ToolServerStatus(_Model):
+    running: bool
+
+
+class PoolStatus(_Model):
+    """The warm pool: `size` configured, `idle` ready to lease, `leased` held by attached applications."""
+
+    size: int
+    idle: int
+    leased: int
+
+
+ServerState = Literal["starting", "ready", "failed"]
+
+
+class MCPServerStatus(_Model):
+    """Where one MCP server's generated package stands (see `Reconciler`).
+
+    Attributes:
+        state: `starting`, `ready` (package generated) or `failed` (a package from before stays).
+        tools: Tools in its package; `None` when there is none (or it is not known).
+        generation: The generation its package was written at; `None` when there is no package.
+        error: Why it failed, when it did.
+    """
+
+    state: ServerState
+    tools: int | None = None
+    generation: int | None = None
+    error: str | None = None
+
+
+class ReconcilerStatus(_Model):
+    """The reconciler's state (all empty before it applied a configuration)."""
+
+    generation: int = 0
+    servers: dict[str, MCPServerStatus] = {}
+    error: str | None = None
+    hook_errors: dict[str, str] = {}
+    mcptools_dir: str | None = None
+
+
+class WorkspaceStatus(_Model):
+    """`GET /status`: what runs in the workspace.
+
+    Attributes:
+        config_error: Why the last edit of `ipybox.toml` does not load (`file:line:column: reason` lines);
+            the last good configuration keeps running.
+        restarts: How often the supervisor restarted `gateway` and `tool_server` after they died.
+        mcp: The streamable HTTP MCP endpoint, when it is served.
+    """
+
+    workspace: str
+    pid: int
+    started_at: str
+    uptime_s: float
+    sandbox: bool
+    gateway: GatewayStatus
+    tool_server: ToolServerStatus
+    pool: PoolStatus
+    leases: int
+    kernel_generation: int
+    restarts: dict[str, int]
+    config_error: str | None = None
+    reconciler: ReconcilerStatus = ReconcilerStatus()
+    state_dir: str
+    mcp: str | None = None
+
+
+class Problem(_Model):
+    """One problem of an `ipybox.toml` that does not load (a `ConfigProblem` on the wire)."""
+
+    source: str
+    line: int | None = None
+    column: int | None = None
+    reason: str
+
+    def __str__(self) -> str:
+        if self.line is None:
+            return f"{self.source}: {self.reason}"
+        return f"{self.source}:{self.line}:{self.column or 1}: {self.reason}"
+
+
+OutcomeState = Literal["ready", "failed", "config_error", "absent"]
+
+
+class ServerOutcome(_Model):
+    """What became of one MCP server once the supervisor applied the current `ipybox.toml`.
+
+    Attributes:
+        name: The server.
+        state: `ready`, `failed`, `config_error` or `absent` (see the module docstring).
+        generation: The generation its package was written at (`ready`; also `failed` when an older
+            package stays).
+        tools: Tools in its package.
+        error: One line (or a few) saying what is wrong, for every state but `ready`.
+        problems: With `config_error`: the problems in `[servers.<name>]`, or all when none is there.
+        about_server: With `config_error`: whether `problems` are located in `[servers.<name>]`.
+    """
+
+    name: str
+    state: OutcomeState
+    generation: int | None = None
+    tools: int | None = None
+    error: str | None = None
+    problems: list[Problem] = []
+    about_server: bool = False
+
+
+class LeaseCreated(_Model):
+    lease: LeaseId
+
+
+class KernelLeased(_Model):
+    kernel_id: KernelId
+
+
+class LeaseReleased(_Model):
+    released: Literal[True] = True
+
+
+class ShutdownAccepted(_Model):
+    stopping: Literal[True] = True
+
+
+class ControlError(_Model):
+    """The body of every answer that is not 200: what went wrong, in one line."""
+
+    error: str

@@ -1,0 +1,194 @@
+"""`LeaseTable`: who holds which kernel of a running workspace, and who answers its tool calls' `ask`s.
+
+It is the one place that answers "which application answers kernel K's ask": an attached application
+holds a *lease*; the kernels it was given from the warm pool are bound to that lease; each pool kernel
+calls tools as a *caller* with a *token* of its own (issued by the tool server when the kernel started);
+and a lease's application answers `ask`s over an *approval channel* (its websocket). So a call from
+caller C is asked on the channel of the lease that holds C's kernel, and on no other.
+
+Contract:
+
+- Pure bookkeeping: no I/O, no awaits, nothing to start or stop. The supervisor does what the table tells
+  it (revoke these tokens, release these kernels, disconnect this channel).
+- Ids are `NewType`s (`LeaseId`, `KernelId`, `CallerId`, `CallerToken`).
+- A lease outlives a recycle of the kernels (`unbind_kernels`): its application gets fresh kernels under it.
+- `UnknownLeaseError` (a `KeyError`) for a lease the table does not hold; the control endpoint answers
+  404 to it.
+
+Example:
+    ```python
+    table = LeaseTable()
+    table.add_caller(CallerId("c1"), CallerToken("secret"))  # a pool kernel started
+    lease = table.new_lease()
+    table.bind(lease, KernelId("k1"), CallerId("c1"))  # the application was given that kernel
+    table.open_channel(lease, ApprovalChannel(True, 60))  # its approval websocket connected
+    assert table.answerer(CallerId("c1")) is table.channel(lease)
+    released = table.release(lease)  # -> the kernels to delete, tokens to revoke, channel to close
+    ```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from uuid import uuid4
+
+from ipybox.approval.channel import ApprovalChannel
+from ipybox.errors import WorkspaceError
+from ipybox.running.status import CallerId, CallerToken, KernelId, LeaseId
+
+
+class UnknownLeaseError(WorkspaceError, KeyError):
+    """A lease the workspace does not hold (never taken, or released)."""
+
+    def __init__(self, lease: str) -> None:
+        super().__init__(lease)
+        self.lease = lease
+
+    def __str__(self) -> str:
+        return f"unknown lease {self.lease!r} (take one with POST /leases)"
+
+
+@dataclass
+class _Lease:
+    kernels: dict[KernelId, CallerId | None] = field(default_factory=dict)
+    channel: ApprovalChannel | None = None
+
+
+@dataclass(frozen=True)
+class Released:
+    """What a released lease leaves for the supervisor to give back.
+
+    Attributes:
+        kernels: Its kernels, to return to the pool (deleted there).
+        tokens: The tool tokens of their callers, to revoke at the tool server.
+        channel: Its approval channel, to disconnect (its pending asks are then denied).
+    """
+
+    kernels: tuple[KernelId, ...]
+    tokens: tuple[CallerToken, ...]
+    channel: ApprovalChannel | None
+
+
+class LeaseTable:
+    """Leases, their kernels, the kernels' callers and tokens, and the leases' approval channels."""
+
+    def __init__(self) -> None:
+        self._leases: dict[LeaseId, _Lease] = {}
+        self._tokens: dict[CallerId, CallerToken] = {}
+        self._lease_of: dict[str, LeaseId] = {}  # caller -> lease
+
+    # -- leases
+
+    def new_lease(self) -> LeaseId:
+        lease = LeaseId(uuid4().hex)
+        self._leases[lease] = _Lease()
+        return lease
+
+    def __contains__(self, lease: object) -> bool:
+        return lease in self._leases
+
+    def __len__(self) -> int:
+        """The number of leases held."""
+        return len(self._leases)
+
+    @property
+    def leases(self) -> tuple[LeaseId, ...]:
+        return tuple(self._leases)
+
+    @property
+    def leased_kernels(self) -> int:
+        """How many kernels the leases hold together."""
+        return sum(len(entry.kernels) for entry in self._leases.values())
+
+    def kernels(self, lease: LeaseId) -> tuple[KernelId, ...]:
+        """Raises:
+        UnknownLeaseError: The table holds no such lease."""
+        return tuple(self._lease(lease).kernels)
+
+    def release(self, lease: LeaseId) -> Released:
+        """Forget a lease and its kernels' callers; returns what the supervisor gives back.
+
+        Raises:
+            UnknownLeaseError: The table holds no such lease.
+        """
+        entry = self._lease(lease)
+        del self._leases[lease]
+        tokens = [self._forget(caller) for caller in entry.kernels.values() if caller is not None]
+        return Released(tuple(entry.kernels), tuple(t for t in tokens if t is not None), entry.channel)
+
+    # -- kernels and callers
+
+    def add_caller(self, caller: CallerId, token: CallerToken) -> None:
+        """A pool kernel was started calling tools as `caller` with `token`."""
+        self._tokens[caller] = token
+
+    def bind(self, lease: LeaseId, kernel: KernelId, caller: CallerId | None) -> None:
+        """`kernel` (calling tools as `caller`, if the pool knows it) now belongs to `lease`.
+
+        Raises:
+            UnknownLeaseError: The table holds no such lease (it was released while the kernel was claimed).
+        """
+        self._lease(lease).kernels[kernel] = caller
+        if caller is not None:
+            self._lease_of[caller] = lease
+
+    def lease_of(self, caller: CallerId) -> LeaseId | None:
+        """The lease whose application answers for `caller`'s kernel (`None`: a kernel nobody holds)."""
+        return self._lease_of.get(caller)
+
+    @property
+    def callers(self) -> Mapping[str, LeaseId]:
+        """A live, read-only view of `lease_of`: caller -> lease (for an approver that looks callers up)."""
+        return MappingProxyType(self._lease_of)
+
+    def unbind_kernels(self) -> list[CallerToken]:
+        """All kernels are being replaced (a recycle or a gateway restart): leases stay, without kernels;
+        every caller is forgotten. Returns every token, to revoke at the tool server."""
+        for entry in self._leases.values():
+            entry.kernels.clear()
+        tokens = list(self._tokens.values())
+        self._tokens.clear()
+        self._lease_of.clear()
+        return tokens
+
+    # -- approval channels
+
+    def open_channel(self, lease: LeaseId, channel: ApprovalChannel) -> ApprovalChannel:
+        """The lease's approval channel: the one it has, else `channel`, which becomes its.
+
+        Raises:
+            UnknownLeaseError: The table holds no such lease.
+        """
+        entry = self._lease(lease)
+        if entry.channel is None:
+            entry.channel = channel
+        return entry.channel
+
+    def close_channel(self, lease: LeaseId, channel: ApprovalChannel) -> None:
+        """`channel` disconnected: the lease has none until its application connects again."""
+        entry = self._leases.get(lease)
+        if entry is not None and entry.channel is channel:
+            entry.channel = None
+
+    def channel(self, lease: LeaseId) -> ApprovalChannel | None:
+        entry = self._leases.get(lease)
+        return entry.channel if entry is not None else None
+
+    def answerer(self, caller: CallerId | str) -> ApprovalChannel | None:
+        """The open approval channel of the application holding `caller`'s kernel: who answers its
+        `ask`s. `None` when no lease holds it or its application is not connected."""
+        lease = self._lease_of.get(CallerId(caller))
+        channel = self.channel(lease) if lease is not None else None
+        return channel if channel is not None and channel.open else None
+
+    def _lease(self, lease: LeaseId) -> _Lease:
+        entry = self._leases.get(lease)
+        if entry is None:
+            raise UnknownLeaseError(lease)
+        return entry
+
+    def _forget(self, caller: CallerId) -> CallerToken | None:
+        self._lease_of.pop(caller, None)
+        return self._tokens.pop(caller, None)

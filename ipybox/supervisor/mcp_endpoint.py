@@ -1,0 +1,90 @@
+"""`MCPEndpoint`: the workspace's MCP server over streamable HTTP (`[endpoints] mcp = true`).
+
+Contract: an async context manager entered once by the supervisor. Entering creates the MCP server and
+listens on `[endpoints] host/port` behind a bearer token (browsers may reach it only from a page on the
+same machine); leaving stops listening and gives back every session's kernel. `sweep()` runs as one of
+the supervisor's watchers: HTTP clients may vanish without closing their session, so the kernels of
+sessions idle for `idle_for` seconds go back to the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from mcp.server.transport_security import TransportSecuritySettings
+
+from ipybox.asgi_server import BearerAuth, EmbeddedServer
+from ipybox.config import EndpointsSection
+from ipybox.mcp_server import WorkspaceMCP, create_server
+
+logger = logging.getLogger("ipybox.supervisor")
+
+MCP_SESSION_IDLE = 1800.0  # seconds, as the MCP SDK's own session idle timeout
+
+
+class MCPEndpoint:
+    """Serves a workspace's MCP server over streamable HTTP while entered.
+
+    Args:
+        workspace: The workspace directory (its supervisor must be answering on its control socket).
+        endpoints: Where to listen.
+        output_dir: Where complete outputs too long to return are saved.
+    """
+
+    def __init__(self, workspace: Path, endpoints: EndpointsSection, output_dir: Path) -> None:
+        self.workspace = workspace
+        self.endpoints = endpoints
+        self.output_dir = output_dir
+        self.token = secrets.token_urlsafe(32)
+        self._mcp: WorkspaceMCP | None = None
+        self._http: EmbeddedServer | None = None
+
+    @property
+    def url(self) -> str | None:
+        """The endpoint's URL (`None` until it listens)."""
+        if self._http is None or self._http.port is None:
+            return None
+        host = self.endpoints.host
+        return f"http://{'[' + host + ']' if ':' in host else host}:{self._http.port}/mcp"
+
+    async def __aenter__(self) -> Self:
+        host = self.endpoints.host
+        self._mcp = create_server(self.workspace, output_dir=self.output_dir)
+        local = [host, "127.0.0.1", "localhost", "[::1]"]
+        # Browsers may only reach it from a page on the same machine; other hosts are refused.
+        security = TransportSecuritySettings(
+            allowed_hosts=[f"{name}:*" for name in local],
+            allowed_origins=[f"http://{name}:*" for name in local],
+        )
+        app = self._mcp.server.streamable_http_app(transport_security=security, host=host)
+        self._http = EmbeddedServer(BearerAuth(app, self.token), "ipybox-mcp", lifespan=True)
+        try:
+            await self._http.start(host=host, port=self.endpoints.port)
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        logger.info("MCP endpoint at %s", self.url)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            await http.stop()
+        mcp, self._mcp = self._mcp, None
+        if mcp is not None:
+            await mcp.close_sessions(0)
+
+    async def sweep(self, every: float = 60, idle_for: float = MCP_SESSION_IDLE) -> None:
+        """Give back the kernels of sessions idle for `idle_for` seconds, every `every` seconds, until
+        cancelled."""
+        while True:
+            await asyncio.sleep(every)
+            if self._mcp is not None:
+                await self._mcp.close_sessions(idle_for)
