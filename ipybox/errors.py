@@ -27,6 +27,8 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     │   ├── ServerStartError             ipybox.mcp_client.errors
     │   ├── ServerConnectError           ipybox.mcp_client.errors
     │   ├── ServerTimeoutError           ipybox.mcp_client.errors
+    │   │   └── CallTimeoutError         ipybox.mcp_client.errors
+    │   ├── ResultTooLargeError          ipybox.mcp_client.errors
     │   ├── ServerNotRunningError        ipybox.mcp_client.errors
     │   └── ToolCallError                ipybox.mcp_client.errors
     ├── UnknownServerError               ipybox.mcp_client.pool              LookupError

@@ -94,12 +94,12 @@ async def sdk(runs: int, warmup: int) -> None:
 
 
 async def pool_ready(supervisor: Supervisor) -> None:
-    while supervisor.status()["pool"]["idle"] < supervisor.config.kernel.warm_pool:
+    while supervisor.status().pool.idle < supervisor.config.kernel.warm_pool:
         await asyncio.sleep(0.01)
 
 
 def gateway_pid(supervisor: Supervisor) -> int:
-    pid = supervisor.status()["gateway"]["pid"]
+    pid = supervisor.status().gateway.pid
     assert isinstance(pid, int)
     return pid
 
@@ -132,7 +132,7 @@ async def workspace(runs: int, warmup: int) -> None:
                     with reset.measure(keep):
                         await executor.reset()
                     await executor.execute("x = 1")
-                log(f"gateway restarts: {supervisor.status()['restarts']['gateway']}")
+                log(f"gateway restarts: {supervisor.status().restarts['gateway']}")
         finally:
             await supervisor.stop()
     emit("kernel.ws_execute_after_gateway_death", execute.samples_ms)

@@ -29,7 +29,7 @@ def server_table(name: str) -> str:
 
 
 async def pool_ready(supervisor: Supervisor) -> None:
-    while supervisor.status()["pool"]["idle"] < supervisor.config.kernel.warm_pool:
+    while supervisor.status().pool.idle < supervisor.config.kernel.warm_pool:
         await asyncio.sleep(0.01)
 
 

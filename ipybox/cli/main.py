@@ -137,7 +137,9 @@ def _workspace_command(parser: argparse.ArgumentParser, args: argparse.Namespace
         parser.error(f"{args.dir}: no such directory")
     if args.command == "validate":
         return workspace.validate(directory)
-    if not (directory / "ipybox.toml").is_file():
+    # `status` and `down` need only the run state: a running workspace's file may be gone.
+    keeps_running = args.command in ("status", "down") and workspace.is_running(directory)
+    if not (directory / "ipybox.toml").is_file() and not keeps_running:
         parser.error(f"{args.dir} is not a workspace: it has no ipybox.toml (see ipybox.toml.example)")
     if args.command == "up":
         return workspace.up(directory, detach=args.detach)
@@ -240,10 +242,25 @@ def _main(argv: list[str] | None) -> int:
     verbs["logs"].add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     serve = commands.add_parser("mcp", help="serve the workspace to an MCP client over stdio")
     for target in (serve, parser):  # `ipybox --workspace DIR` is ipybox 0.9's form of `ipybox mcp`
-        target.add_argument("--workspace", dest="mcp_workspace", type=Path, help="the workspace (default: .)")
-        target.add_argument("--sandbox", dest="mcp_sandbox", action="store_true", help="sandbox the kernels")
+        # The subcommand's copies default to SUPPRESS: else their defaults would replace what was given
+        # before the subcommand (`ipybox --workspace DIR mcp`).
+        default = argparse.SUPPRESS if target is serve else None
         target.add_argument(
-            "--sandbox-config", dest="mcp_sandbox_config", type=Path, help="sandbox policy file"
+            "--workspace", dest="mcp_workspace", type=Path, default=default, help="the workspace (default: .)"
+        )
+        target.add_argument(
+            "--sandbox",
+            dest="mcp_sandbox",
+            action="store_true",
+            default=argparse.SUPPRESS if target is serve else False,
+            help="sandbox the kernels",
+        )
+        target.add_argument(
+            "--sandbox-config",
+            dest="mcp_sandbox_config",
+            type=Path,
+            default=default,
+            help="sandbox policy file",
         )
     args = parser.parse_args(argv)
     if args.command == "mcp" or (args.command is None and args.mcp_workspace is not None):

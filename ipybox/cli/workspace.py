@@ -1,4 +1,9 @@
-"""`ipybox up / status / down / logs / validate`: running a workspace from the command line."""
+"""`ipybox up / status / down / logs / validate`: running a workspace from the command line.
+
+`status` and `down` need only the run state and the control endpoint: they work whatever `ipybox.toml`
+holds, or without one. The file names the state directory (`[workspace] state_dir`); when it can't be
+loaded, `.ipybox` is assumed and a "not running" answer says so.
+"""
 
 from __future__ import annotations
 
@@ -173,6 +178,28 @@ def _print_endpoints(status: WorkspaceStatus, log: Path) -> None:
     print(f"  log:      {log}")
 
 
+def is_running(workspace: Path) -> bool:
+    """Whether a supervisor runs for `workspace` (whatever its `ipybox.toml` holds)."""
+    from ipybox.running.state import NotRunningError, read_state
+
+    try:
+        read_state(workspace)
+    except NotRunningError:
+        return False
+    return True
+
+
+def _not_running(workspace: Path, error: Exception) -> str:
+    """Why nothing was found running, and, when `ipybox.toml` can't be loaded, where it was looked for."""
+    problem = validate_quietly(workspace)
+    if problem is None:
+        return str(error)
+    return (
+        f"{error}; ipybox.toml can't be loaded, so its [workspace] state_dir is not known and only .ipybox "
+        "was looked in (`ipybox validate` shows why)"
+    )
+
+
 def status(workspace: Path, as_json: bool) -> int:
     """Print what runs in the workspace; exit 1 when nothing does."""
     from ipybox.supervisor import NotRunningError
@@ -180,10 +207,11 @@ def status(workspace: Path, as_json: bool) -> int:
     try:
         info = asyncio.run(_status(workspace))
     except NotRunningError as e:
+        reason = _not_running(workspace, e)
         if as_json:
-            print(json.dumps({"running": False, "workspace": str(workspace), "reason": str(e)}, indent=2))
+            print(json.dumps({"running": False, "workspace": str(workspace), "reason": reason}, indent=2))
             return EXIT_ERROR
-        return _fail(str(e))
+        return _fail(reason)
     if as_json:
         print(json.dumps({"running": True, **info.model_dump(mode="json")}, indent=2))
         return 0
@@ -213,7 +241,7 @@ def down(workspace: Path) -> int:
     try:
         state = read_state(workspace)
     except NotRunningError as e:
-        return _fail(str(e))
+        return _fail(_not_running(workspace, e))
 
     async def shutdown() -> None:
         async with ControlClient(state) as control:

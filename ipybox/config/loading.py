@@ -4,12 +4,20 @@ reported as `file:line:column: reason`.
 `tomllib` parses the file (strict TOML 1.0; its syntax errors carry line and column). Validation errors
 are placed by key: `positions.key_positions` finds where each key is written, and a value that came
 from the environment or `.env` is blamed on its variable instead.
+
+Any file content gives a `ConfigError`, never another exception: `validate`, `status` and `down` read the
+file, and a traceback there (a `RecursionError` for `x = [[[...` 100,000 deep) left a running workspace
+that could not be stopped until the file was fixed. So before `tomllib` sees it, the file must be a
+regular file (a FIFO would block the reader) of at most `MAX_CONFIG_CHARS` characters that nests at most
+`MAX_NESTING` levels (`positions.too_deep`; `tomllib` recurses per level, and its work on a dotted key
+grows with the square of its parts).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,10 +30,17 @@ from pydantic_settings.exceptions import SettingsError
 
 from ipybox.config.diagnostics import ValueSource, problems_from_errors
 from ipybox.config.errors import ConfigError, ConfigProblem
-from ipybox.config.positions import KeyPath, key_positions
+from ipybox.config.positions import KeyPath, key_positions, too_deep
 from ipybox.config.workspace_config import ENV_NESTED_DELIMITER, ENV_PREFIX, OwnSettingsOnly, WorkspaceConfig
 
 CONFIG_FILE = "ipybox.toml"
+
+MAX_CONFIG_CHARS = 1 << 20
+"""The longest `ipybox.toml` read (an ipybox.toml is a few kilobytes)."""
+
+MAX_NESTING = 32
+"""The deepest nesting of arrays and inline tables, and the most parts of a dotted key or table name
+(ipybox.toml needs a handful of either)."""
 
 _TOML_ERROR_PLACE = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 _DOTENV_ASSIGNMENT = re.compile(r"\s*(?:export\s+)?([^\s=#]+)\s*=")
@@ -39,8 +54,9 @@ def load_config(path: str | Path) -> WorkspaceConfig:
         path: The `ipybox.toml` file, or the workspace directory containing it.
 
     Raises:
-        ConfigError: The file is missing or unreadable, is not valid TOML, or has unknown keys or values
-            that don't fit; every problem is listed with its file, line and column.
+        ConfigError: The file is missing or unreadable, is not valid TOML, nests deeper than `MAX_NESTING`,
+            or has unknown keys or values that don't fit; every problem is listed with its file, line and
+            column. Loading raises nothing else, whatever the file holds.
 
     Example:
         ```python
@@ -52,6 +68,20 @@ def load_config(path: str | Path) -> WorkspaceConfig:
     if path.is_dir():
         path = path / CONFIG_FILE
     source = _read(path)
+    deep = too_deep(source, MAX_NESTING)
+    if deep is not None:
+        (line, column), what = deep
+        raise ConfigError(
+            path, [ConfigProblem(str(path), line, column, f"{what}: an {CONFIG_FILE} needs a few")]
+        )
+    try:
+        return _load(path, source)
+    except RecursionError:  # a backstop: `too_deep` keeps every known recursion far from the limit
+        reason = f"nested too deeply to read (more than {MAX_NESTING} levels is never needed)"
+        raise ConfigError(path, [ConfigProblem(str(path), None, None, reason)]) from None
+
+
+def _load(path: Path, source: str) -> WorkspaceConfig:
     try:
         data = tomllib.loads(source)
     except tomllib.TOMLDecodeError as e:
@@ -78,7 +108,22 @@ def load_config(path: str | Path) -> WorkspaceConfig:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        # Non-blocking: opening a FIFO for reading would wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                reason = "is a directory"
+            elif not stat.S_ISREG(mode):
+                reason = f"not a regular file: {CONFIG_FILE} must be a text file"
+            else:
+                with open(fd, encoding="utf-8", closefd=False) as file:
+                    text = file.read(MAX_CONFIG_CHARS + 1)
+                if len(text) <= MAX_CONFIG_CHARS:
+                    return text
+                reason = f"longer than {MAX_CONFIG_CHARS} characters (an {CONFIG_FILE} is a few kilobytes)"
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         reason = f"no such file: create {CONFIG_FILE} (see ipybox.toml.example)"
     except IsADirectoryError:

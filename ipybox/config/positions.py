@@ -4,6 +4,10 @@ Neither `tomllib` nor `tomlkit` tells where a key is, so this scans the source i
 headers (`[a.b]`, `[[a.b]]`), dotted keys, inline tables and arrays. It is meant for documents `tomllib`
 has accepted and is lenient beyond that: on anything unexpected it finds less, it never fails.
 
+`too_deep()` is for any text, before `tomllib` sees it: `tomllib` parses arrays and inline tables by
+recursion (`x = ` + `[` * 100000 raised `RecursionError`, and so did this scanner), and its work on a
+dotted key or table header grows with the square of its parts (100,000 parts: minutes and gigabytes).
+
 Example:
     ```python
     positions = key_positions('[servers.fs]\\ncommand = "npx"\\n')
@@ -34,6 +38,16 @@ def key_positions(source: str) -> dict[KeyPath, Position]:
     return _Scanner(source).scan()
 
 
+def too_deep(source: str, limit: int) -> tuple[Position, str] | None:
+    """Where `source` first nests deeper than `limit` levels, and how; `None` when it does not.
+
+    Counted are arrays and inline tables opened inside one another (table headers' brackets too, which
+    add at most two), and the parts of one dotted key or table header. One pass over any text, without
+    recursion: strings and comments are stepped over as TOML reads them, anything else counts as written.
+    """
+    return _Scanner(source).too_deep(limit)
+
+
 class _Scanner:
     def __init__(self, text: str) -> None:
         self.text = text
@@ -57,12 +71,52 @@ class _Scanner:
             if self.i == start:
                 self.i += 1  # not TOML after all: step over it rather than loop
 
+    def too_deep(self, limit: int) -> tuple[Position, str] | None:
+        text, depth, parts, key_start = self.text, 0, 1, -1
+        while self.i < len(text):
+            i, char = self.i, text[self.i]
+            self.i += 1
+            if char == "#":
+                end = text.find("\n", i)
+                self.i = len(text) if end < 0 else end
+            elif char in "\"'":
+                if key_start < 0:
+                    key_start = i
+                if text.startswith(char * 3, i):
+                    self.i = self.multiline_string_end(i)
+                elif char == '"':
+                    self.i = self.basic_string_end(i)
+                else:
+                    end = text.find("'", i + 1)
+                    self.i = len(text) if end < 0 else end + 1
+            elif char in "[{":
+                depth += 1
+                if depth > limit:
+                    return self.position(i), f"nesting deeper than {limit} levels (arrays and inline tables)"
+                parts, key_start = 1, -1
+            elif char in "]}":
+                depth = max(depth - 1, 0)
+                parts, key_start = 1, -1
+            elif char == ".":
+                parts += 1
+                if parts > limit:
+                    place = self.position(key_start if key_start >= 0 else i)
+                    return place, f"nesting deeper than {limit} levels (a dotted key or table name)"
+            elif char in ",=\n":
+                parts, key_start = 1, -1
+            elif char not in " \t\r" and key_start < 0:
+                key_start = i
+        return None
+
+    def position(self, index: int) -> Position:
+        line = bisect.bisect_right(self.line_starts, index)
+        return line, index - self.line_starts[line - 1] + 1
+
     def peek(self, length: int = 1) -> str:
         return self.text[self.i : self.i + length]
 
     def record(self, path: KeyPath, index: int) -> None:
-        line = bisect.bisect_right(self.line_starts, index)
-        self.positions.setdefault(path, (line, index - self.line_starts[line - 1] + 1))
+        self.positions.setdefault(path, self.position(index))
 
     def skip_blank(self, newlines: bool) -> None:
         while self.i < len(self.text):

@@ -9,6 +9,8 @@ sandbox = true                        # or a table: [servers.filesystem.sandbox]
 [servers.github]                      # a remote server
 url = "https://api.githubcopilot.com/mcp/"
 headers = { Authorization = "Bearer ${GITHUB_TOKEN}" }
+call_timeout = 600                    # seconds a tool call may wait for its answer (default 300)
+max_result_size = "16MiB"             # the largest answer (default 64 MiB)
 ```
 
 A server's table is the server-parameters model of `ipybox.mcp_client.params` (the one `generate_mcp_sources`,
@@ -70,6 +72,12 @@ class StdioServerSection(StdioServerParams):
         cwd: Its working directory, relative to the workspace (default: the workspace directory).
         sandbox: Run it in a sandbox: `true` for the default policy (read all but secrets, write only the
             workspace, no network), or a table shaped like `[sandbox]`. Default: not sandboxed.
+        call_timeout: Seconds a tool call may wait for the server's answer; then the call fails with a
+            `call_timeout` error and the server is told to cancel it (it keeps serving other calls).
+            Default: 300.
+        max_result_size: The largest answer the server may send, in bytes or with a unit ("64MiB",
+            "500KB"); a larger one is read past, never held, and the call fails with a `result_too_large`
+            error. At least 64 KiB. Default: "64MiB".
         enabled: Whether the workspace uses the server; a disabled one is kept in the file only.
 
     Example:
@@ -90,8 +98,9 @@ class StdioServerSection(StdioServerParams):
                 defaults to it).
 
         Returns:
-            `{"command", "args"[, "env"][, "cwd"][, "sandbox"]}`, `sandbox` being the policy in the
-            published format (left out when the server runs unsandboxed).
+            `{"command", "args"[, "env"][, "cwd"][, "sandbox"][, "call_timeout"][, "max_result_size"]}`,
+            `sandbox` being the policy in the published format (left out when the server runs
+            unsandboxed), the limits in seconds and bytes (left out when not set).
         """
         params: dict[str, Any] = {"command": self.command, "args": list(self.args)}
         if self.env:
@@ -103,6 +112,10 @@ class StdioServerSection(StdioServerParams):
             params["cwd"] = cwd
         if (policy := self.sandbox_policy()) is not None:
             params["sandbox"] = policy.model_dump(by_alias=True)
+        if self.call_timeout is not None:
+            params["call_timeout"] = self.call_timeout
+        if self.max_result_size is not None:
+            params["max_result_size"] = int(self.max_result_size)
         return params
 
 
@@ -117,6 +130,11 @@ class RemoteServerSection(HttpServerParams):
         headers: HTTP headers sent with every request to it (e.g. `Authorization`).
         type: Its transport: `streamable_http` or `sse` (default: `sse` when the URL path contains
             `/sse`, else `streamable_http`).
+        call_timeout: Seconds a tool call may wait for the server's answer; then the call fails with a
+            `call_timeout` error and the server is told to cancel it. Default: 300.
+        max_result_size: The largest answer the server may send, in bytes or with a unit ("64MiB",
+            "500KB"); a larger one fails the call with a `result_too_large` error. At least 64 KiB.
+            Default: "64MiB".
         enabled: Whether the workspace uses the server; a disabled one is kept in the file only.
     """
 
@@ -124,7 +142,8 @@ class RemoteServerSection(HttpServerParams):
 
     def server_params(self, workspace_dir: Path | None = None) -> dict[str, Any]:
         """The server's parameters as `ipybox.mcp_client` and `generate_mcp_sources` take them, with
-        `${VAR}` placeholders left in: `{"url"[, "headers"][, "type"]}`."""
+        `${VAR}` placeholders left in: `{"url"[, "headers"][, "type"][, "call_timeout"][,
+        "max_result_size"]}`."""
         params = dump_server_params(self)
         params.pop("enabled", None)
         params.pop("headers", None)

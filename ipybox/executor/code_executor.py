@@ -124,11 +124,17 @@ class _Embedded:
                 spare_kernel=x.spare_kernel,
                 # A kernel that dies while starting is reported with the end of the gateway's log.
                 gateway_log=self.gateway.log_path if self.gateway is not None else None,
+                # A cell whose gateway died says how it died (an external gateway's is not known).
+                gateway_loss=self._gateway_loss if self.gateway is not None else None,
             )
             await self.client.connect()
         except BaseException:
             await self.stop()
             raise
+
+    async def _gateway_loss(self) -> str | None:
+        how = await self.gateway.exited(timeout=1.0) if self.gateway is not None else None
+        return f"it exited with {how}" if how is not None else None
 
     def _create_tool_server(self) -> ToolServer:
         x = self.x
@@ -246,7 +252,9 @@ class CodeExecutor:
             sandbox; never runs unsandboxed instead.
         sandbox_config: Sandbox policy file (JSON, sandbox-runtime format) extending the default policy
             (with `sandbox=True` only).
-        log_level: Log level of ipybox and its gateway (DEBUG, INFO, WARNING, ERROR, CRITICAL).
+        log_level: Log level of what the executor starts: its gateway process and embedded tool server
+            (DEBUG, INFO, WARNING, ERROR, CRITICAL). The `ipybox` logger's level is the application's to
+            set (`logging.getLogger("ipybox").setLevel(...)`): a library call never changes it.
         working_dir: The kernel's working directory (default: the current directory).
         kernel_gateway_url: Use this running gateway (e.g. Jupyter Enterprise Gateway) instead of an
             embedded one. Kernel env variables must then be named `KERNEL_*` or whitelisted by that gateway.
@@ -403,7 +411,9 @@ class CodeExecutor:
         """
         if self._backend.client is not None:
             raise RuntimeError("the code executor is already running")
-        logger.setLevel(self.log_level)
+        # No `logger.setLevel(self.log_level)`: the `ipybox` logger is the application's (an `ipybox up`
+        # that serves MCP sessions, each an executor, lost its INFO lines to it); `log_level` goes to
+        # what this executor starts.
         await self._backend.start()
 
     async def stop(self) -> None:

@@ -5,6 +5,18 @@ and keeps one persistent connection per thread to the tool server's call channel
 default), speaking one JSON object per line each way.
 The kernel only ever sends a server *name*, a tool name and arguments: which process or URL backs that
 name is decided on the host.
+
+A request starts with its token, so the channel can charge a large request to its caller before reading
+it all. The channel closes a connection left idle (minutes): one found closed before a request is sent is
+replaced at once, and one the channel closed with an `idle_timeout` line in place of an answer (the close
+crossed the request) gets the request again, once, on a new connection: that line promises nothing sent
+was run. Any other loss of the connection during a call is an error, never a resend, since the call may
+have run. When the channel refuses a request while it is still being sent (`request_too_large`), its
+error line is read after the failed send and raised as that error.
+
+`reset` is the kernel's session reset: in a workspace it stops the MCP servers this kernel used that no
+other kernel uses (shared servers keep running, other kernels' calls are not interrupted); with an
+embedded tool server, whose only caller is this kernel, every started server.
 """
 
 from __future__ import annotations
@@ -70,7 +82,18 @@ class _Connection:
 
     def exchange(self, line: bytes) -> bytes:
         """Send one request line and return the answer line (without a newline if the server hung up)."""
-        self.sock.sendall(line)
+        try:
+            self.sock.sendall(line)
+        except OSError:
+            # The channel may have refused the request mid-send and closed: its error line was sent first.
+            try:
+                readable, _, _ = select.select([self.sock], [], [], 0)
+                refusal = self.sock.recv(_CHUNK) if readable else b""
+            except OSError:
+                refusal = b""
+            if refusal.endswith(b"\n"):
+                return refusal
+            raise
         chunks: list[bytes] = []
         while True:
             chunk = self.sock.recv(_CHUNK)
@@ -157,7 +180,9 @@ class ToolRunner:
         return await asyncio.to_thread(self.run_sync, tool_name, tool_args)
 
     def reset_sync(self) -> None:
-        """Stop all MCP servers the tool server started (they start again on their next call)."""
+        """Reset this kernel's MCP servers (they start again on their next call): in a workspace, those
+        this kernel used that no other kernel uses (shared ones keep running); with an embedded tool
+        server, every started server."""
         self._request({"op": "reset"})
 
     async def reset(self) -> None:
@@ -171,7 +196,8 @@ class ToolRunner:
                 f"no tool server is configured ({SERVER_ENV} is not set): run this code through an "
                 "ipybox CodeExecutor or a running ipybox workspace"
             )
-        request["token"] = self._token or os.environ.get(TOKEN_ENV, "")
+        # The token first: the channel charges a large request to its caller from its first bytes.
+        request = {"token": self._token or os.environ.get(TOKEN_ENV, ""), **request}
         try:
             line = json.dumps(request, separators=(",", ":")).encode() + b"\n"
         except (TypeError, ValueError) as e:
@@ -186,6 +212,14 @@ class ToolRunner:
 
 
 def _exchange(address: str, line: bytes) -> dict[str, Any]:
+    answer = _exchange_once(address, line)
+    if answer.get("error", {}).get("type") == "idle_timeout":
+        # The channel closed this idle connection as the request crossed it, and ran none of it.
+        answer = _exchange_once(address, line)
+    return answer
+
+
+def _exchange_once(address: str, line: bytes) -> dict[str, Any]:
     conn = _local.conn
     if conn is not None and (conn.address != address or conn.stale()):
         # A restarted tool server closed it while idle: reconnecting is safe, nothing was sent yet.
@@ -211,7 +245,11 @@ def _exchange(address: str, line: bytes) -> dict[str, Any]:
         answer: dict[str, Any] = json.loads(reply)
     except ValueError:
         raise ToolRunnerError(f"unexpected answer from the tool server: {reply[:200]!r}") from None
-    if answer.get("error", {}).get("type") == "unauthorized":
+    if answer.get("error", {}).get("type") in _CLOSING:
         conn.close()
         _local.conn = None
     return answer
+
+
+# Errors after which the channel closes the connection.
+_CLOSING = ("unauthorized", "idle_timeout", "too_many_connections", "request_too_large")

@@ -53,6 +53,16 @@ class GatewayEndpoint:
         return "ws" + self.url.removeprefix("http")
 
 
+def describe_exit(returncode: int) -> str:
+    """How a process ended, from its return code: `signal 9 (SIGKILL)` or `exit code 1`."""
+    if returncode < 0:
+        try:
+            return f"signal {-returncode} ({signal.Signals(-returncode).name})"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
 def kernel_base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a kernel: a minimal, secret-free subset of the host's plus `extra`.
 
@@ -159,6 +169,30 @@ class KernelGateway:
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.returncode is None
+
+    async def exited(self, timeout: float) -> str | None:
+        """How the gateway process ended (`describe_exit`), waiting up to `timeout` seconds for it to be
+        seen exiting; `None` while it runs (or when it was never started).
+
+        For the error of a kernel whose connection closed: the connection closes as the process dies, a
+        moment before the process is reaped. Polled, like the supervisor's watch: `Process.wait()` (and
+        `join()`) return only once the gateway's stdout is closed too, which its kernels keep open until
+        they notice it is gone (a second or more later).
+        """
+        process = self._process
+        if process is None:
+            return None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while process.returncode is None:  # noqa: ASYNC110 (no event for it: see above)
+                    await asyncio.sleep(0.02)
+        return describe_exit(process.returncode) if process.returncode is not None else None
+
+    @property
+    def runtime_dir(self) -> Path | None:
+        """The gateway's private directory (its config, kernelspec, kernel sockets and log), made by
+        `start()` and removed by `stop()`; `None` when not started."""
+        return self._runtime_dir
 
     @property
     def log_path(self) -> Path | None:

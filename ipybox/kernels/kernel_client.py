@@ -1,4 +1,11 @@
-"""`KernelClient`: stateful code execution in an IPython kernel on a kernel gateway."""
+"""`KernelClient`: stateful code execution in an IPython kernel on a kernel gateway.
+
+A kernel that dies under an execution (its process exited, or its gateway went away: the websocket
+closes at once, also on SIGKILL) fails that execution with `KernelDiedError`, once a fresh kernel replaced
+it or could not. Its message names the cause: the process, or the gateway, with how the gateway ended when
+the `gateway_loss` hook knows (a workspace's supervisor, which restarted it; an embedded gateway's exit
+status) and the refused connection otherwise; never an empty message.
+"""
 
 from __future__ import annotations
 
@@ -98,6 +105,10 @@ class KernelClient:
             a running kernel to attach to (a workspace's warm pool).
         gateway_log: The gateway's log file (`KernelGateway.log_path`), whose end is added to the error
             about a kernel that died while starting (the kernel's own error output goes there).
+        gateway_loss: Says what became of the gateway, as a clause about it ("it exited with signal 9
+            (SIGKILL) and ipybox restarted it"), after a running kernel's connection closed and the gateway
+            did not answer; asked once the kernel was replaced, for `KernelDiedError`'s message. Whoever
+            runs the gateway knows; the client sees only a refused connection.
 
     Example:
         ```python
@@ -123,6 +134,7 @@ class KernelClient:
         ready_timeout: float = 60,
         kernel_source: Callable[[], Awaitable[str]] | None = None,
         gateway_log: Path | None = None,
+        gateway_loss: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
         if isinstance(gateway, str):
             gateway = GatewayEndpoint(f"http://{gateway}:{port}", token)
@@ -137,6 +149,7 @@ class KernelClient:
         self.ready_timeout = ready_timeout
         self.kernel_source = kernel_source
         self.gateway_log = gateway_log
+        self.gateway_loss = gateway_loss
         self._spare_deaths = 0  # spares that died while idle since one was last taken into use
         self._http: aiohttp.ClientSession | None = None
         self._kernel: KernelConnection | None = None
@@ -363,12 +376,14 @@ class KernelClient:
             if self._http is None:
                 raise RuntimeError("not connected: use 'async with KernelClient(...)' or call connect()")
             if self._kernel is None or self._kernel.dead:
-                if self._kernel is not None:
+                dead = self._kernel
+                down = await self._gateway_down(dead) if dead is not None else None
+                await self._replace_kernel()
+                if dead is not None:
                     logger.warning(
                         "the kernel died while idle (%s); continuing on a fresh kernel (its state is lost)",
-                        _death_text(self._kernel),
+                        await self._death_cause(dead, down),
                     )
-                await self._replace_kernel()
             assert self._kernel is not None
             kernel = self._kernel
             collector = OutputCollector(self.max_output_chars, self.images_dir, self.output_dir)
@@ -393,7 +408,9 @@ class KernelClient:
                     if chunk is not None:
                         yield chunk
             except KernelDied:
-                cause = await self._death_cause(kernel)
+                # Whether the gateway answers is asked before the replacement (a restarted one would),
+                # what became of it after (its supervisor knows once it restarted it).
+                down = await self._gateway_down(kernel)
                 try:
                     await self._replace_kernel()
                     after = "It was replaced by a fresh kernel: all state is lost."
@@ -401,6 +418,7 @@ class KernelClient:
                     after = "All state is lost, and no fresh kernel can be started without the gateway."
                 except Exception as e:
                     after = f"All state is lost, and no fresh kernel could be started: {e}"
+                cause = await self._death_cause(kernel, down)
                 raise KernelDiedError(
                     f"The kernel died while running this code ({cause}). {after}",
                     ename="KernelDied",
@@ -418,12 +436,21 @@ class KernelClient:
                 )
             yield result
 
-    async def _death_cause(self, kernel: KernelConnection) -> str:
+    async def _gateway_down(self, kernel: KernelConnection) -> str | None:
         if kernel.death_cause == "connection" and self._http is not None:
-            down = await gateway_down(self._http, self.endpoint)
-            if down is not None:
-                return f"the kernel gateway went away: {down}"
-        return _death_text(kernel)
+            return await gateway_down(self._http, self.endpoint)
+        return None
+
+    async def _death_cause(self, kernel: KernelConnection, down: str | None) -> str:
+        if down is None:
+            return _death_text(kernel)
+        loss = None
+        if self.gateway_loss is not None:
+            try:
+                loss = await self.gateway_loss()
+            except Exception as e:  # the error to raise is the kernel's death, not this one
+                logger.debug("could not learn what became of the kernel gateway: %s", e)
+        return f"the kernel gateway went away: {loss or down}"
 
     @staticmethod
     def _handle(

@@ -127,6 +127,14 @@ class KernelPool:
         self.callers.pop(kernel_id, None)
         await self._delete(kernel_id)
 
+    def discard(self, kernel_id: str) -> None:
+        """Delete a claimed kernel in the background (one its holder replaced: whoever claims next need not
+        wait for it to shut down)."""
+        self.callers.pop(kernel_id, None)
+        task = asyncio.create_task(self._delete(kernel_id), name="ipybox-pool-delete")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def recycle(self) -> None:
         """Replace the idle kernels (after the kernel environment or the sandbox changed)."""
         old, self._idle = self._idle, {}
@@ -209,9 +217,7 @@ class KernelPool:
         logger.warning("an idle kernel of the pool died (its process exited): replacing it")
         # The gateway restarts the dead process under the same id; a kernel that failed once is not
         # handed out, but deleted and replaced by a new one.
-        task = asyncio.create_task(self._delete(kernel.kernel_id), name="ipybox-pool-delete")
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self.discard(kernel.kernel_id)
         if self._deaths_in_a_row <= _MAX_DEATHS_IN_A_ROW:
             self.refill()
         # Otherwise the next claim starts one: no loop of kernels that die as soon as they are up.

@@ -6,6 +6,11 @@ descriptor of it, opened without following a symlink, and entries are created ne
 `O_NOFOLLOW`): if a kernel replaced the root or a package directory by a symlink, generation stops with
 a `SymlinkRefusedError` naming it rather than writing into, or deleting, what it points to. Symlinks above
 the root directory (a workspace reached through one) are followed as usual.
+
+The directories made on the way (`.<server>.tmp-<pid>_<random>` being written, `.<server>.old-...` being
+replaced, `.<server>.removed-...` by the reconciler) carry the pid of the process that made them: a
+process killed half-way leaves them behind, and `remove_stale_work_dirs` (run by `ipybox up`) removes those
+whose process is gone, never one another process is still writing.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import contextlib
 import errno
 import keyword
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -23,6 +29,7 @@ from typing import Any
 
 import mcp_types as types
 
+from ipybox import process
 from ipybox.errors import UnsafePathError
 from ipybox.mcp_apigen.names import module_names
 from ipybox.mcp_apigen.render import ToolSchema, render_package_init, render_tool_module
@@ -171,16 +178,57 @@ def open_directory(path: Path, *, create: bool = False) -> int:
 
 
 def make_temp_dir(dir_fd: int, prefix: str) -> str:
-    """Create a new directory (mode 0700) with an unpredictable name starting with `prefix` in the
-    directory `dir_fd`; returns its name."""
+    """Create a new directory (mode 0700) in the directory `dir_fd`, named `prefix`, this process's pid and
+    an unpredictable part (`.edge.tmp-4831_9f3a0c1b2d4e`); returns its name. The pid tells
+    `remove_stale_work_dirs` whether the directory is still being worked on."""
     for _ in range(100):
-        name = f"{prefix}{secrets.token_hex(6)}"
+        name = f"{prefix}{os.getpid()}_{secrets.token_hex(6)}"
         try:
             os.mkdir(name, 0o700, dir_fd=dir_fd)
         except FileExistsError:
             continue
         return name
     raise FileExistsError(errno.EEXIST, f"no free name for a directory starting with {prefix!r}")
+
+
+# The names `make_temp_dir` gives under a root directory (with a pid), and the ones older versions gave.
+_WORK_DIR = re.compile(r"\.[A-Za-z_][A-Za-z0-9_]*\.(?:tmp|old|removed)-(?:(?P<pid>[0-9]+)_)?[0-9a-f]{12}")
+
+
+def remove_stale_work_dirs(root_dir: Path) -> list[str]:
+    """Remove the directories that generating, replacing or removing a package under `root_dir` left
+    behind when the process doing it was killed: those whose pid is not alive (and those of older
+    versions, which carry no pid). Only real directories of the current user are removed.
+
+    Returns:
+        The names removed.
+
+    Raises:
+        SymlinkRefusedError: `root_dir` is a symlink.
+    """
+    try:
+        root_fd = open_directory(root_dir)
+    except FileNotFoundError:
+        return []
+    removed: list[str] = []
+    try:
+        with os.scandir(root_fd) as entries:
+            names = [entry.name for entry in entries]
+        for name in sorted(names):
+            match = _WORK_DIR.fullmatch(name)
+            if match is None or (match["pid"] is not None and process.is_alive(int(match["pid"]))):
+                continue
+            try:
+                info = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            shutil.rmtree(name, dir_fd=root_fd, ignore_errors=True)
+            removed.append(name)
+    finally:
+        os.close(root_fd)
+    return removed
 
 
 def symlink_refused(path: Path, doing: str, target: str | None) -> SymlinkRefusedError:

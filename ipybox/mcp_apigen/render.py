@@ -78,7 +78,7 @@ def render_tool_module(server_name: str, tool: ToolSchema) -> str:
             server_name=server_name,
             tool_name=tool.name,
             uses_is_none=module.uses_is_none,
-            models=[_model_view(model, module) for model in module.models],
+            models=[_model_view(model) for model in module.models],
             return_type=return_type,
             return_expr=return_expr,
         )
@@ -121,17 +121,15 @@ class _ModelView:
     fields: list[Any]
 
 
-def _model_view(model: ModelDef, module: ModuleModels) -> _ModelView:
-    config = list(model.config)
-    if module.uses_pattern:
-        # Python's re: JSON Schema patterns use lookarounds that pydantic's default engine rejects.
-        config.append(("regex_engine", '"python-re"'))
+def _model_view(model: ModelDef) -> _ModelView:
+    # No `regex_engine`: patterns run on pydantic's default, linear-time engine; those it cannot compile
+    # were left out at generation (schema.unchecked_pattern).
     return _ModelView(
         name=model.name,
         base=f"RootModel[{model.root}]" if model.root is not None else "BaseModel",
         doc=docstring(model.description, indent="    "),
         comments=list(dict.fromkeys(model.comments)),
-        config=", ".join(f"{key}={value}" for key, value in config),
+        config=", ".join(f"{key}={value}" for key, value in model.config),
         extra_type=model.extra_type,
         fields=model.fields,
     )
@@ -139,7 +137,7 @@ def _model_view(model: ModelDef, module: ModuleModels) -> _ModelView:
 
 def _imports(module: ModuleModels) -> tuple[list[str], list[str]]:
     used = set(module.imports)
-    if module.uses_pattern or any(model.config for model in module.models):
+    if any(model.config for model in module.models):
         used.add(("pydantic", "ConfigDict"))
     code = " ".join(
         _code_only(part)

@@ -12,9 +12,10 @@ turned into source by [literals][ipybox.mcp_apigen.literals].
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from pydantic_core import SchemaValidator, core_schema
 
 from ipybox.mcp_apigen.literals import NotALiteralError, py_literal, py_str
 from ipybox.mcp_apigen.names import class_name, field_name, sanitized_field_name
@@ -77,7 +78,6 @@ class ModuleModels:
     imports: set[tuple[str, str]] = field(default_factory=set)
     class_names: set[str] = field(default_factory=lambda: {"Params", "Result", "ToolRunner"})
     field_names: set[str] = field(default_factory=set)
-    uses_pattern: bool = False
     uses_is_none: bool = False
 
     def reserve_field_names(self, schema: Any) -> None:
@@ -98,6 +98,31 @@ class ModuleModels:
         name = class_name(hint, avoid)
         self.class_names.add(name)
         return name
+
+
+def unchecked_pattern(pattern: str) -> str | None:
+    """Why a generated model leaves a schema's `pattern` unchecked (a comment for the generated code), or
+    `None` when pydantic's default regex engine can check it.
+
+    Generated models check patterns with pydantic's default engine, Rust's `regex` crate, which matches in
+    linear time: with Python's `re` (the "python-re" engine) a hostile server's pattern such as `(a+)+$`
+    hung the kernel while validating arguments. Rust's engine has no look-around or backreferences
+    (JSON Schema patterns are ECMA-262 regexes, which do), and refuses patterns that compile past its
+    size limit; pydantic would raise on such a pattern when the module is imported, so it is left out,
+    with a comment, and the server, which receives the arguments, checks it. Compilability is asked of
+    pydantic-core itself (a one-field validator, 20-300 us; ~55 ms for a pattern that reaches the size
+    limit), so generation and import agree.
+    """
+    try:
+        SchemaValidator(core_schema.str_schema(pattern=pattern))
+    except Exception as e:  # SchemaError, or a pattern pydantic-core cannot even read (lone surrogates)
+        reason = str(e)
+        if "look-around" in reason:
+            return "pattern uses look-around: not checked here; the server checks it"
+        if "backreference" in reason:
+            return "pattern uses a backreference: not checked here; the server checks it"
+        return "pattern the linear-time regex engine cannot compile: not checked here; the server checks it"
+    return None
 
 
 def _kwargs(pairs: tuple[tuple[str, str], ...] | list[tuple[str, str]]) -> str:
@@ -235,12 +260,10 @@ class SchemaTranslator:
                 constraints.append((arg, repr(value)))
         pattern = schema.get("pattern")
         if isinstance(pattern, str):
-            try:
-                re.compile(pattern)
-            except (re.error, RecursionError, OverflowError):
-                self._comments.append("a pattern that is not a Python regex: not checked here")
+            unchecked = unchecked_pattern(pattern)
+            if unchecked is not None:
+                self._comments.append(unchecked)
             else:
-                self._module.uses_pattern = True
                 constraints.append(("pattern", py_str(pattern)))
         return TypeExpr(expr, tuple(constraints))
 

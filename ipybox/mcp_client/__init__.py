@@ -3,7 +3,9 @@ and turning tool results into the values sent to a kernel."""
 
 from ipybox.mcp_client.connection import MCPConnection
 from ipybox.mcp_client.errors import (
+    CallTimeoutError,
     MCPServerError,
+    ResultTooLargeError,
     ServerConnectError,
     ServerNotRunningError,
     ServerParamsError,
@@ -22,9 +24,11 @@ from ipybox.mcp_client.params import (
 from ipybox.mcp_client.results import tool_result_value
 
 __all__ = [
+    "CallTimeoutError",
     "HttpServerParams",
     "MCPConnection",
     "MCPServerError",
+    "ResultTooLargeError",
     "ServerConnectError",
     "ServerNotRunningError",
     "ServerParams",

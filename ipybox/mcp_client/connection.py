@@ -5,6 +5,17 @@ entered and left by the same task, and which raise `ExceptionGroup`s. `MCPConnec
 them in a task of its own, so `start()` and `stop()` may be called from any task, and turns every
 failure into one [MCPServerError][ipybox.mcp_client.errors.MCPServerError] with a one-line message.
 
+Every tool call is bounded, and every one is answered:
+
+- In time: `call_timeout` (the server's own, else the connection's). On expiry the call raises
+  `CallTimeoutError`; the SDK sends the server `notifications/cancelled` for it and drops a late answer.
+  The connection stays up: it is shared by other calls (other sessions' too), which a restart would fail,
+  and a server that ignores the cancellation only keeps its own work running.
+- In size: `max_result_size` (the server's own, else the connection's). Over stdio the answer is read past
+  without being held (see `ipybox.mcp_client.stdio_transport`, which also answers lines the SDK would leave
+  unanswered: lone surrogates, invalid UTF-8); over HTTP it is checked once read. Either way the call raises
+  `ResultTooLargeError` and the connection stays up.
+
 Example:
     ```python
     async with MCPConnection("time", {"command": "mcp-server-time"}) as conn:
@@ -17,13 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import math
+import re
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Mapping
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self, TextIO, TypeVar, cast
+from typing import IO, Any, Self, TypeVar
 
 import anyio
 import httpx2
@@ -31,12 +44,15 @@ import mcp_types as types
 from mcp.client._transport import TransportStreams
 from mcp.client.session import ClientSession
 from mcp.client.sse import sse_client
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 from ipybox.mcp_client.errors import (
+    CallTimeoutError,
     MCPServerError,
+    ResultTooLargeError,
     ServerConnectError,
     ServerNotRunningError,
     ServerStartError,
@@ -44,7 +60,14 @@ from ipybox.mcp_client.errors import (
     ToolCallError,
     one_line,
 )
-from ipybox.mcp_client.params import HttpServerParams, ServerParams, StdioServerParams, parse_server_params
+from ipybox.mcp_client.params import (
+    DEFAULT_MAX_RESULT_SIZE,
+    HttpServerParams,
+    ServerParams,
+    StdioServerParams,
+    parse_server_params,
+)
+from ipybox.mcp_client.stdio_transport import MESSAGE_TOO_LARGE, parse_message, stdio_transport
 from ipybox.sandbox.policy import SandboxPolicy
 
 _T = TypeVar("_T")
@@ -62,6 +85,10 @@ class MCPConnection:
             `server_params` dict (then parsed with `environ` and `dotenv_path`).
         connect_timeout: Seconds allowed for starting or reaching the server and completing the MCP
             handshake.
+        call_timeout: Seconds a tool call waits for its answer when the server's parameters set no
+            `call_timeout`; `None`: as long as the server takes.
+        max_result_size: The largest message (tool answer) in bytes when the server's parameters set no
+            `max_result_size`.
         environ: Environment for `${VAR}` placeholders in a raw dict; defaults to `os.environ`.
         dotenv_path: `.env` file for placeholders missing from `environ`.
 
@@ -75,6 +102,8 @@ class MCPConnection:
         server_params: ServerParams | Mapping[str, Any],
         *,
         connect_timeout: float = 30,
+        call_timeout: float | None = None,
+        max_result_size: int = DEFAULT_MAX_RESULT_SIZE,
         environ: Mapping[str, str] | None = None,
         dotenv_path: Path | None = None,
     ) -> None:
@@ -85,6 +114,9 @@ class MCPConnection:
         self.server_name = server_name
         self.params: ServerParams = server_params
         self.connect_timeout = connect_timeout
+        # The server's own limits win over the connection's defaults.
+        self.call_timeout = server_params.call_timeout or call_timeout
+        self.max_result_size = int(server_params.max_result_size or max_result_size)
         self._session: ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
@@ -145,13 +177,25 @@ class MCPConnection:
         self._session = None
 
     async def list_tools(self) -> list[types.Tool]:
-        """All tools of the server, following pagination."""
+        """All tools of the server, following pagination.
+
+        Raises:
+            ServerTimeoutError: A page did not come within `call_timeout` (a server that answers the
+                handshake but not this would otherwise hold everyone waiting for it to start).
+        """
         session = self._require_session()
         tools: list[types.Tool] = []
         cursor: str | None = None
         while True:
             params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-            result = await self._request(session.list_tools(params=params), "listing tools")
+            try:
+                async with asyncio.timeout(self.call_timeout):
+                    result = await self._request(session.list_tools(params=params), "listing tools")
+            except TimeoutError:
+                raise ServerTimeoutError(
+                    self.server_name,
+                    f"did not list its tools within {self.call_timeout:g} s (its call_timeout)",
+                ) from None
             tools.extend(result.tools)
             cursor = result.next_cursor
             if not cursor:
@@ -168,16 +212,33 @@ class MCPConnection:
         Args:
             name: Tool name.
             arguments: Tool arguments.
-            timeout: Seconds to wait for the result; `None` waits as long as the server takes.
+            timeout: Seconds to wait for the result; `None`: the connection's `call_timeout` (when that
+                is `None` too, as long as the server takes).
 
         Raises:
             ToolCallError: The server rejected the call (e.g. unknown tool, invalid structured output).
             ServerConnectError: The connection was lost.
-            ServerTimeoutError: No result within `timeout`.
+            CallTimeoutError: No result within the timeout (the call was cancelled on the server).
+            ResultTooLargeError: The result was larger than `max_result_size`.
         """
         session = self._require_session()
+        if (where := _lone_surrogate(arguments or {}, "")) is not None:
+            # It has no UTF-8 form: no transport could send it (the SDK's writers would fail mid-stream).
+            raise ToolCallError(
+                self.server_name,
+                name,
+                f"argument {where or 'value'} holds a lone surrogate (such as '\\ud800'), which is not valid "
+                "Unicode and can't be sent: remove it (e.g. text.encode('utf-8', 'replace').decode())",
+            )
+        timeout = timeout if timeout is not None else self.call_timeout
         call = session.call_tool(name, dict(arguments or {}), read_timeout_seconds=timeout)
-        return await self._request(call, f"calling tool {name!r}", tool_name=name)
+        result = await self._request(call, f"calling tool {name!r}", tool_name=name, timeout=timeout)
+        if not isinstance(self.params, StdioServerParams):
+            # Over stdio the transport enforced it before anything was held.
+            size = _result_size(result)
+            if size > self.max_result_size:
+                raise ResultTooLargeError(self.server_name, name, size, self.max_result_size)
+        return result
 
     def output_schema(self, tool_name: str) -> dict[str, Any] | None:
         """The output schema of a tool, as of the last `list_tools()` (`None` if it has none or was
@@ -191,16 +252,32 @@ class MCPConnection:
             raise ServerNotRunningError(self.server_name, "the connection is not started")
         return self._session
 
-    async def _request(self, request: Awaitable[_T], what: str, tool_name: str | None = None) -> _T:
+    async def _request(
+        self, request: Awaitable[_T], what: str, tool_name: str | None = None, timeout: float | None = None
+    ) -> _T:
         try:
             return await request
         except MCPError as e:
+            if tool_name is not None and (match := _SSE_EVENT_TOO_LARGE.search(e.message)):
+                # The SDK abandons the request with CONNECTION_CLOSED, but the connection is fine.
+                raise ResultTooLargeError(self.server_name, tool_name, None, int(match.group(1))) from None
             if e.code == types.CONNECTION_CLOSED or self._failure is not None:
                 raise self._failure or ServerConnectError(
                     self.server_name, f"connection lost while {what}: {e.message}"
                 ) from None
             if e.code == types.REQUEST_TIMEOUT:
+                if tool_name is not None and timeout is not None:
+                    raise CallTimeoutError(self.server_name, tool_name, timeout) from None
                 raise ServerTimeoutError(self.server_name, f"no answer while {what}: {e.message}") from None
+            if isinstance(e.data, dict) and e.data.get("ipybox") == MESSAGE_TOO_LARGE:
+                size, limit = int(e.data.get("size", 0)), int(e.data.get("limit", 0))
+                if tool_name is not None:
+                    raise ResultTooLargeError(self.server_name, tool_name, size, limit) from None
+                raise MCPServerError(
+                    self.server_name,
+                    f"the answer while {what} was {size} bytes, over the limit of {limit} bytes "
+                    "(max_result_size)",
+                ) from None
             if tool_name is not None:
                 raise ToolCallError(self.server_name, tool_name, e.message) from None
             raise MCPServerError(self.server_name, f"error while {what}: {e.message}") from None
@@ -259,15 +336,24 @@ class MCPConnection:
         if isinstance(params, StdioServerParams):
             assert stderr is not None
             if (policy := params.sandbox_policy()) is not None:
-                return _sandboxed_stdio(params, policy, stderr)
-            stdio = StdioServerParameters(
-                command=params.command, args=params.args, env=params.env or None, cwd=params.cwd
+                return _sandboxed_stdio(params, policy, stderr, self.max_result_size)
+            return stdio_transport(
+                params.command,
+                params.args,
+                env=params.env,
+                cwd=params.cwd,
+                errlog=stderr,
+                max_message_size=self.max_result_size,
             )
-            # stdio_client only needs a file descriptor to hand to the process.
-            return stdio_client(stdio, errlog=cast(TextIO, stderr))
         if params.transport == "sse":
-            return sse_client(params.url, headers=params.headers or None, timeout=self.connect_timeout)
-        return _streamable_http(params, self.connect_timeout, self._http_errors)
+            return _reparsing(
+                sse_client(params.url, headers=params.headers or None, timeout=self.connect_timeout)
+            )
+        # The HTTP read timeout must not end a call its call_timeout still allows.
+        read_timeout = max(300, self.call_timeout + 30) if self.call_timeout is not None else 300
+        return _streamable_http(
+            params, self.connect_timeout, read_timeout, self.max_result_size, self._http_errors
+        )
 
     def _translate(self, exc: BaseException, stderr: IO[bytes] | None) -> MCPServerError | None:
         """The one error to report for `exc` (an exception group is searched for its cause), or `None`
@@ -311,20 +397,66 @@ class MCPConnection:
 
 @asynccontextmanager
 async def _sandboxed_stdio(
-    params: StdioServerParams, policy: SandboxPolicy, stderr: IO[bytes]
+    params: StdioServerParams, policy: SandboxPolicy, stderr: IO[bytes], max_message_size: int
 ) -> AsyncIterator[TransportStreams]:
     from ipybox.sandbox.command import sandboxed
 
     workspace = Path(params.cwd) if params.cwd else Path.cwd()
-    async with sandboxed([params.command, *params.args], policy, workspace) as argv:
-        stdio = StdioServerParameters(command=argv[0], args=argv[1:], env=params.env or None, cwd=params.cwd)
-        async with stdio_client(stdio, errlog=cast(TextIO, stderr)) as streams:
-            yield streams
+    async with (
+        sandboxed([params.command, *params.args], policy, workspace) as argv,
+        stdio_transport(
+            argv[0],
+            argv[1:],
+            env=params.env,
+            cwd=params.cwd,
+            errlog=stderr,
+            max_message_size=max_message_size,
+        ) as streams,
+    ):
+        yield streams
+
+
+@asynccontextmanager
+async def _reparsing(
+    transport: AbstractAsyncContextManager[TransportStreams],
+) -> AsyncIterator[TransportStreams]:
+    """`transport`'s streams, with the messages its parser refused parsed again as over stdio (lone
+    surrogates and invalid UTF-8 become U+FFFD; a message that still is not JSON-RPC answers its request
+    with an error): the SSE client hands the session such a message as an exception, which the session only
+    logs, and the request it answered would never be answered."""
+    async with transport as (read, write):
+        send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+        async def forward() -> None:
+            with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):  # the session is gone
+                async with send:
+                    async for item in read:
+                        await send.send(_reparsed(item))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(forward)
+            try:
+                yield receive, write
+            finally:
+                tg.cancel_scope.cancel()
+
+
+def _reparsed(item: SessionMessage | Exception) -> SessionMessage | Exception:
+    if isinstance(item, ValidationError):
+        for problem in item.errors():
+            if problem["type"] == "json_invalid" and isinstance(problem["input"], str | bytes):
+                data = problem["input"]
+                return parse_message(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
+    return item
 
 
 @asynccontextmanager
 async def _streamable_http(
-    params: HttpServerParams, timeout: float, http_errors: list[httpx2.Response]
+    params: HttpServerParams,
+    timeout: float,
+    read_timeout: float,
+    max_result_size: int,
+    http_errors: list[httpx2.Response],
 ) -> AsyncIterator[TransportStreams]:
     async def record(response: httpx2.Response) -> None:
         if response.status_code >= 400:
@@ -333,11 +465,63 @@ async def _streamable_http(
     # Read timeout stays long: a tool call may legitimately take minutes.
     client = httpx2.AsyncClient(
         headers=params.headers or None,
-        timeout=httpx2.Timeout(timeout, read=300),
+        timeout=httpx2.Timeout(timeout, read=read_timeout),
         event_hooks={"response": [record]},
     )
-    async with client, streamable_http_client(params.url, http_client=client) as streams:
+    # An answer sent as an SSE event is one event: the SDK's default limit (1 MiB) would refuse any larger
+    # result, whatever max_result_size allows.
+    async with (
+        client,
+        streamable_http_client(params.url, http_client=client, max_sse_event_size=max_result_size) as streams,
+    ):
         yield streams
+
+
+# httpx2's message for an SSE event over `max_sse_event_size`, as the streamable HTTP client reports it.
+_SSE_EVENT_TOO_LARGE = re.compile(r"Server-sent event exceeded the (\d+) byte limit")
+
+
+def _lone_surrogate(value: Any, where: str) -> str | None:
+    """Where in `value` a string holds a lone surrogate (`args.text`), or `None`."""
+    if isinstance(value, str):
+        if value.isascii():  # constant time: the common case costs nothing
+            return None
+        try:
+            value.encode("utf-8")  # 0.2 s for 50 MB, where a regex search takes 0.6 s
+        except UnicodeEncodeError:
+            return where
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            found = _lone_surrogate(key, where) or _lone_surrogate(
+                item, f"{where}.{key}" if where else str(key)
+            )
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            if (found := _lone_surrogate(item, f"{where}[{index}]")) is not None:
+                return found
+    return None
+
+
+def _result_size(result: types.CallToolResult) -> int:
+    """About the bytes `result` took on the wire: its text, its base64 data and its structured content as
+    JSON (what a size limit is about; the envelope is left out)."""
+    size = 0
+    for block in result.content:
+        match block:
+            case types.TextContent():
+                size += len(block.text)
+            case types.ImageContent() | types.AudioContent():
+                size += len(block.data)
+            case types.EmbeddedResource(resource=types.TextResourceContents() as resource):
+                size += len(resource.text)
+            case types.EmbeddedResource(resource=types.BlobResourceContents() as resource):
+                size += len(resource.blob)
+    if result.structured_content is not None:
+        size += len(json.dumps(result.structured_content, separators=(",", ":"), ensure_ascii=False))
+    return size
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

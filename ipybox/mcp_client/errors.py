@@ -45,6 +45,57 @@ class ServerTimeoutError(MCPServerError):
     """The server did not complete the MCP handshake, or answer a request, in time."""
 
 
+class CallTimeoutError(ServerTimeoutError):
+    """A tool call got no answer within its `call_timeout`. The server was sent `notifications/cancelled`
+    for it, and its connection stays up for other calls (a late answer is dropped).
+
+    Attributes:
+        tool_name: Name of the tool.
+        timeout: The call timeout, in seconds.
+    """
+
+    def __init__(self, server_name: str, tool_name: str, timeout: float) -> None:
+        self.tool_name = tool_name
+        self.timeout = timeout
+        super().__init__(
+            server_name,
+            f"{server_name}.{tool_name} did not answer within {timeout:g} s and was cancelled; if the tool "
+            f"needs longer, raise the server's call_timeout ([servers.{server_name}] call_timeout in "
+            "ipybox.toml, or 'call_timeout' in its server_params)",
+        )
+
+
+class ResultTooLargeError(MCPServerError):
+    """A tool's answer was larger than the server's `max_result_size`. It was dropped (over stdio, read
+    past without being held), and the connection stays up for other calls.
+
+    Attributes:
+        tool_name: Name of the tool.
+        size: Size of the answer in bytes, as the server sent it (`None`: not known, since it was not read
+            to its end).
+        limit: The limit, in bytes.
+    """
+
+    def __init__(self, server_name: str, tool_name: str, size: int | None, limit: int) -> None:
+        self.tool_name = tool_name
+        self.size = size
+        self.limit = limit
+        answered = f"with {_size(size)}, more than" if size is not None else "with more than"
+        super().__init__(
+            server_name,
+            f"{server_name}.{tool_name} answered {answered} its max_result_size of {_size(limit)}: the answer "
+            f"was dropped; ask the tool for less (e.g. a page or a range), or raise the server's "
+            f"max_result_size ([servers.{server_name}] max_result_size in ipybox.toml, or 'max_result_size' "
+            "in its server_params)",
+        )
+
+
+def _size(size: int) -> str:
+    if size >= 1024 * 1024:
+        return f"{size / (1024 * 1024):.1f} MiB"
+    return f"{size / 1024:.0f} KiB" if size >= 1024 else f"{size} bytes"
+
+
 class ServerNotRunningError(MCPServerError):
     """A request was made on a connection that was never started, or was already stopped."""
 

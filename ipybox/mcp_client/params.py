@@ -24,6 +24,9 @@ The contract:
   a transport alias such as `"http"` becomes `"streamable_http"`, `sandbox` stays `true` when given as a
   flag). Validating a dump gives the same model back.
 - A server's name becomes the Python package `mcptools/<name>`: `check_server_name` is the one check.
+- `call_timeout` and `max_result_size` bound each tool call, for both kinds; left out, they are the tool
+  server's (`DEFAULT_CALL_TIMEOUT`, `DEFAULT_MAX_RESULT_SIZE`). A change to them is a change of the
+  server's parameters (the workspace restarts the server).
 
 Example:
     ```python
@@ -50,12 +53,14 @@ from dotenv import dotenv_values
 from pydantic import (
     BaseModel,
     BeforeValidator,
+    ByteSize,
     ConfigDict,
     Discriminator,
     Field,
     Tag,
     TypeAdapter,
     ValidationError,
+    WithJsonSchema,
     field_serializer,
     field_validator,
     model_validator,
@@ -88,6 +93,54 @@ _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
 _KEYWORDS = "|".join(keyword.kwlist)
 SERVER_NAME_PATTERN = rf"^(?!(?:{_KEYWORDS})$)[A-Za-z_][A-Za-z0-9_]*$"
 """Valid server names, as a JSON Schema pattern: ASCII identifiers that are not Python keywords."""
+
+DEFAULT_CALL_TIMEOUT = 300.0
+"""Seconds a tool call waits for its server's answer unless the server's `call_timeout` says otherwise.
+
+Longer than a cell's default time limit (`[kernel] timeout = 120`), so in the common case the cell's
+timeout speaks first, and equal to the read timeout the HTTP transports always had; what it bounds is the
+host side: a server that never answers no longer holds the call (and the tool server's memory for it)
+after the kernel gave up. Servers that legitimately work longer raise it in their parameters."""
+
+DEFAULT_MAX_RESULT_SIZE = 64 * 1024 * 1024
+"""Bytes of one message (a tool's answer, as the server sends it) unless the server's `max_result_size`
+says otherwise: 64 MiB, far above what a tool result meant for code should be, and low enough that a few
+concurrent ones can't exhaust the host's memory."""
+
+MIN_RESULT_SIZE = 64 * 1024
+"""The smallest `max_result_size` a server's parameters may set: the limit applies to every message the
+server sends (its handshake and tool listing too), and those must fit."""
+
+_BYTE_SIZE: TypeAdapter[ByteSize] = TypeAdapter(ByteSize)
+
+
+def _byte_size(value: Any) -> Any:
+    # pydantic's own message ("could not parse value and unit from byte string") does not say what to write.
+    if isinstance(value, str):
+        try:
+            return _BYTE_SIZE.validate_python(value)
+        except ValidationError:
+            raise PydanticCustomError(
+                "byte_size",
+                'expected a size: bytes (an integer), or a number with a unit such as "64MiB" or "500KB"',
+            ) from None
+    return value
+
+
+ResultSize = Annotated[
+    ByteSize,
+    BeforeValidator(_byte_size),
+    Field(ge=MIN_RESULT_SIZE),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": MIN_RESULT_SIZE},
+                {"type": "string", "pattern": r"^\s*\d*\.?\d+\s*[A-Za-z]*\s*$"},
+            ]
+        }
+    ),
+]
+"""A size in bytes: an integer, or a number with a unit (`"64MiB"`, `"500KB"`, `"1GB"`)."""
 
 
 def suggest_server_name(name: str) -> str:
@@ -197,6 +250,13 @@ class StdioServerParams(_Params):
             but secrets, write only `cwd`, no network), or a policy of its own in the sandbox policy
             format (e.g. `{"network": {"allowedDomains": ["api.github.com"]}}`), which may say
             `"enabled": False`.
+        call_timeout: Seconds a tool call waits for the server's answer; then it fails with
+            `CallTimeoutError` and the server is sent `notifications/cancelled` (the connection stays up).
+            Default: the tool server's (`DEFAULT_CALL_TIMEOUT`, 300 s).
+        max_result_size: The largest message the server may send (a tool's answer as it is sent), in
+            bytes or with a unit (`"64MiB"`, `"500KB"`); a larger answer is read past, never held, and
+            the call fails with `ResultTooLargeError`. At least 64 KiB. Default: the tool server's
+            (`DEFAULT_MAX_RESULT_SIZE`, 64 MiB).
     """
 
     command: str = Field(min_length=1)
@@ -206,6 +266,8 @@ class StdioServerParams(_Params):
     sandbox: Annotated[ServerSandbox | None, BeforeValidator(_flag_means_default_policy)] = Field(
         default=None, json_schema_extra=_boolean_or_table
     )
+    call_timeout: float | None = Field(default=None, gt=0)
+    max_result_size: ResultSize | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -252,6 +314,9 @@ class HttpServerParams(_Params):
         headers: HTTP headers sent with every request (e.g. `Authorization`).
         type: Transport, `streamable_http` or `sse` (`http`, `streamable-http` and `streamablehttp` are
             taken for `streamable_http`); default: see `transport`.
+        call_timeout: Seconds a tool call waits for the server's answer, as for a stdio server.
+        max_result_size: The largest tool answer, as for a stdio server (checked once it is read: an
+            HTTP response is not read past).
     """
 
     url: str
@@ -263,6 +328,8 @@ class HttpServerParams(_Params):
 
     headers: dict[str, str] = Field(default_factory=dict)
     type: Annotated[Transport | None, BeforeValidator(_normalise_transport)] = None
+    call_timeout: float | None = Field(default=None, gt=0)
+    max_result_size: ResultSize | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -6,6 +6,13 @@ the host side, so a kernel cannot make the tool server start a command or reach 
 Whether a name is known (`resolve`) and what its tools declare (`known_annotations`: from the server's
 last listing in this process, else from annotations recorded on the host for its parameters) can be
 asked without starting anything, so a call can be approved before its server starts.
+
+Servers are shared by callers (the kernels of a workspace, by the identity their call token stands for).
+`reset_caller` is a kernel's reset: it stops the started servers that caller has used and no other caller
+has used since they started or is calling now (a caller's reset takes it off the others), so one kernel's
+reset never ends another kernel's in-flight call or the server state it relies on; shared servers keep
+running. `stop()` is the workspace-wide reset, an operator's or the embedding application's action (and
+a single-kernel tool server's reset, whose one caller uses every server).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +29,7 @@ import mcp_types as types
 
 from ipybox.errors import IpyboxError
 from ipybox.mcp_client import MCPConnection, MCPServerError, ServerConnectError, parse_server_params
-from ipybox.mcp_client.params import ServerParams
+from ipybox.mcp_client.params import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_RESULT_SIZE, ServerParams
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +57,10 @@ class MCPServers:
         servers: Server parameters by name (`{"command", "args", "env"}` or `{"url", "headers", "type"}`),
             with `${VAR}` placeholders resolved here, on the host, from `environ` and `dotenv_path`.
         connect_timeout: Seconds a server gets to start and complete the MCP handshake.
+        call_timeout: Seconds a tool call waits for its answer, for servers whose parameters set no
+            `call_timeout` (`None`: no limit).
+        max_result_size: The largest tool answer in bytes, for servers whose parameters set no
+            `max_result_size`.
         environ: Environment for placeholders (default: the host's).
         dotenv_path: A `.env` file for placeholders missing from `environ`.
         lookup: Consulted for a name not in `servers`, to find servers registered on the host later.
@@ -61,12 +73,16 @@ class MCPServers:
         servers: Mapping[str, Mapping[str, Any]] | None = None,
         *,
         connect_timeout: float = 30,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+        max_result_size: int = DEFAULT_MAX_RESULT_SIZE,
         environ: Mapping[str, str] | None = None,
         dotenv_path: Path | None = None,
         lookup: Callable[[str], Mapping[str, Any] | None] | None = None,
         annotations_lookup: AnnotationsLookup | None = None,
     ) -> None:
         self.connect_timeout = connect_timeout
+        self.call_timeout = call_timeout
+        self.max_result_size = max_result_size
         self.lookup = lookup
         self.annotations_lookup = annotations_lookup
         self.environ = environ
@@ -77,6 +93,11 @@ class MCPServers:
         # The last listing of each server, kept after it stops (until its parameters change).
         self._listed: dict[str, dict[str, types.Tool]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # Who used each started server since it started, and whose calls are in flight, by server name:
+        # what `reset_caller` may stop. Calls count from before their server starts (a reset must not
+        # stop a server another caller's call is about to use) until they return.
+        self._users: dict[str, set[str]] = {}
+        self._in_flight: dict[str, Counter[str]] = {}
 
     @property
     def names(self) -> list[str]:
@@ -119,7 +140,13 @@ class MCPServers:
             params: ServerParams = parse_server_params(
                 server_name, self._params[server_name], environ=self.environ, dotenv_path=self.dotenv_path
             )
-            connection = MCPConnection(server_name, params, connect_timeout=self.connect_timeout)
+            connection = MCPConnection(
+                server_name,
+                params,
+                connect_timeout=self.connect_timeout,
+                call_timeout=self.call_timeout,
+                max_result_size=self.max_result_size,
+            )
             await connection.start()
             try:
                 tools = await connection.list_tools()
@@ -186,20 +213,62 @@ class MCPServers:
         return self._tools.get(server_name, {}).get(tool_name)
 
     async def call(
-        self, server_name: str, tool_name: str, arguments: Mapping[str, Any]
+        self, server_name: str, tool_name: str, arguments: Mapping[str, Any], *, caller: str = ""
     ) -> types.CallToolResult:
-        """Call a tool. A server whose connection broke is dropped, to be started again on the next call.
+        """Call a tool for `caller` (who it is matters to `reset_caller`). A server whose connection broke
+        is dropped, to be started again on the next call.
+
+        A call that times out or answers too much fails alone: the server keeps running for the others
+        (a timed-out call is cancelled on the server).
 
         Raises:
             UnknownServerError: No server has that name.
+            CallTimeoutError: No answer within the server's `call_timeout`.
+            ResultTooLargeError: The answer was larger than the server's `max_result_size`.
             MCPServerError: The server could not be started or the call failed.
         """
-        connection = await self.connection(server_name)
+        in_flight = self._in_flight.setdefault(server_name, Counter())
+        in_flight[caller] += 1
         try:
-            return await connection.call_tool(tool_name, arguments)
-        except ServerConnectError:
-            await self._close(server_name)
-            raise
+            connection = await self.connection(server_name)
+            self._users.setdefault(server_name, set()).add(caller)
+            try:
+                return await connection.call_tool(tool_name, arguments)
+            except ServerConnectError:
+                await self._close(server_name)
+                raise
+        finally:
+            in_flight[caller] -= 1
+            if not in_flight[caller]:
+                del in_flight[caller]
+            if not in_flight:
+                self._in_flight.pop(server_name, None)
+
+    def calls_in_flight(self, server_name: str) -> dict[str, int]:
+        """The calls to a server that have not returned yet, by caller."""
+        return dict(self._in_flight.get(server_name, {}))
+
+    def users(self, server_name: str) -> set[str]:
+        """The callers a started server serves: those that called it since it started (and have not
+        reset since), and those calling it now."""
+        return self._users.get(server_name, set()) | set(self._in_flight.get(server_name, ()))
+
+    async def reset_caller(self, caller: str) -> list[str]:
+        """A caller's reset: stop the started servers `caller` has used that no other caller has used
+        since they started or is calling now; take `caller` off the users of the others, which keep
+        running. Returns the names of the servers stopped (they start again on their next call).
+        """
+        stopped = []
+        for name in list(self._connections):
+            involved = self.users(name)
+            if caller not in involved:
+                continue
+            if involved == {caller}:
+                stopped.append(name)
+            else:
+                self._users.get(name, set()).discard(caller)
+        await asyncio.gather(*(self._close(name) for name in stopped))
+        return stopped
 
     async def stop(self, server_name: str | None = None) -> None:
         """Stop one server, or all of them (they start again on their next call)."""
@@ -207,8 +276,10 @@ class MCPServers:
         await asyncio.gather(*(self._close(name) for name in names))
 
     async def _close(self, server_name: str) -> None:
+        # All before the first await: a call arriving meanwhile starts a new server with no users yet.
         connection = self._connections.pop(server_name, None)
         self._tools.pop(server_name, None)
+        self._users.pop(server_name, None)
         if connection is not None:
             with contextlib.suppress(MCPServerError, OSError):
                 await connection.stop()

@@ -2,11 +2,14 @@
 for agents that act by writing code.
 
 Each MCP session gets a kernel of its own from the workspace's warm pool (a `CodeExecutor` attached to the
-workspace); all sessions share the workspace's tool server and its approval rules. A tool call a rule
-answers with `ask` becomes an elicitation to the MCP client when it supports them; otherwise it is
-denied, and the cell's output says which rule to add. `register_mcp_server` makes the host run what the
-client names, so it is decided by the same rules (as the call `ipybox.register_mcp_server`, asked when no
-rule decides it; see `ipybox.mcp_server.registration`) before anything is written.
+workspace); all sessions share the workspace's tool server and its approval rules. A session's kernel goes
+back to the pool when the session ends: a client's DELETE, the MCP SDK's idle timeout for clients that
+vanished, the end of stdio. `close_sessions` is the backstop for sessions whose end was not seen.
+
+A tool call a rule answers with `ask` becomes an elicitation to the MCP client when it supports them;
+otherwise it is denied, and the cell's output says which rule to add. `register_mcp_server` makes the host
+run what the client names, so it is decided by the same rules (as the call `ipybox.register_mcp_server`,
+asked when no rule decides it; see `ipybox.mcp_server.registration`) before anything is written.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import asyncio
 import base64
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,13 +104,35 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
         key = headers.get("mcp-session-id", "") if headers is not None else "stdio"
         session = sessions.get(key)
         if session is None:
-            executor = CodeExecutor(workspace=workspace, output_dir=outputs, images_dir=workspace / "images")
-            await executor.start()
-            session = sessions.setdefault(key, _Session(executor))
-            if session.executor is not executor:  # another request of the session won the race
-                await executor.stop()
+            # Shielded: when the session ends while its kernel is being leased, the request is cancelled,
+            # and cleanup in a cancelled anyio scope cannot await, so the lease stayed taken. Finished, the
+            # session is known and its end gives the lease back.
+            with anyio.CancelScope(shield=True):
+                opened = await open_session(key, ctx)
+            session = opened
         session.last_used = asyncio.get_running_loop().time()
         return session
+
+    async def open_session(key: str, ctx: Context) -> _Session:
+        executor = CodeExecutor(workspace=workspace, output_dir=outputs, images_dir=workspace / "images")
+        await executor.start()
+        session = sessions.setdefault(key, _Session(executor))
+        if session.executor is not executor:  # another request of the session won the race
+            await executor.stop()
+            return session
+        ended = _session_end(ctx)
+        if ended is not None:
+            ended.push_async_callback(end_session, key, session)
+        return session
+
+    async def end_session(key: str, session: _Session) -> None:
+        """Give back the kernel of a session that ended, once a call still finishing with it is done."""
+        async with session.lock:
+            if sessions.get(key) is not session:
+                return  # the sweep gave it back already
+            del sessions[key]
+            await session.executor.stop()
+        logger.info("MCP session %s ended: its kernel went back to the pool", key[:8])
 
     async def close_sessions(idle_for: float = 0) -> None:
         """Give back the kernels of sessions idle for `idle_for` seconds (all of them by default)."""
@@ -253,6 +279,22 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
         return "the kernel was reset"
 
     return WorkspaceMCP(server, close_sessions)
+
+
+def _session_end(ctx: Context) -> AsyncExitStack | None:
+    """What mcp unwinds when the MCP session of `ctx` ends: its connection's `exit_stack`.
+
+    mcp 2.x documents `Connection.exit_stack` as the place for per-connection cleanup (unwound, shielded,
+    when a client DELETEs its session, the SDK's idle timeout closes it, stdio ends or the server stops)
+    but gives a tool's `Context` no public way to the `Connection`: the request's `ServerSession` holds it.
+    `None` if that changes; the sweep (`close_sessions`) then gives the kernel back, later.
+    """
+    connection = getattr(ctx.request_context.session, "_connection", None)
+    stack = getattr(connection, "exit_stack", None)
+    if not isinstance(stack, AsyncExitStack):
+        logger.warning("mcp has no exit stack for this MCP session: its kernel goes back only when idle")
+        return None
+    return stack
 
 
 def _tracing() -> bool:

@@ -1,6 +1,6 @@
 """Rule-based approval of tool calls: `allow`, `deny` or `ask`, decided on the host before a call runs."""
 
-from ipybox.rules.audit import AuditEntry, AuditLog, DecidedBy
+from ipybox.rules.audit import AuditEntry, AuditLog, AuditLogContents, DecidedBy
 from ipybox.rules.calls import Decision, ToolCall, Verdict
 from ipybox.rules.models import ApprovalPolicy, ArgCondition, ExampleCall, Rule
 from ipybox.rules.tool_annotations import ANNOTATION_DEFAULTS
@@ -11,6 +11,7 @@ __all__ = [
     "ArgCondition",
     "AuditEntry",
     "AuditLog",
+    "AuditLogContents",
     "DecidedBy",
     "Decision",
     "ExampleCall",

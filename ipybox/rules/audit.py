@@ -7,16 +7,32 @@ Each decision is one JSON object on one line:
  "args": {"path": "out/a.md", "token": "[redacted]"}, "decision": "allow", "rule_id": "writes-to-out",
  "decided_by": "rule", "reason": "rule 'writes-to-out' applies"}
 ```
+
+Contract: a line is appended whole or not at all. With the disk full (`ENOSPC`) or past the file size
+limit (`EFBIG`), a write stores part of a line and fails, or stores part and reports it (a short write);
+left there, that part glued the next record to it and made the log unreadable (issue 14, item 10). So each
+line is one `write(2)` on an `O_APPEND` descriptor, under an exclusive `flock` of the log that every
+ipybox process appending to it takes (the supervisor, `ipybox mcp`); a write that fails or comes up short
+is cut back (`ftruncate`) to the size the log had before, and `record` raises `OSError`, so the decision is
+not acted on. The `flock` is what makes cutting back safe: no other ipybox process appends in between.
+A log whose last line is unterminated anyway (a crash of an older ipybox, a writer that takes no lock)
+gets the next line on a line of its own.
+
+Reading skips a damaged line instead of failing: `AuditLog.load()` returns the entries and the numbers of
+the lines it could not read; `read()` logs those at WARNING.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
+import logging
 import os
 import re
 import stat
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -37,10 +53,14 @@ _SECRET_KEY: Final = re.compile(
 # Shorter strings would redact ordinary words and numbers all over the log.
 _MIN_SECRET_LENGTH: Final = 4
 
-# One lock for every log in the process: a line is written by a single write(2) on an O_APPEND
-# descriptor, which the kernel does not interleave, but a short write is completed by a second call,
-# and those must not interleave with another thread's line.
+logger = logging.getLogger(__name__)
+
+# One lock for every log in the process (threads, and tasks through `asyncio.to_thread`); `flock` on the
+# file is the lock between processes.
 _WRITE_LOCK: Final = threading.Lock()
+# How long an append waits for another process's: one append takes microseconds, so a lock held this long
+# is held by something that is not appending (it fails the call rather than hang it).
+_FLOCK_WAIT_S: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +94,32 @@ class AuditEntry:
 
     @classmethod
     def from_json(cls, line: str) -> AuditEntry:
-        """Parse one line written by `to_json`."""
-        return cls(**json.loads(line))
+        """Parse one line written by `to_json`.
+
+        Raises:
+            ValueError: Not a line `to_json` writes (not JSON, not an object, or other fields).
+        """
+        data = json.loads(line)
+        if not isinstance(data, dict):
+            raise ValueError("an audit line is a JSON object")
+        try:
+            return cls(**data)
+        except TypeError as e:
+            raise ValueError(f"not an audit entry: {e}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditLogContents:
+    """What `AuditLog.load()` read.
+
+    Attributes:
+        entries: The entries of the lines that could be read, oldest first.
+        damaged_lines: The numbers (1-based) of the lines that could not: cut short (by a crash or a
+            full disk before ipybox wrote lines whole), glued to another, or not an audit entry.
+    """
+
+    entries: list[AuditEntry]
+    damaged_lines: list[int]
 
 
 class AuditLog:
@@ -86,7 +130,8 @@ class AuditLog:
     if it is a regular file of ours with one link (a kernel may have planted a link where it goes). Each
     append opens the file in append mode and writes the whole line with one `write` call, so lines from
     concurrent tasks, threads and processes never interleave, and a line reaches the OS before `record`
-    returns. It is a short blocking call, fine on the event loop.
+    returns; a line that does not fit (disk full) is taken back whole (see the module docstring). It is a
+    short blocking call, fine on the event loop.
 
     Args:
         path: The log file.
@@ -124,7 +169,8 @@ class AuditLog:
         Raises:
             ValueError: An `ask` verdict without exactly one of `answer` and `timed_out`, or another
                 verdict with either.
-            OSError: The line could not be written; the caller should not run the call.
+            OSError: The line could not be written (nothing of it is left in the log); the caller should
+                not run the call.
         """
         decision: Literal["allow", "deny"]
         decided_by: DecidedBy
@@ -158,7 +204,25 @@ class AuditLog:
         return entry
 
     def read(self) -> list[AuditEntry]:
-        """All entries in the log, oldest first (none if the file does not exist).
+        """All entries in the log, oldest first (none if the file does not exist). Damaged lines are
+        skipped and logged at WARNING with their numbers (`load()` returns them).
+
+        Raises:
+            OSError: The file is a symlink or not a regular file.
+        """
+        contents = self.load()
+        if contents.damaged_lines:
+            logger.warning(
+                "the audit log %s has %d damaged line(s), skipped: line %s",
+                self.path,
+                len(contents.damaged_lines),
+                ", ".join(map(str, contents.damaged_lines[:20]))
+                + (", ..." if len(contents.damaged_lines) > 20 else ""),
+            )
+        return contents.entries
+
+    def load(self) -> AuditLogContents:
+        """The entries in the log and the numbers of its damaged lines (empty if the file does not exist).
 
         Raises:
             OSError: The file is a symlink or not a regular file.
@@ -166,10 +230,19 @@ class AuditLog:
         try:
             fd = self._open(os.O_RDONLY)
         except FileNotFoundError:
-            return []
-        with os.fdopen(fd, encoding="utf-8") as file:
-            text = file.read()
-        return [AuditEntry.from_json(line) for line in text.split("\n") if line]
+            return AuditLogContents([], [])
+        with os.fdopen(fd, "rb") as file:
+            data = file.read()
+        entries: list[AuditEntry] = []
+        damaged: list[int] = []
+        for number, line in enumerate(data.split(b"\n"), start=1):
+            if not line:
+                continue
+            try:
+                entries.append(AuditEntry.from_json(line.decode("utf-8")))
+            except ValueError:  # UnicodeDecodeError and json.JSONDecodeError are ValueErrors
+                damaged.append(number)
+        return AuditLogContents(entries, damaged)
 
     def _open(self, flags: int) -> int:
         """Open the log without following a symlink (a kernel may have planted one where the log goes) or
@@ -187,7 +260,7 @@ class AuditLog:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise OSError(errno.EINVAL, f"the audit log {self.path} is not a regular file")
-            if flags & os.O_WRONLY and (info.st_nlink != 1 or info.st_uid != os.geteuid()):
+            if flags & (os.O_WRONLY | os.O_RDWR) and (info.st_nlink != 1 or info.st_uid != os.geteuid()):
                 raise OSError(
                     errno.EPERM,
                     f"the audit log {self.path} is hard-linked or owned by another user: not writing to it",
@@ -201,17 +274,58 @@ class AuditLog:
         with _WRITE_LOCK:
             if not self._prepared:
                 self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = self._open(os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            # Read-write: the last byte is read (`pread`) to see whether the log ends a line.
+            fd = self._open(os.O_RDWR | os.O_APPEND | os.O_CREAT)
             try:
                 if not self._prepared:
                     if os.fstat(fd).st_mode & 0o077:
                         os.fchmod(fd, 0o600)
                     self._prepared = True
-                view = memoryview(line)
-                while view:
-                    view = view[os.write(fd, view) :]
+                self._lock(fd)  # released by the close below
+                before = os.fstat(fd).st_size
+                if before and os.pread(fd, 1, before - 1) != b"\n":
+                    line = b"\n" + line  # an unterminated line is there already: keep it apart from ours
+                try:
+                    written = os.write(fd, line)
+                except OSError as e:  # nothing was stored: a write that stores some reports a count
+                    raise OSError(
+                        e.errno, f"the audit log {self.path} could not be written ({e.strerror})"
+                    ) from None
+                if written != len(line):
+                    self._take_back(fd, before, written)
+                    raise OSError(
+                        errno.ENOSPC,
+                        f"the audit log {self.path} could not be written: {written} of {len(line)} bytes "
+                        "fit (is the disk full, or the file size limit reached?)",
+                    )
             finally:
                 os.close(fd)
+
+    def _lock(self, fd: int) -> None:
+        """Take the log's `flock`, waiting a bounded time for another process's append."""
+        deadline = time.monotonic() + _FLOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise OSError(
+                        errno.EWOULDBLOCK,
+                        f"the audit log {self.path} has been locked by another process for "
+                        f"{_FLOCK_WAIT_S:.0f} s: not writing to it",
+                    ) from None
+                time.sleep(0.001)
+
+    def _take_back(self, fd: int, before: int, written: int) -> None:
+        """Cut the log back to `before` bytes after a write that stored `written` bytes of a line, when
+        nothing but those bytes came after (a writer that takes no lock may have appended meanwhile: its
+        line is not cut, and the next append starts a line of its own after the damaged one)."""
+        try:
+            if os.fstat(fd).st_size == before + written:
+                os.ftruncate(fd, before)
+        except OSError as e:  # shrinking needs no space; if it fails all the same, the reader skips it
+            logger.error("could not take a partial line back out of the audit log %s: %s", self.path, e)
 
 
 class _Redactor:

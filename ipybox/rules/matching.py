@@ -3,6 +3,11 @@
 Globs and regexes are compiled once, when the policy loads, so matching a call costs a few dictionary
 look-ups and regex matches. The semantics are documented on `Rule` and `ArgCondition`.
 
+Rule regexes run on RE2 ([linear_regex][ipybox.rules.linear_regex]), in time linear in the argument:
+with Python's backtracking `re`, `(a+)+` against 28 characters held the supervisor's event loop for 22 s.
+Globs stay on Python's `re`: `fnmatch.translate` emits no nested quantifiers (runs of `*` are emulated
+atomically), so a glob cannot backtrack catastrophically.
+
 This module sits below [models][ipybox.rules.models], which compiles its rules with it: it reads a rule
 through `RuleFields` and `ConditionFields`, the fields it needs, which the models have, and never imports
 them.
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from ipybox.rules.calls import Decision, ToolCall
+from ipybox.rules.linear_regex import LinearRegex
 from ipybox.rules.tool_annotations import annotation_value
 
 
@@ -130,6 +136,18 @@ class _ArgCheck:
     text: str
     holds: Callable[[Any], bool]
     strings_only: bool
+    regex: bool = False
+
+    def cannot_judge(self, value: Any) -> tuple[str, str] | None:
+        """Why this string condition cannot judge `value` (which then counts by the rule's decision), and
+        what kind of value that is, for messages."""
+        if not self.strings_only or value is ABSENT:
+            return None
+        if not isinstance(value, str):
+            return "is not a string", "a non-string"
+        if self.regex and _unreadable(value):
+            return "has lone surrogates, which the regex engine cannot read", "such a string"
+        return None
 
 
 def _equals(expected: Any) -> Callable[[Any], bool]:
@@ -152,6 +170,26 @@ def _string(match: Callable[[str], object], *, negate: bool, on_non_string: bool
         return value is not ABSENT and on_non_string
 
     return holds
+
+
+def _regex(regex: LinearRegex, *, on_non_string: bool) -> Callable[[Any], bool]:
+    def holds(value: Any) -> bool:
+        if isinstance(value, str):
+            matched = regex.fullmatch(value)
+            # None: lone surrogates, which RE2 cannot read; judged like a non-string.
+            return on_non_string if matched is None else matched
+        return value is not ABSENT and on_non_string
+
+    return holds
+
+
+def _unreadable(value: Any) -> bool:
+    """A string with lone surrogates: a regex cannot judge it (see `LinearRegex.fullmatch`)."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _exists(expected: bool) -> Callable[[Any], bool]:
@@ -180,9 +218,8 @@ def _arg_checks(key: str, condition: ConditionFields, *, on_non_string: bool) ->
             holds = _string(match, negate=negate, on_non_string=on_non_string)
             yield _ArgCheck(path, key, f"{name} = {show(pattern)}", holds, True)
     if condition.regex is not None:
-        regex = re.compile(condition.regex)
-        holds = _string(regex.fullmatch, negate=False, on_non_string=on_non_string)
-        yield _ArgCheck(path, key, f"regex = {show(condition.regex)}", holds, True)
+        holds = _regex(LinearRegex(condition.regex), on_non_string=on_non_string)
+        yield _ArgCheck(path, key, f"regex = {show(condition.regex)}", holds, True, regex=True)
     if condition.exists is not None:
         yield _ArgCheck(path, key, f"exists = {show(condition.exists)}", _exists(condition.exists), False)
 
@@ -258,10 +295,11 @@ class RuleMatcher:
                 continue
             if value is ABSENT:
                 return f"argument {check.key!r} is absent, so {check.text} does not hold"
-            if check.strings_only and not isinstance(value, str):
+            if (unjudged := check.cannot_judge(value)) is not None:
+                why, kind = unjudged
                 return (
-                    f"argument {check.key!r} = {show(value)} is not a string, and {check.text} "
-                    "never holds for a non-string in an allow rule"
+                    f"argument {check.key!r} = {show(value)} {why}, and {check.text} "
+                    f"never holds for {kind} in an allow rule"
                 )
             return f"argument {check.key!r} = {show(value)} does not satisfy {check.text}"
         return None
@@ -279,9 +317,9 @@ class RuleMatcher:
             value = lookup(call.args, check.path)
             if value is ABSENT:
                 reasons.append(f"argument {check.key!r} is absent ({check.text})")
-            elif check.strings_only and not isinstance(value, str):
+            elif (unjudged := check.cannot_judge(value)) is not None:
                 reasons.append(
-                    f"argument {check.key!r} = {show(value)} is not a string, which counts as satisfying "
+                    f"argument {check.key!r} = {show(value)} {unjudged[0]}, which counts as satisfying "
                     f"{check.text} in a {self.decision} rule"
                 )
             else:

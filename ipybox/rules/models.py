@@ -22,8 +22,10 @@ args = { path = { not_glob = "out/**" } }  # argument conditions, all must hold
 decision = "deny"
 ```
 
-Loading the table validates it completely: unknown keys, invalid regexes, unknown annotations and rules
-whose `match`/`not_match` examples disagree with them are errors that name the rule.
+Loading the table validates it completely: unknown keys, invalid regexes (and regexes a linear-time
+engine cannot run), unknown annotations and rules whose `match`/`not_match` examples disagree with them
+are errors that name the rule. Checking the examples runs the same linear-time matching as deciding
+calls: with Python's `re`, `ipybox validate` of a `(a+)+` rule with a 28-character example took 83 s.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from pydantic import (
 
 from ipybox.rules.calls import Decision, ToolCall, Verdict
 from ipybox.rules.engine import RuleEngine
+from ipybox.rules.linear_regex import LinearRegex
 from ipybox.rules.matching import show
 from ipybox.rules.tool_annotations import ANNOTATION_DEFAULTS, check_annotation_names
 
@@ -81,7 +84,9 @@ class ArgCondition(_Strict):
             Globs match the text, not a resolved path: `out/*` matches `out/../secret`; add a `regex` to
             refuse `..`.
         not_glob: The value is a string not matching this glob.
-        regex: The value is a string this regex matches in full.
+        regex: The value is a string this regex matches in full. Written as for Python's `re` and run by
+            a linear-time engine (RE2), so no argument can make matching slow; look-around,
+            backreferences and `\\b`, which that engine cannot do, are refused when the file loads.
         exists: `true`: the argument is present (with any value, even null); `false`: it is absent.
     """
 
@@ -99,10 +104,7 @@ class ArgCondition(_Strict):
     @classmethod
     def _regex_compiles(cls, value: str | None) -> str | None:
         if value is not None:
-            try:
-                re.compile(value)
-            except re.error as e:
-                raise ValueError(f"invalid regex {value!r}: {e}") from None
+            LinearRegex(value)  # raises ValueError naming what is wrong, or unsupported, and what to do
         return value
 
     @field_validator("one_of")

@@ -3,6 +3,7 @@ pool, and the websocket on which the workspace asks the application about tool c
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -14,6 +15,8 @@ from ipybox.kernels.kernel_client import KernelClient
 from ipybox.running.control_client import ControlClient
 from ipybox.running.state import read_state
 from ipybox.running.status import LeaseId
+
+_closing: set[asyncio.Future[None]] = set()  # leases being given back after a failed open
 
 
 class WorkspaceSession:
@@ -52,8 +55,10 @@ class WorkspaceSession:
             max_output_chars=max_output_chars,
             spare_kernel=False,  # the workspace's pool is the spare
             kernel_source=self._lease_kernel,
+            gateway_loss=self._gateway_loss,
         )
         self._approvals: ApprovalClient | None = None
+        self._lost: str | None = None  # the last lease answer's `lost`, until asked for
 
     async def open(self) -> None:
         """Take a lease, connect its approval websocket and a kernel from the pool.
@@ -73,7 +78,13 @@ class WorkspaceSession:
             await self._approvals.connect()
             await self.kernel_client.connect()
         except BaseException:
-            await self.close()
+            # In a task of its own: under a cancelled anyio scope (an MCP session closed while opening)
+            # every await of this task fails at once, and the lease would be kept until the sweep.
+            closing = asyncio.ensure_future(self.close())
+            _closing.add(closing)
+            closing.add_done_callback(_closing.discard)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(closing)
             raise
 
     async def close(self) -> None:
@@ -92,7 +103,16 @@ class WorkspaceSession:
 
     async def _lease_kernel(self) -> str:
         assert self.lease is not None
-        return await self.control.lease_kernel(self.lease)
+        self._lost = None  # a stale answer must not explain a later death
+        leased = await self.control.take_kernel(self.lease)
+        self._lost = leased.lost
+        return leased.kernel_id
+
+    async def _gateway_loss(self) -> str | None:
+        # The supervisor restarted the gateway before it answered the lease of the replacement kernel,
+        # and said so in that answer.
+        lost, self._lost = self._lost, None
+        return lost
 
     async def _on_request(self, request: ApprovalRequest) -> None:
         resume = self.pause_timer()

@@ -88,7 +88,12 @@ class ControlClient:
         return (await self._call("POST", "/leases", LeaseCreated)).lease
 
     async def lease_kernel(self, lease: LeaseId) -> KernelId:
-        return (await self._call("POST", f"/leases/{lease}/kernels", KernelLeased)).kernel_id
+        return (await self.take_kernel(lease)).kernel_id
+
+    async def take_kernel(self, lease: LeaseId) -> KernelLeased:
+        """A kernel from the pool for `lease`, in place of the one it held, and why the workspace took
+        that one if it did (`KernelLeased.lost`)."""
+        return await self._call("POST", f"/leases/{lease}/kernels", KernelLeased)
 
     async def release(self, lease: LeaseId) -> None:
         await self._call("DELETE", f"/leases/{lease}", LeaseReleased)

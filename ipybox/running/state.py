@@ -1,6 +1,14 @@
 """What a running workspace leaves in its state directory (`.ipybox/` by default) for the CLI and for
 applications that attach: where its endpoints are and their tokens (`state.json`, mode 0600), the lock
-that makes a second `ipybox up` refuse to start, and its log.
+that makes a second `ipybox up` refuse to start, its log, and the private directories it made elsewhere
+(`run.json`).
+
+A supervisor killed with SIGKILL stops nothing and removes nothing: its run directory of sockets and its
+gateway's runtime directory stay in `$TMPDIR`, and `state.json` names a dead process. It records those
+directories in `run.json` as it makes them, so the next `ipybox up`, once it holds the lock (which proves
+that no supervisor of this workspace is alive: the OS released the killed one's), removes them with
+`remove_leftovers`. Only what `run.json` names is removed, and only directories named `ipybox-*` of the
+current user: a `run.json` that is not ipybox's can't make `up` delete anything else.
 
 A kernel of an earlier `CodeExecutor(sandbox=True)` session may have created the state directory, with
 symlinks or hard links in it, before any `ipybox up` (often run as root) made it. So the host never
@@ -25,7 +33,9 @@ import io
 import json
 import logging
 import os
+import shutil
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -36,6 +46,8 @@ from ipybox import process
 from ipybox.config import CONFIG_FILE, ConfigError, load_config
 from ipybox.errors import UnsafePathError, WorkspaceError
 from ipybox.safefs import DIR_FLAGS, replace_file
+
+logger = logging.getLogger(__name__)
 
 
 class AlreadyRunningError(WorkspaceError, RuntimeError):
@@ -84,6 +96,10 @@ class StatePaths:
     @property
     def log(self) -> Path:
         return self.dir / "logs" / "supervisor.log"
+
+    @property
+    def run_record(self) -> Path:
+        return self.dir / "run.json"
 
     @property
     def audit(self) -> Path:
@@ -146,9 +162,13 @@ class SupervisorLock:
 def write_state(paths: StatePaths, state: SupervisorState) -> None:
     """Write `state.json` atomically, readable by the owner only: a new file, renamed over the old one (or
     over whatever a kernel left there, never through it)."""
+    _replace_state_file(paths, paths.state.name, state)
+
+
+def _replace_state_file(paths: StatePaths, name: str, model: BaseModel) -> None:
     dir_fd = _open_dir(paths.dir, paths.dir, write=True)
     try:
-        replace_file(dir_fd, paths.state.name, state.model_dump_json(indent=2))
+        replace_file(dir_fd, name, model.model_dump_json(indent=2))
     finally:
         os.close(dir_fd)
 
@@ -173,6 +193,79 @@ def read_state(workspace: Path) -> SupervisorState:
             "start it again with `ipybox up`)"
         )
     return state
+
+
+class RunRecord(BaseModel):
+    """`run.json`: the private directories a running supervisor made outside the state directory."""
+
+    pid: int
+    dirs: list[str]
+
+
+# What a supervisor names its private directories (the run directory `ipybox-ws-*`, the gateway's
+# `ipybox-gateway-*`): nothing else is removed as a leftover.
+_PRIVATE_DIR_PREFIX = "ipybox-"
+
+
+def record_run_dirs(paths: StatePaths, dirs: Iterable[Path]) -> None:
+    """Record (replacing the record) the private directories the running supervisor made outside the state
+    directory, for `remove_leftovers` to remove should it be killed before it removes them itself."""
+    record = RunRecord(pid=os.getpid(), dirs=[str(path) for path in dirs])
+    _replace_state_file(paths, paths.run_record.name, record)
+
+
+def forget_run_dirs(paths: StatePaths) -> None:
+    """Remove `run.json` (the supervisor removed its directories itself)."""
+    with contextlib.suppress(OSError):
+        paths.run_record.unlink(missing_ok=True)
+
+
+def remove_leftovers(paths: StatePaths) -> list[str]:
+    """Remove what a killed supervisor of this workspace left: the directories `run.json` names, and
+    `run.json` and `state.json` themselves. Call it holding the `SupervisorLock`, which proves that the
+    supervisor that wrote them is gone.
+
+    Returns:
+        What was removed (paths), for the log.
+    """
+    removed: list[str] = []
+    record: RunRecord | None = None
+    try:
+        fd = open_state_file(paths, paths.run_record.name, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as file:
+            record = RunRecord.model_validate_json(file.read(_MAX_STATE_BYTES))
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, ValidationError) as e:
+        logger.warning("ignoring %s, which is not a record ipybox wrote: %s", paths.run_record, e)
+    for name in record.dirs if record is not None else []:
+        if _remove_private_dir(Path(name)):
+            removed.append(name)
+    for path in (paths.run_record, paths.state):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(str(path))
+    return removed
+
+
+def _remove_private_dir(path: Path) -> bool:
+    """Remove `path` if it is a directory a supervisor makes: absolute, named `ipybox-*`, a real directory
+    (not a symlink) of the current user."""
+    if not path.is_absolute() or not path.name.startswith(_PRIVATE_DIR_PREFIX):
+        logger.warning("not removing %s: ipybox makes no directory of that name", path)
+        return False
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        logger.warning("not removing %s: %s", path, e)
+        return False
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        logger.warning("not removing %s: not a directory of this user's", path)
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return True
 
 
 # state.json is a few hundred bytes: more is not one ipybox wrote.

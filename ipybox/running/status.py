@@ -154,7 +154,17 @@ class LeaseCreated(_Model):
 
 
 class KernelLeased(_Model):
+    """A kernel for a lease, which gave back the one it held (a lease holds one kernel at a time).
+
+    Attributes:
+        kernel_id: The kernel, on the workspace's gateway.
+        lost: When the workspace itself took the lease's previous kernel, why, said of the kernel gateway
+            ("it exited with signal 9 (SIGKILL) and ipybox restarted it"): its application's running
+            cell reports this instead of a refused connection. `None` otherwise.
+    """
+
     kernel_id: KernelId
+    lost: str | None = None
 
 
 class LeaseReleased(_Model):

@@ -6,15 +6,16 @@ two forms of HTTP proxying clients use: `CONNECT host:port` (HTTPS, and any TCP 
 tunnels) and absolute-form plain HTTP requests (`GET http://host/path`), one request per connection.
 
 The host name is checked before anything is resolved; the name is then resolved here and the proxy
-connects to the address it checked (no second lookup a name server could answer differently). Loopback,
-private and link-local addresses are refused unless the allowed entry names that host exactly.
+connects to the address it checked (no second lookup a name server could answer differently). Addresses
+that are not globally reachable ([addresses][ipybox.sandbox.addresses]: IANA's special-purpose ranges,
+including shared address space and cloud metadata, and IPv6 forms judged by the IPv4 address they carry)
+are refused unless the allowed entry names that host exactly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import os
 import shutil
@@ -24,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from ipybox.sandbox.addresses import internal_reason
 from ipybox.sandbox.domains import DomainFilter, normalize_host
 from ipybox.sandbox.netbridge import pipe
 
@@ -149,13 +151,20 @@ class DomainProxy:
         except OSError as e:
             raise _Refused(502, "Bad Gateway", f"ipybox sandbox proxy: cannot resolve {name}: {e}") from None
         addresses = [(family, proto, str(info[0]), int(info[1])) for family, _, proto, _, info in infos]
-        if not self.hosts.names_exactly(name) and any(_internal(address[2]) for address in addresses):
-            logger.warning("sandbox network: refused %s, which resolves to an internal address", name)
-            raise _Refused(
-                403,
-                "Forbidden",
-                f"ipybox sandbox: {name} resolves to an internal address; list it exactly in allowedDomains",
+        if not self.hosts.names_exactly(name):
+            # One internal address is enough to refuse: a name server may hand out any of them next time.
+            internal = next(
+                (f"{ip}: {why}" for _, _, ip, _ in addresses if (why := internal_reason(ip)) is not None),
+                None,
             )
+            if internal is not None:
+                logger.warning("sandbox network: refused %s, which resolves to %s", name, internal)
+                raise _Refused(
+                    403,
+                    "Forbidden",
+                    f"ipybox sandbox: {name} resolves to an internal address ({internal}); "
+                    "list it exactly in allowedDomains",
+                )
         errors = []
         for family, proto, ip, ip_port in addresses:
             try:
@@ -167,11 +176,6 @@ class DomainProxy:
         raise _Refused(
             502, "Bad Gateway", f"ipybox sandbox proxy: cannot connect to {name}: {'; '.join(errors)}"
         )
-
-
-def _internal(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%")[0])
-    return ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_unspecified or ip.is_multicast
 
 
 def _split_host_port(authority: str, default_port: int | None) -> tuple[str, int]:

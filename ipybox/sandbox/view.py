@@ -20,6 +20,12 @@ What follows for a process inside: it can't create or remove entries at the top 
 (`EROFS`, or `EBUSY` for a rename or removal of an entry), everything below those entries behaves as
 before; entries the host adds to a frozen directory later show up in sandboxes started after that.
 
+Paths that vanish: the mounts are computed at each start from what exists then, and every bind of a host
+path is a `*-try` bind, so a hidden or bound path that is gone (a parent's `.env` deleted, even between the
+listing and bubblewrap's mount) is simply absent inside, which is as good as hidden; one that is back is
+listed, hence hidden, at the next start. Nothing hidden is bound by a path found once when the gateway
+started: such a bind failed every later kernel start once its path was gone.
+
 Kept stdlib-only: the kernel launcher ([launch][ipybox.sandbox.launch]) imports it for every kernel start.
 """
 

@@ -32,7 +32,6 @@ from starlette.websockets import WebSocket
 from ipybox.asgi_server import BearerAuth
 from ipybox.running.status import (
     ControlError,
-    KernelId,
     KernelLeased,
     LeaseCreated,
     LeaseId,
@@ -50,7 +49,7 @@ class Controlled(Protocol):
 
     def status(self) -> WorkspaceStatus: ...
     def new_lease(self) -> LeaseId: ...
-    async def lease_kernel(self, lease: LeaseId) -> KernelId: ...
+    async def lease_kernel(self, lease: LeaseId) -> KernelLeased: ...
     async def release_lease(self, lease: LeaseId) -> None: ...
     async def serve_approvals(self, lease: LeaseId, websocket: WebSocket) -> None: ...
     async def apply_server(self, name: str) -> ServerOutcome: ...
@@ -83,7 +82,7 @@ def control_app(target: Controlled, token: str) -> ASGIApp:
         return LeaseCreated(lease=target.new_lease())
 
     async def kernel(request: Request) -> KernelLeased:
-        return KernelLeased(kernel_id=await target.lease_kernel(LeaseId(request.path_params["lease"])))
+        return await target.lease_kernel(LeaseId(request.path_params["lease"]))
 
     async def release(request: Request) -> LeaseReleased:
         await target.release_lease(LeaseId(request.path_params["lease"]))

@@ -11,7 +11,11 @@ Contract:
 - Pure bookkeeping: no I/O, no awaits, nothing to start or stop. The supervisor does what the table tells
   it (revoke these tokens, release these kernels, disconnect this channel).
 - Ids are `NewType`s (`LeaseId`, `KernelId`, `CallerId`, `CallerToken`).
-- A lease outlives a recycle of the kernels (`unbind_kernels`): its application gets fresh kernels under it.
+- A lease holds one kernel at a time: binding a kernel to it hands back the one it held (its application
+  replaced it after it died, or on reset), whose caller is forgotten then, so `ipybox status` counts one
+  leased kernel per application and a dead kernel's token is revoked at once.
+- A lease outlives a recycle of the kernels or a gateway restart (`unbind_kernels`): its application gets a
+  fresh kernel under it, and the answer says why its kernel was taken (`Bound.lost`).
 - `UnknownLeaseError` (a `KeyError`) for a lease the table does not hold; the control endpoint answers
   404 to it.
 
@@ -23,6 +27,8 @@ Example:
     table.bind(lease, KernelId("k1"), CallerId("c1"))  # the application was given that kernel
     table.open_channel(lease, ApprovalChannel(True, 60))  # its approval websocket connected
     assert table.answerer(CallerId("c1")) is table.channel(lease)
+    table.add_caller(CallerId("c2"), CallerToken("other"))
+    bound = table.bind(lease, KernelId("k2"), CallerId("c2"))  # k1 died: k1 to delete, "secret" to revoke
     released = table.release(lease)  # -> the kernels to delete, tokens to revoke, channel to close
     ```
 """
@@ -54,6 +60,7 @@ class UnknownLeaseError(WorkspaceError, KeyError):
 class _Lease:
     kernels: dict[KernelId, CallerId | None] = field(default_factory=dict)
     channel: ApprovalChannel | None = None
+    lost: str | None = None  # why the workspace took its kernel, until the next one is bound
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,22 @@ class Released:
     kernels: tuple[KernelId, ...]
     tokens: tuple[CallerToken, ...]
     channel: ApprovalChannel | None
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What binding a kernel to a lease leaves for the supervisor.
+
+    Attributes:
+        replaced: The kernel(s) the lease held before, to delete (its application has replaced them).
+        tokens: The tool tokens of their callers, to revoke at the tool server.
+        lost: Why the workspace took the lease's previous kernel (a gateway restart, a recycle), to tell
+            its application; `None` when it did not.
+    """
+
+    replaced: tuple[KernelId, ...]
+    tokens: tuple[CallerToken, ...]
+    lost: str | None
 
 
 class LeaseTable:
@@ -124,15 +147,21 @@ class LeaseTable:
         """A pool kernel was started calling tools as `caller` with `token`."""
         self._tokens[caller] = token
 
-    def bind(self, lease: LeaseId, kernel: KernelId, caller: CallerId | None) -> None:
-        """`kernel` (calling tools as `caller`, if the pool knows it) now belongs to `lease`.
+    def bind(self, lease: LeaseId, kernel: KernelId, caller: CallerId | None) -> Bound:
+        """`kernel` (calling tools as `caller`, if the pool knows it) now belongs to `lease`, in place of
+        the kernel it held; returns that one, to give back, and why the workspace took it, if it did.
 
         Raises:
             UnknownLeaseError: The table holds no such lease (it was released while the kernel was claimed).
         """
-        self._lease(lease).kernels[kernel] = caller
+        entry = self._lease(lease)
+        replaced = {k: c for k, c in entry.kernels.items() if k != kernel}
+        entry.kernels = {kernel: caller}
+        tokens = [self._forget(old) for old in replaced.values() if old is not None]
         if caller is not None:
             self._lease_of[caller] = lease
+        lost, entry.lost = entry.lost, None
+        return Bound(tuple(replaced), tuple(t for t in tokens if t is not None), lost)
 
     def lease_of(self, caller: CallerId) -> LeaseId | None:
         """The lease whose application answers for `caller`'s kernel (`None`: a kernel nobody holds)."""
@@ -143,10 +172,17 @@ class LeaseTable:
         """A live, read-only view of `lease_of`: caller -> lease (for an approver that looks callers up)."""
         return MappingProxyType(self._lease_of)
 
-    def unbind_kernels(self) -> list[CallerToken]:
+    def unbind_kernels(self, lost: str | None = None) -> list[CallerToken]:
         """All kernels are being replaced (a recycle or a gateway restart): leases stay, without kernels;
-        every caller is forgotten. Returns every token, to revoke at the tool server."""
+        every caller is forgotten. Returns every token, to revoke at the tool server.
+
+        Args:
+            lost: Why, said of the kernel gateway; the leases that held a kernel get it back with their
+                next one (`Bound.lost`).
+        """
         for entry in self._leases.values():
+            if entry.kernels and lost is not None:
+                entry.lost = lost
             entry.kernels.clear()
         tokens = list(self._tokens.values())
         self._tokens.clear()

@@ -2,9 +2,13 @@
 
 Contract: an async context manager entered once by the supervisor. Entering creates the MCP server and
 listens on `[endpoints] host/port` behind a bearer token (browsers may reach it only from a page on the
-same machine); leaving stops listening and gives back every session's kernel. `sweep()` runs as one of
-the supervisor's watchers: HTTP clients may vanish without closing their session, so the kernels of
-sessions idle for `idle_for` seconds go back to the pool.
+same machine); leaving stops listening and gives back every session's kernel.
+
+A session's kernel goes back to the pool as soon as the session ends (`ipybox.mcp_server`): when its client
+DELETEs it (the MCP client's `streamable_http_client` does on exit), and when the MCP SDK closes a session
+with no HTTP request in flight for `session_idle` seconds (a client that vanished without closing it).
+Before, kernels of closed sessions stayed leased until a 30-minute sweep. `sweep()`, one of the
+supervisor's watchers, stays as the backstop for sessions whose end was not seen.
 """
 
 from __future__ import annotations
@@ -34,12 +38,21 @@ class MCPEndpoint:
         workspace: The workspace directory (its supervisor must be answering on its control socket).
         endpoints: Where to listen.
         output_dir: Where complete outputs too long to return are saved.
+        session_idle: Seconds without an HTTP request after which a session is closed and its kernel given
+            back (the MCP SDK's own default).
     """
 
-    def __init__(self, workspace: Path, endpoints: EndpointsSection, output_dir: Path) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        endpoints: EndpointsSection,
+        output_dir: Path,
+        session_idle: float = MCP_SESSION_IDLE,
+    ) -> None:
         self.workspace = workspace
         self.endpoints = endpoints
         self.output_dir = output_dir
+        self.session_idle = session_idle
         self.token = secrets.token_urlsafe(32)
         self._mcp: WorkspaceMCP | None = None
         self._http: EmbeddedServer | None = None
@@ -61,7 +74,9 @@ class MCPEndpoint:
             allowed_hosts=[f"{name}:*" for name in local],
             allowed_origins=[f"http://{name}:*" for name in local],
         )
-        app = self._mcp.server.streamable_http_app(transport_security=security, host=host)
+        app = self._mcp.server.streamable_http_app(
+            transport_security=security, host=host, session_idle_timeout=self.session_idle
+        )
         self._http = EmbeddedServer(BearerAuth(app, self.token), "ipybox-mcp", lifespan=True)
         try:
             await self._http.start(host=host, port=self.endpoints.port)
@@ -81,10 +96,10 @@ class MCPEndpoint:
         if mcp is not None:
             await mcp.close_sessions(0)
 
-    async def sweep(self, every: float = 60, idle_for: float = MCP_SESSION_IDLE) -> None:
-        """Give back the kernels of sessions idle for `idle_for` seconds, every `every` seconds, until
-        cancelled."""
+    async def sweep(self, every: float = 60, idle_for: float | None = None) -> None:
+        """Give back the kernels of sessions without a tool call for `idle_for` seconds (default
+        `session_idle`), every `every` seconds, until cancelled."""
         while True:
             await asyncio.sleep(every)
             if self._mcp is not None:
-                await self._mcp.close_sessions(idle_for)
+                await self._mcp.close_sessions(self.session_idle if idle_for is None else idle_for)

@@ -36,17 +36,28 @@ from ipybox.asgi_server import EmbeddedServer
 from ipybox.config import CONFIG_FILE, WorkspaceConfig, load_config
 from ipybox.executor.kernel_setup import start_kernel_gateway, workspace_kernel_setup
 from ipybox.in_kernel.tool_runner import TOKEN_ENV
-from ipybox.kernels.gateway import KernelGateway
+from ipybox.kernels.gateway import KernelGateway, describe_exit
 from ipybox.kernels.kernel_connection import GatewayError, GatewayUnreachableError, log_tail
 from ipybox.kernels.pool import KernelPool, PoolStoppedError
+from ipybox.mcp_apigen.package import remove_stale_work_dirs
 from ipybox.reconcile.reconciler import Reconciler
 from ipybox.rules import ApprovalPolicy, AuditLog
-from ipybox.running.state import StateLogHandler, StatePaths, SupervisorLock, SupervisorState, write_state
+from ipybox.running.state import (
+    StateLogHandler,
+    StatePaths,
+    SupervisorLock,
+    SupervisorState,
+    forget_run_dirs,
+    record_run_dirs,
+    remove_leftovers,
+    write_state,
+)
 from ipybox.running.status import (
     CallerId,
     CallerToken,
     GatewayStatus,
     KernelId,
+    KernelLeased,
     LeaseId,
     PoolStatus,
     ReconcilerStatus,
@@ -147,10 +158,13 @@ class Supervisor:
         parts.callback(_remove_state, self.paths)
         parts.enter_context(_logging_to(self.paths))
         parts.callback(lambda: logger.info("workspace %s is down", self.workspace))
+        self._remove_leftovers()
+        parts.callback(forget_run_dirs, self.paths)  # once the run directory is gone (callbacks unwind)
         run_dir = parts.enter_context(
             tempfile.TemporaryDirectory(prefix="ipybox-ws-", ignore_cleanup_errors=True)
         )
         self._run_dir = Path(run_dir)
+        self._record_run_dirs()
         self.approver = WorkspaceApprover(
             self.config.approval, AuditLog(self.paths.audit), self.leases.answerer
         )
@@ -268,16 +282,23 @@ class Supervisor:
     def new_lease(self) -> LeaseId:
         return self.leases.new_lease()
 
-    async def lease_kernel(self, lease: LeaseId) -> KernelId:
+    async def lease_kernel(self, lease: LeaseId) -> KernelLeased:
         self.leases.kernels(lease)  # an unknown lease fails before a kernel is claimed for it
         pool, kernel_id = await self._claim_kernel()
         caller = pool.callers.get(kernel_id)
         try:
-            self.leases.bind(lease, KernelId(kernel_id), CallerId(caller) if caller is not None else None)
+            bound = self.leases.bind(
+                lease, KernelId(kernel_id), CallerId(caller) if caller is not None else None
+            )
         except KeyError:  # released while the kernel was being claimed: it goes back
             await pool.release(kernel_id)
             raise
-        return KernelId(kernel_id)
+        # The kernel the lease held is done (its application replaced it): its token stops working now,
+        # and it is deleted (a dead one, or one of a gateway since restarted, is already gone).
+        self._revoke(bound.tokens)
+        for replaced in bound.replaced:
+            pool.discard(replaced)
+        return KernelLeased(kernel_id=KernelId(kernel_id), lost=bound.lost)
 
     async def _claim_kernel(self) -> tuple[KernelPool, str]:
         for attempt in range(_LEASE_ATTEMPTS):
@@ -331,7 +352,7 @@ class Supervisor:
         logger.warning("%s: recycling kernels (running code in leased kernels is lost)", "; ".join(reasons))
         async with self._kernels_lock:
             self.config = config
-            await self._stop_kernels()
+            await self._stop_kernels(lost=f"ipybox restarted it to apply a change ({'; '.join(reasons)})")
             await self._start_kernels()
             self._write_state()
             self.kernel_generation += 1
@@ -380,7 +401,7 @@ class Supervisor:
         )
         await self.pool.start()
 
-    async def _stop_kernels(self, *, end_leases: bool = False) -> None:
+    async def _stop_kernels(self, *, end_leases: bool = False, lost: str | None = None) -> None:
         # Leases outlive a recycle: their applications get fresh kernels under the same lease.
         if end_leases:
             for lease in self.leases.leases:
@@ -389,7 +410,7 @@ class Supervisor:
         if self.pool is not None:
             await self.pool.stop()
             self.pool = None
-        self._revoke(self.leases.unbind_kernels())
+        self._revoke(self.leases.unbind_kernels(lost))
         gateway, self.gateway = self.gateway, None  # first: the watcher must not take this for a crash
         if gateway is not None:
             with contextlib.suppress(Exception):
@@ -434,12 +455,18 @@ class Supervisor:
             code = await _gateway_exit(gateway)
             if self._stopping or gateway is not self.gateway:
                 continue
-            why = f"the kernel gateway exited (code {code})"
+            how = describe_exit(code) if code is not None else "an unknown status"
+            why = f"the kernel gateway exited with {how}"
             logger.error("%s: restarting it and the warm pool%s", why, log_tail(gateway.log_path))
             self._gateway_failure = why
             started = time.monotonic()
+            # A claim holds the kernels lock while it waits for a kernel of the pool: stopping the dead
+            # gateway's pool first fails such a claim at once (it claims again from the new pool), so the
+            # restart never waits behind it.
+            if self.pool is not None:
+                await self.pool.stop()
             async with self._kernels_lock:
-                await self._stop_kernels()
+                await self._stop_kernels(lost=f"it exited with {how} and ipybox restarted it")
                 try:
                     await self._start_kernels()
                 except Exception as e:
@@ -494,6 +521,26 @@ class Supervisor:
             ready=self._ready,
         )
         write_state(self.paths, state)
+        self._record_run_dirs()  # a new gateway has a new runtime directory
+
+    def _record_run_dirs(self) -> None:
+        """Record the private directories this supervisor made outside the state directory (`run.json`):
+        the next `up` removes them should this one be killed (SIGKILL) before it removes them."""
+        gateway_dir = self.gateway.runtime_dir if self.gateway is not None else None
+        record_run_dirs(self.paths, [self.run_dir, *([gateway_dir] if gateway_dir is not None else [])])
+
+    def _remove_leftovers(self) -> None:
+        """Remove what a killed supervisor of this workspace left behind: its private directories (as
+        `run.json` names them), its `state.json`, and half-written tool packages. Run holding the lock,
+        which proves that no other supervisor of this workspace is alive."""
+        removed = remove_leftovers(self.paths)
+        mcptools = self.config.resolve(self.config.workspace.mcptools_dir)
+        try:
+            removed += [str(mcptools / name) for name in remove_stale_work_dirs(mcptools)]
+        except OSError as e:  # a symlink planted there: generating refuses it, with the same message
+            logger.warning("not cleaning %s: %s", mcptools, e)
+        if removed:
+            logger.info("removed what a supervisor killed before it could stop left: %s", ", ".join(removed))
 
 
 def _remove_state(paths: StatePaths) -> None:
@@ -509,17 +556,38 @@ def _reconciler_status(reconciler: Reconciler | None) -> ReconcilerStatus:
 
 @contextlib.contextmanager
 def _logging_to(paths: StatePaths) -> Iterator[None]:
-    """While open, ipybox's log goes to the state directory's `logs/supervisor.log`."""
+    """While open, ipybox's log from INFO up goes to the state directory's `logs/supervisor.log`.
+
+    The handler filters at INFO. The `ipybox` logger must let INFO through to reach it: while any
+    supervisor of this process logs, it is at INFO or below (lowered if it was above, and the level it had
+    before the first put back after the last, as their lifetimes may overlap). Nothing else in ipybox sets
+    its level: a library call that did (`CodeExecutor.start()`) silenced the log after an MCP session.
+    """
     handler = StateLogHandler(paths)  # never through a symlink a kernel planted
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.INFO)
     root = logging.getLogger("ipybox")
     root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    if _SupervisorLogs.open == 0:
+        _SupervisorLogs.level_before = root.level
+        if root.getEffectiveLevel() > logging.INFO:
+            root.setLevel(logging.INFO)
+    _SupervisorLogs.open += 1
     try:
         yield
     finally:
         root.removeHandler(handler)
         handler.close()
+        _SupervisorLogs.open -= 1
+        if _SupervisorLogs.open == 0:
+            root.setLevel(_SupervisorLogs.level_before)
+
+
+class _SupervisorLogs:
+    """How many supervisors of this process log, and the `ipybox` logger's level before the first did."""
+
+    open = 0
+    level_before = logging.NOTSET
 
 
 async def _gateway_exit(gateway: KernelGateway) -> int | None:

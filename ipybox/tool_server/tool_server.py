@@ -4,10 +4,18 @@ Kernels send their calls to its [CallChannel][ipybox.tool_server.call_channel.Ca
 fast path). Applications use its HTTP endpoints (every one requires `Authorization: Bearer <token>`, else
 401):
 
-- `PUT /reset`: stop all started MCP servers (they start again on their next call).
+- `PUT /reset`: stop all started MCP servers (they start again on their next call): the workspace-wide
+  reset, for the application or operator.
 - `WS /approval`: where an [ApprovalClient][ipybox.approval.approval_client.ApprovalClient] connects.
 
 Both listen on Unix sockets in a private directory by default (or on loopback TCP ports).
+
+A kernel's `{"op": "reset"}` on the call channel resets that caller's session only
+([MCPServers.reset_caller][ipybox.mcp_client.pool.MCPServers.reset_caller]): the servers it used that no
+other caller uses stop, servers shared with other kernels keep running, and no other kernel's in-flight
+call is interrupted. A tool server whose only caller is its own `call_token` (an embedded, single-kernel
+`CodeExecutor`, no `add_caller`) stops all started servers, as before: that caller is the only user.
+What one caller may hold of the call channel (connections, request size, idle time) is `call_limits`.
 
 Two kinds of credentials, never interchangeable: the application's `token` opens the HTTP endpoints
 only, and never reaches a kernel; call tokens (`call_token`, the one `kernel_env` hands to kernels, and
@@ -49,10 +57,17 @@ from starlette.websockets import WebSocket
 from ipybox.approval.approver import ApproveAll, Approved, Approver, NoOneToAsk, Rejected, TimedOut
 from ipybox.approval.channel import ApprovalChannel
 from ipybox.asgi_server import BearerAuth, EmbeddedServer
-from ipybox.mcp_client import MCPServerError, ToolCallError, tool_result_value
+from ipybox.mcp_client import (
+    CallTimeoutError,
+    MCPServerError,
+    ResultTooLargeError,
+    ToolCallError,
+    tool_result_value,
+)
+from ipybox.mcp_client.params import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_RESULT_SIZE
 from ipybox.mcp_client.pool import AnnotationsLookup, MCPServers, UnknownServerError
 from ipybox.rules.calls import ToolCall
-from ipybox.tool_server.call_channel import CallChannel, error, run_call
+from ipybox.tool_server.call_channel import CallChannel, ChannelLimits, error, run_call
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +81,10 @@ class ToolServer:
         approval_required: Ask the approval channel before each call (else every call is approved).
         approval_timeout: Seconds a call waits for a decision before it fails.
         connect_timeout: Seconds an MCP server gets to start.
+        call_timeout: Seconds a tool call waits for its server's answer, for servers whose parameters
+            set no `call_timeout` (`None`: no limit); then the kernel gets a `call_timeout` error.
+        max_result_size: The largest tool answer in bytes, for servers whose parameters set no
+            `max_result_size`; a larger one is a `result_too_large` error for the kernel.
         log_to_stderr: Kept for ipybox 0.9 compatibility (ipybox logs through `logging`).
         log_level: Log level of the tool server's logger.
         servers: MCP server parameters by name (more can be added with `servers.register()`).
@@ -78,6 +97,8 @@ class ToolServer:
         annotations_lookup: Known tool annotations of a server that has not listed its tools in this
             process, by its name and parameters (e.g. those recorded in a registry): what the approver
             sees for a call decided before the server starts.
+        call_limits: What one caller (one kernel's token) may hold of the call channel: open connections,
+            request size, idle time (default `ChannelLimits()`: 64 connections, 16 MiB, 5 minutes).
 
     Attributes:
         token: The application's token, for the HTTP endpoints (`ApprovalClient(token=...)`, `PUT /reset`)
@@ -114,6 +135,9 @@ class ToolServer:
         dotenv_path: Path | None = None,
         lookup: Callable[[str], Mapping[str, Any] | None] | None = None,
         annotations_lookup: AnnotationsLookup | None = None,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+        max_result_size: int = DEFAULT_MAX_RESULT_SIZE,
+        call_limits: ChannelLimits | None = None,
     ) -> None:
         if host == "localhost":
             host = "127.0.0.1"
@@ -129,6 +153,8 @@ class ToolServer:
         self.servers = MCPServers(
             servers,
             connect_timeout=connect_timeout,
+            call_timeout=call_timeout,
+            max_result_size=max_result_size,
             environ=environ,
             dotenv_path=dotenv_path,
             lookup=lookup,
@@ -140,7 +166,7 @@ class ToolServer:
         self.approver: Approver = self.approval if approval_required else ApproveAll()
         self._callers: dict[str, str] = {}
         self._private_dir: Path | None = None
-        self.calls = CallChannel(self._caller_of, {"run": self._run, "reset": self._reset_op})
+        self.calls = CallChannel(self._caller_of, {"run": self._run, "reset": self._reset_op}, call_limits)
         self._http = EmbeddedServer(self.app(), "ipybox-tool-server", debug=self.log_level == "DEBUG")
 
     async def __aenter__(self) -> Self:
@@ -209,8 +235,21 @@ class ToolServer:
         await self._http.join()
 
     async def reset(self) -> None:
-        """Stop all started MCP servers; they start again on their next call."""
+        """Stop all started MCP servers, whoever uses them (the workspace-wide reset); they start again on
+        their next call."""
         await self.servers.stop()
+
+    async def reset_caller(self, caller: str) -> list[str]:
+        """A kernel's reset: stop the servers `caller` used that no other caller uses (see the module's
+        description; with no `add_caller` callers, the one caller "" uses all: they all stop). Returns the
+        names of the servers stopped."""
+        if caller == "" and not self._callers:
+            stopped = [name for name in self.servers.names if self.servers.started(name) is not None]
+            await self.reset()
+        else:
+            stopped = await self.servers.reset_caller(caller)
+        logger.info("reset of caller %r: stopped MCP servers %s", caller, stopped or "none")
+        return stopped
 
     async def stop(self) -> None:
         """Stop listening and stop all MCP servers."""
@@ -270,9 +309,15 @@ class ToolServer:
                 return error("approval_rejected", f"{name} was not approved: {reason}")
 
     async def _execute(self, call: ToolCall) -> dict[str, Any]:
+        """Run an approved call: `{"result": value}`, or an error the kernel's `ToolRunner` raises:
+        `tool_error`, `call_timeout` (no answer within the server's `call_timeout`), `result_too_large`
+        (over its `max_result_size`), `server_error`, `unknown_server`. A timed-out or too-large call fails
+        alone: the server keeps serving every other call."""
         server_name, tool_name = call.server, call.tool
         try:
-            result = await self.servers.call(server_name, tool_name, dict(call.args))  # starts it if needed
+            result = await self.servers.call(  # starts it if needed
+                server_name, tool_name, dict(call.args), caller=call.caller
+            )
             tool = self.servers.known_tool(server_name, tool_name)
             value = tool_result_value(
                 result,
@@ -283,6 +328,10 @@ class ToolServer:
             )
         except ToolCallError as e:
             return error("tool_error", str(e))
+        except CallTimeoutError as e:  # cancelled on the server, which keeps serving other calls
+            return error("call_timeout", str(e))
+        except ResultTooLargeError as e:  # dropped unread (stdio), the server keeps serving other calls
+            return error("result_too_large", str(e))
         except MCPServerError as e:
             return error("server_error", str(e))
         except UnknownServerError as e:  # unregistered while the call waited for its decision
@@ -290,7 +339,7 @@ class ToolServer:
         return {"result": value}
 
     async def _reset_op(self, request: dict[str, Any]) -> dict[str, Any]:
-        await self.reset()
+        await self.reset_caller(request["caller"])
         return {"reset": True}
 
     async def _reset(self, request: Request) -> Response:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -16,7 +17,7 @@ from starlette.websockets import WebSocket
 
 from ipybox.approval import ApprovalClient, ApprovalRequest, Approved, NoOneToAsk, Rejected
 from ipybox.approval.channel import ApprovalChannel
-from ipybox.approval.rule_approver import WorkspaceApprover
+from ipybox.approval.rule_approver import LARGE_ARGUMENTS, WorkspaceApprover, is_large
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall
 from ipybox.running.status import CallerId, CallerToken, KernelId, LeaseId
 from ipybox.supervisor.leases import LeaseTable
@@ -192,3 +193,66 @@ async def test_a_decision_that_cannot_be_audited_is_not_acted_on(tmp_path: Path)
     with pytest.raises(OSError, match="symlink"):
         await approver.decide(ToolCall("fs", "read_file"))
     assert (tmp_path / "elsewhere").read_text() == ""
+
+
+# --- slow decisions stay off the event loop ---------------------------------------------------------------
+
+
+def regex_approver(tmp_path: Path, *rules: dict[str, Any]) -> WorkspaceApprover:
+    policy = ApprovalPolicy.model_validate({"default": "allow", "rules": list(rules)})
+    return WorkspaceApprover(policy, AuditLog(tmp_path / "audit.jsonl"), lambda caller: None)
+
+
+@pytest.mark.timeout(
+    10
+)  # a guard against a hang (SIGALRM interrupts a backtracking match), not a speed check
+async def test_a_call_against_a_catastrophic_regex_rule_is_decided_at_once(tmp_path: Path) -> None:
+    # With Python's re this decision held the supervisor's event loop (every session, `ipybox status`)
+    # for 22 s.
+    approver = regex_approver(tmp_path, {"id": "aaa", "args": {"q": {"regex": "(a+)+"}}, "decision": "deny"})
+    assert await approver.decide(ToolCall("s", "t", {"q": "a" * 28 + "!"})) == Approved()
+    assert await approver.decide(ToolCall("s", "t", {"q": "a" * 28})) == Rejected("denied by rule 'aaa'")
+
+
+class ThreadProbe(str):
+    """A string argument that records the threads the rules' regexes read it in."""
+
+    threads: list[int]
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        self.threads.append(threading.get_ident())
+        return str(self).encode(encoding, errors)
+
+
+def probe(size: int) -> ThreadProbe:
+    value = ThreadProbe("x" * size)
+    value.threads = []
+    return value
+
+
+async def test_a_call_with_large_arguments_is_decided_off_the_event_loop_and_a_small_one_on_it(
+    tmp_path: Path,
+) -> None:
+    approver = regex_approver(
+        tmp_path, {"id": "secrets", "args": {"text": {"regex": "(?s).*secret.*"}}, "decision": "deny"}
+    )
+    loop_thread = threading.get_ident()
+    small, large = probe(100), probe(LARGE_ARGUMENTS)
+    assert await approver.decide(ToolCall("s", "t", {"text": small})) == Approved()
+    assert await approver.decide(ToolCall("s", "t", {"text": large})) == Approved()
+    assert small.threads == [loop_thread]
+    assert len(large.threads) == 1 and large.threads[0] != loop_thread
+    assert await approver.decide(ToolCall("s", "t", {"text": "x" * LARGE_ARGUMENTS + "secret"})) == Rejected(
+        "denied by rule 'secrets'"
+    )
+
+
+def test_large_counts_string_characters_and_values_wherever_they_are() -> None:
+    assert not is_large({"a": "x" * (LARGE_ARGUMENTS - 10)})
+    assert is_large({"a": "x" * LARGE_ARGUMENTS})
+    assert is_large({"a": {"b": ["x" * (LARGE_ARGUMENTS // 2), "y" * (LARGE_ARGUMENTS // 2)]}})
+    assert is_large({"a": list(range(LARGE_ARGUMENTS))})
+    assert is_large({"a": [[]] * LARGE_ARGUMENTS})
+    assert not is_large({"path": "notes.md", "options": {"mode": "w", "tags": ["a", "b"], "n": 1.5}})
+    # The walk stops at the threshold: 10 million values are not visited one by one.
+    assert is_large({"a": [0] * 10_000_000})

@@ -97,3 +97,17 @@ def test_doctor_and_readme_state_the_same_threat_model() -> None:
     assert table == rows
     human = ipybox("doctor")
     assert "ipybox.toml, .env: read-only or hidden" in human.stdout
+
+
+@pytest.mark.parametrize(
+    "argv", [["--workspace", "{dir}", "mcp"], ["mcp", "--workspace", "{dir}"], ["--workspace", "{dir}"]]
+)
+def test_the_mcp_workspace_is_taken_wherever_it_is_given(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ipybox.cli.main import main
+
+    missing = tmp_path / "no-such-workspace"
+    with pytest.raises(SystemExit):
+        main([arg.format(dir=missing) for arg in argv])
+    assert f"--workspace {missing}: no such directory" in capsys.readouterr().err

@@ -3,6 +3,7 @@ gateway, kernels and an MCP server."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -158,3 +159,37 @@ def test_validate(tmp_path: Path) -> None:
 def test_verbs_outside_a_workspace_say_so(tmp_path: Path) -> None:
     done = ipybox("status", str(tmp_path))
     assert done.returncode == 2 and "has no ipybox.toml" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["deeply nested", "gone"],
+)
+def test_validate_status_and_down_work_whatever_happened_to_ipybox_toml(tmp_path: Path, damage: str) -> None:
+    workspace = make_workspace(tmp_path, "cli-damaged")
+    assert ipybox("up", "-d", str(workspace)).returncode == 0
+    supervisor = status_json(workspace)["pid"]
+    assert isinstance(supervisor, int)
+    config = workspace / "ipybox.toml"
+    try:
+        if damage == "gone":
+            config.unlink()
+        else:
+            config.write_text("x = " + "[" * 100_000)  # a RecursionError traceback in all three before
+            validate = ipybox("validate", str(workspace))
+            assert validate.returncode == 1
+            assert validate.stderr == (
+                f"{config}:1:37: nesting deeper than 32 levels (arrays and inline tables): "
+                "an ipybox.toml needs a few\n"
+            )
+        status = ipybox("status", str(workspace))
+        assert status.returncode == 0, status.stderr
+        assert f"ipybox is running in {workspace}" in status.stdout and not status.stderr
+        down = ipybox("down", str(workspace))
+        assert down.returncode == 0 and "is down" in down.stdout and not down.stderr
+        after = ipybox("status", str(workspace))
+        assert after.returncode in (1, 2) and "Traceback" not in after.stderr
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(supervisor, signal.SIGTERM)
+    wait_until(lambda: not pids_anywhere("cli-damaged"), timeout=10)

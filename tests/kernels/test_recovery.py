@@ -99,7 +99,8 @@ async def test_spare_death_then_reset(recovering: CodeExecutor) -> None:
 
 async def test_gateway_death(tmp_path: Path) -> None:
     """The embedded gateway dies under a running cell (even rounds) or while idle (odd rounds): the cell
-    fails with KernelDiedError naming the gateway, and later calls with GatewayUnreachableError, at once."""
+    fails with KernelDiedError naming the gateway and how it exited, and later calls with
+    GatewayUnreachableError, at once."""
     before = ready_timeouts()
     for i in range(ROUNDS):
         async with asyncio.timeout(ROUND_LIMIT), CodeExecutor(working_dir=tmp_path) as executor:
@@ -115,9 +116,11 @@ async def test_gateway_death(tmp_path: Path) -> None:
                 first = await anext(stream)
                 assert isinstance(first, CodeExecutionChunk) and first.text.strip() == "running"
                 os.kill(gateway, signal.SIGKILL)
-                with pytest.raises(KernelDiedError, match="the kernel gateway went away"):
+                with pytest.raises(KernelDiedError) as raised:
                     async for _ in stream:
                         pass
+                assert "the kernel gateway went away: it exited with signal 9 (SIGKILL))" in str(raised.value)
+                assert "no fresh kernel can be started without the gateway" in str(raised.value)
             else:
                 await executor.execute("x = 1")
                 os.kill(gateway, signal.SIGKILL)

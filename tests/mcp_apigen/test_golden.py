@@ -3,7 +3,9 @@ shows as a diff in review.
 
 The tool below is fixed and covers what the templates branch on: a description with quotes, backslashes and
 blank lines, a nested object, enums, optional and defaulted fields, a property that is not a Python name,
-an array with a constraint, and an output schema (so `run()` returns a `Result` model). It is rendered by
+an array with a constraint, a `pattern` that is checked and one that is left to the server (look-around,
+which pydantic's linear-time engine cannot compile), and an output schema (so `run()` returns a `Result`
+model). It is rendered by
 the real generator (`render_sources`, no server). After an intended change, rewrite the copy with
 `UPDATE_GOLDEN=1 .venv/bin/pytest tests/mcp_apigen/test_golden.py` and commit the diff.
 
@@ -49,6 +51,8 @@ TOOL: dict[str, Any] = {
             "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 5},
             "limit": {"type": "integer", "default": 10, "minimum": 1, "maximum": 100},
             "sort": {"type": "string", "enum": ["relevance", "price-asc", "price-desc"]},
+            "sku": {"type": "string", "pattern": "^[A-Z]{3}-\\d{4}$"},
+            "slug": {"type": "string", "pattern": "^(?!-)[a-z0-9-]+$"},
         },
         "required": ["query"],
     },

@@ -3,14 +3,13 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipybox.mcp_apigen import ToolSchema, generate_mcp_sources, render_sources, write_mcp_sources
+from ipybox.mcp_apigen import generate_mcp_sources, write_mcp_sources
 from ipybox.mcp_apigen.literals import doc_text, docstring, py_str
 from ipybox.mcp_apigen.sources import wait_for_stopped_servers
 from ipybox.mcp_client import ServerStartError
@@ -115,39 +114,22 @@ def test_string_and_docstring_escaping(text: str) -> None:
         assert value is not None and "\x00" not in doc_text(text)
 
 
-def test_generation_takes_well_under_3_ms_per_tool() -> None:
-    tools = [ToolSchema(t.name, t.description, t.input_schema, t.output_schema) for t in RAW_TOOLS] * 10
-    tools = [
-        ToolSchema(f"{t.name}_{i}", t.description, t.input_schema, t.output_schema)
-        for i, t in enumerate(tools)
-    ]
-    render_sources("warmup", tools[:5])
-    started = time.perf_counter()
-    render_sources("bench", tools)
-    per_tool = (time.perf_counter() - started) / len(tools)
-    assert per_tool < 0.003, f"{per_tool * 1000:.2f} ms per tool"
-
-
 @pytest.mark.integration
 def test_generated_modules_import_only_pydantic_and_stdlib(tmp_path: Path) -> None:
     write_mcp_sources("calc", [TOOL, *RAW_TOOLS[-8:]], tmp_path / "mcptools")
     code = (
-        "import sys, time\n"
+        "import sys\n"
         "import pydantic\n"
         "before = set(sys.modules)\n"
-        "t = time.perf_counter()\n"
         "from mcptools.calc import add, kitchen_sink, tree\n"
-        "elapsed = time.perf_counter() - t\n"
         "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
-        "print(elapsed, sorted(new))\n"
+        "print(sorted(new))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
     )
-    elapsed, listed = out.stdout.split(" ", 1)
-    modules = set(ast.literal_eval(listed))
+    modules = set(ast.literal_eval(out.stdout))
     assert not modules & {"ipybox", "mcp", "mcp_types", "jinja2", "httpx2", "anyio"}, modules
-    assert float(elapsed) < 0.25, f"importing three generated modules took {elapsed} s"
 
 
 @pytest.mark.integration

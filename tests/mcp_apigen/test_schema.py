@@ -111,7 +111,7 @@ def test_all_of_merges_and_one_of_chooses() -> None:
 def test_constraints() -> None:
     m = _module(
         {
-            "s": {"type": "string", "minLength": 2, "pattern": "(?=a)a+"},
+            "s": {"type": "string", "minLength": 2, "pattern": "a+"},
             "i": {"type": "integer", "minimum": 0, "exclusiveMaximum": 10},
             "l": {"type": "array", "items": {"type": "string"}, "maxItems": 1},
             "t": {
@@ -124,9 +124,46 @@ def test_constraints() -> None:
         }
     )
     _ok(m, {"s": "baa", "i": 9, "l": ["x"], "t": ["a", 1], "p": "anything"})
-    for bad in ({"s": "a"}, {"s": "bb"}, {"i": 10}, {"i": -1}, {"l": ["a", "b"]}, {"t": ["a"]}):
+    for bad in ({"s": "a"}, {"s": "bb"}, {"i": 10}, {"i": -1}, {"l": ["a", "b"]}, {"t": ["a"]}, {"p": "1"}):
         _bad(m, bad)
-    assert "not a Python regex" in m.SOURCE
+
+
+@pytest.mark.timeout(
+    10
+)  # a guard against a hang (SIGALRM interrupts a backtracking match), not a speed check
+def test_a_catastrophic_pattern_is_checked_in_linear_time() -> None:
+    # A hostile server's pattern: with Python's re (the former "python-re" engine) 28 characters took
+    # about 20 s, and each two more four times as long; pydantic's default engine answers at once.
+    m = _module({"s": {"type": "string", "pattern": "^(a+)+$"}})
+    _ok(m, {"s": "aaaa"})
+    _bad(m, {"s": "a" * 40 + "!"})
+    assert "regex_engine" not in m.SOURCE
+
+
+@pytest.mark.parametrize(
+    ("pattern", "comment"),
+    [
+        ("^(?=.*[0-9])[a-z0-9]+$", "# pattern uses look-around: not checked here; the server checks it"),
+        ("(?<!x)y", "# pattern uses look-around: not checked here; the server checks it"),
+        ("^(a)\\1$", "# pattern uses a backreference: not checked here; the server checks it"),
+        (
+            "a{1000}{1000}{1000}",
+            "# pattern the linear-time regex engine cannot compile: not checked here; the server checks it",
+        ),
+    ],
+)
+def test_a_pattern_the_linear_engine_cannot_compile_is_left_to_the_server(pattern: str, comment: str) -> None:
+    m = _module({"s": {"type": "string", "pattern": pattern}}, ["s"])
+    assert comment in [line.strip() for line in m.SOURCE.splitlines()]
+    assert "pattern=" not in m.SOURCE
+    _ok(m, {"s": "anything"})  # the module imports, and the unchecked field takes any string
+
+
+def test_a_pattern_is_emitted_as_a_string_literal_whatever_it_contains() -> None:
+    pattern = "^x\"\"\"\n'''\nimport os; os.exit(3)  # \\$"
+    m = _module({"s": {"type": "string", "pattern": pattern}}, ["s"])
+    assert m.Params.model_fields["s"].metadata[0].pattern == pattern
+    _bad(m, {"s": "y"})
 
 
 def test_formats_are_typed_for_input_only() -> None:

@@ -4,7 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from ipybox.mcp_client import HttpServerParams, ServerParamsError, StdioServerParams, parse_server_params
+from ipybox.mcp_client import (
+    HttpServerParams,
+    ServerParamsError,
+    StdioServerParams,
+    dump_server_params,
+    parse_server_params,
+)
 
 
 def test_stdio_params_with_placeholders_from_environ() -> None:
@@ -82,3 +88,31 @@ def test_invalid_params_give_one_clear_error(raw: dict[str, object], fragment: s
         parse_server_params("srv", raw, environ={})
     assert "'srv'" in str(info.value) and fragment in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("server", [{"command": "x"}, {"url": "https://example.com/mcp"}])
+def test_call_limits_are_keys_of_both_kinds_of_server(server: dict[str, object]) -> None:
+    params = parse_server_params("srv", {**server, "call_timeout": 90, "max_result_size": "2MiB"}, environ={})
+    assert (params.call_timeout, params.max_result_size) == (90, 2 * 1024 * 1024)
+    assert dump_server_params(params) == {**server, "call_timeout": 90.0, "max_result_size": 2 * 1024 * 1024}
+    unset = parse_server_params("srv", server, environ={})
+    assert (unset.call_timeout, unset.max_result_size) == (None, None)  # the tool server's defaults apply
+    assert dump_server_params(unset) == server
+
+
+@pytest.mark.parametrize(
+    ("limits", "fragment"),
+    [
+        ({"call_timeout": 0}, "call_timeout: Input should be greater than 0"),
+        ({"call_timeout": "soon"}, "call_timeout: Input should be a valid number"),
+        (
+            {"max_result_size": "lots"},
+            'max_result_size: expected a size: bytes (an integer), or a number with a unit such as "64MiB"',
+        ),
+        ({"max_result_size": 1000}, "max_result_size: Input should be greater than or equal to 65536"),
+    ],
+)
+def test_bad_call_limits_give_one_clear_error(limits: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ServerParamsError) as info:
+        parse_server_params("srv", {"command": "x", **limits}, environ={})
+    assert fragment in str(info.value)

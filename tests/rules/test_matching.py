@@ -173,6 +173,22 @@ def test_regex_matches_in_full() -> None:
     assert not applies({"args": {"id": {"regex": "[0-9]+"}}}, args={"id": "12a"})
 
 
+def test_regex_keeps_python_s_unicode_classes() -> None:
+    rule = {"args": {"n": {"regex": r"\d+"}}, "decision": "deny"}
+    assert applies(rule, args={"n": "١٢٣"})  # Arabic-Indic digits: digits to Python, not to plain RE2
+
+
+@pytest.mark.parametrize("decision", ["allow", "ask", "deny"])
+def test_a_regex_cannot_judge_a_string_with_lone_surrogates_and_resolves_toward_caution(
+    decision: str,
+) -> None:
+    # JSON allows "\ud800"; RE2 reads UTF-8, which cannot hold it. Like a non-string: a deny guard holds,
+    # an allow rule does not grant.
+    rule = {"args": {"p": {"regex": "out/.*"}}, "decision": decision}
+    assert applies(rule, args={"p": "out/\ud800"}) is (decision != "allow")
+    assert applies(rule, args={"p": "out/a"})
+
+
 def test_exists() -> None:
     assert applies({"args": {"v": {"exists": True}}}, args={"v": None})
     assert not applies({"args": {"v": {"exists": True}}}, args={})
@@ -288,6 +304,10 @@ def test_mismatch_explanations() -> None:
     assert explain({"args": {"p": {"glob": "x*"}}}, args={"p": 3}) == (
         "argument 'p' = 3 is not a string, and glob = 'x*' never holds for a non-string in an allow rule"
     )
+    assert explain({"args": {"p": {"regex": "x.*"}}}, args={"p": "x\udc00"}) == (
+        "argument 'p' = 'x\\udc00' has lone surrogates, which the regex engine cannot read, and "
+        "regex = 'x.*' never holds for such a string in an allow rule"
+    )
     assert (
         explain({"args": {"p": {"in": ["a"]}}}, args={"p": True})
         == "argument 'p' = true does not satisfy in = ['a']"
@@ -310,6 +330,12 @@ def test_why_it_applies() -> None:
         "the server glob 's*' matches 'srv'; the tool's destructiveHint is true (not declared, so the MCP default); "
         "argument 'p' = 1 is not a string, which counts as satisfying not_glob = 'out/*' in a deny rule; "
         "argument 'q' is absent (exists = false)"
+    )
+    assert matcher(args={"p": {"regex": "x"}}, decision="deny").why_it_applies(
+        ToolCall("s", "t", {"p": "\ud800"})
+    ) == (
+        "argument 'p' = '\\ud800' has lone surrogates, which the regex engine cannot read, which counts as "
+        "satisfying regex = 'x' in a deny rule"
     )
     assert (
         matcher().why_it_applies(ToolCall("s", "t"))

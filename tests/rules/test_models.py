@@ -3,12 +3,14 @@ from __future__ import annotations
 import copy
 import pickle
 import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 import ipybox.rules.models
+from ipybox.cli.main import EXIT_ERROR, main
 from ipybox.rules import ApprovalPolicy, ArgCondition, ExampleCall, Rule, ToolCall, Verdict
 
 
@@ -77,8 +79,63 @@ def test_invalid_values_are_rejected() -> None:
 
 def test_invalid_regex() -> None:
     assert error({"rules": [{"decision": "deny", "args": {"p": {"regex": "(a"}}}]}) == (
-        "Value error, invalid regex '(a': missing ), unterminated subpattern at position 0"
+        "Value error, invalid regex '(a': missing ) at '(a'"
     )
+
+
+def test_a_regex_with_look_around_is_a_load_error_saying_what_to_do() -> None:
+    data = {"rules": [{"decision": "deny", "args": {"p": {"regex": "(?!out/).*"}}}]}
+    with pytest.raises(ValidationError) as info:
+        ApprovalPolicy.model_validate(data)
+    [err] = info.value.errors()
+    assert err["loc"] == ("rules", 0, "args", "p", "regex")
+    assert err["msg"].startswith(
+        "Value error, regex '(?!out/).*' uses look-around ('(?!' at position 0), which ipybox's linear-time "
+        "regex engine does not support; rewrite it without look-around"
+    )
+
+
+def test_ipybox_validate_shows_a_look_around_regex_at_its_line_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "ipybox.toml").write_text(
+        '[approval]\n\n[[approval.rules]]\ndecision = "deny"\nargs = { p = { regex = "(?<=a)b" } }\n'
+    )
+    assert main(["validate", str(tmp_path)]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith(f"{tmp_path / 'ipybox.toml'}:5:") and "uses look-around" in err, err
+
+
+# --- regexes that backtrack catastrophically in Python's re -------------------------------------------------
+
+# With Python's re, `(a+)+` against 28 a's and a mismatch took 22 s per call (twice as long per extra
+# character), on the supervisor's event loop.
+CATASTROPHIC = {"id": "aaa", "tool": "t", "args": {"q": {"regex": "(a+)+"}}, "decision": "deny"}
+
+
+# A guard against a hang, not a speed check: matching takes microseconds, and 10 s fails the test (by
+# SIGALRM, which also interrupts a backtracking match: a thread could not, it holds the GIL throughout).
+@pytest.mark.timeout(10)
+def test_deciding_a_call_against_a_catastrophic_regex_returns() -> None:
+    policy = ApprovalPolicy.model_validate({"default": "allow", "rules": [CATASTROPHIC]})
+    call = ToolCall("s", "t", {"q": "a" * 28 + "!"})
+    assert policy.decide(call) == Verdict("allow", None, "no rule applies; the default is allow")
+    assert policy.decide(ToolCall("s", "t", {"q": "a" * 28})).rule_id == "aaa"
+
+
+@pytest.mark.timeout(10)
+def test_ipybox_validate_checks_a_catastrophic_regex_s_examples_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 83 s with Python's re: each example is matched as a call would be.
+    (tmp_path / "ipybox.toml").write_text(
+        "[[approval.rules]]\n"
+        'id = "aaa"\ntool = "t"\nargs = { q = { regex = "(a+)+" } }\ndecision = "deny"\n'
+        f'match = [{{ server = "s", tool = "t", args = {{ q = "{"a" * 28}" }} }}]\n'
+        f'not_match = [{{ server = "s", tool = "t", args = {{ q = "{"a" * 28}!" }} }}]\n'
+    )
+    assert main(["validate", str(tmp_path)]) == 0
+    assert "ok (0 servers, 1 approval rules" in capsys.readouterr().out
 
 
 def test_condition_needs_a_condition() -> None:

@@ -1,4 +1,5 @@
-"""The rules package reads bottom-up: calls and annotations, then matching, then the engine, then the models.
+"""The rules package reads bottom-up: calls and annotations, the regex engine, then matching, then the engine,
+then the models.
 
 Checked on the source, `TYPE_CHECKING` imports and imports inside functions included: a cycle hidden in
 either is still a cycle to a reader.
@@ -13,7 +14,7 @@ import ipybox.rules
 
 RULES_DIR = Path(ipybox.rules.__file__).parent
 # Each module may import only the modules listed before it.
-ORDER = ["calls", "tool_annotations", "matching", "engine", "models"]
+ORDER = ["calls", "tool_annotations", "linear_regex", "matching", "engine", "models"]
 
 
 def imported_rules_modules(module: str) -> set[str]:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from ipybox.sandbox.proxy import DomainProxy, _internal
+from ipybox.sandbox.addresses import is_internal
+from ipybox.sandbox.proxy import DomainProxy
 
 
 @pytest.fixture
@@ -77,9 +79,37 @@ async def test_refusals_are_answered_with_the_reason(
 
 def test_internal_addresses() -> None:
     assert all(
-        _internal(a) for a in ("127.0.0.1", "10.1.2.3", "192.168.0.1", "169.254.169.254", "::1", "0.0.0.0")
+        is_internal(a) for a in ("127.0.0.1", "10.1.2.3", "192.168.0.1", "169.254.169.254", "::1", "0.0.0.0")
     )
-    assert not any(_internal(a) for a in ("1.1.1.1", "2606:4700:4700::1111"))
+    assert not any(is_internal(a) for a in ("1.1.1.1", "2606:4700:4700::1111"))
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        ("100.100.100.200", b"100.64.0.0/10 (Shared Address Space)"),
+        ("64:ff9b::7f00:1", b"carrying 127.0.0.1"),
+        ("2002:a9fe:a9fe::1", b"carrying 169.254.169.254"),
+        ("::ffff:10.0.0.1", b"carrying 10.0.0.1"),
+    ],
+)
+async def test_a_wildcard_name_that_resolves_inside_is_refused_with_the_range(
+    proxy: DomainProxy, monkeypatch: pytest.MonkeyPatch, answer: str, named: bytes
+) -> None:
+    # What a name server someone else controls may answer for a name under an allowed wildcard.
+    loop = asyncio.get_running_loop()
+    real = loop.getaddrinfo
+
+    async def getaddrinfo(host: str, port: int, **kwargs: object) -> object:
+        if host == "metadata.invalid":
+            family = socket.AF_INET6 if ":" in answer else socket.AF_INET
+            return [(family, socket.SOCK_STREAM, 6, "", (answer, port))]
+        return await real(host, port, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo)
+    answer_text = await exchange(proxy, b"CONNECT metadata.invalid:80 HTTP/1.1\r\n\r\n")
+    assert answer_text.split(b" ")[1] == b"403"
+    assert b"resolves to an internal address" in answer_text and named in answer_text
 
 
 async def test_stop_cuts_open_tunnels(tmp_path: Path, host_http_server: int) -> None:

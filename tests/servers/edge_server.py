@@ -3,11 +3,13 @@
 Run it over stdio (default), streamable HTTP (`/mcp`) or SSE (`/sse`):
 
     python tests/servers/edge_server.py [--transport stdio|streamable-http|sse] [--port N]
-        [--token SECRET] [--exit-at-once] [--never-handshake]
+        [--token SECRET] [--sse-responses] [--exit-at-once] [--never-handshake]
 
-`--token` makes the HTTP transports answer 401 unless `Authorization: Bearer SECRET` is sent.
-`--exit-at-once` writes an error to stderr and exits 3; `--never-handshake` never answers. Both
-exist to test how clients report a server that cannot start.
+`--token` makes the HTTP transports answer 401 unless `Authorization: Bearer SECRET` is sent;
+`--sse-responses` makes streamable HTTP answer each request with an SSE stream (else one JSON body).
+`--exit-at-once` writes an error to stderr and exits 3; `--never-handshake` never answers; with
+`EDGE_NEVER_LIST` set in its environment it never answers `tools/list`. They exist to test how clients
+report a server that cannot start.
 
 Besides ordinary tools (registered with `@server.tool()`), it serves "raw" tools whose JSON schemas are
 written by hand: tool names with hyphens, dots, keywords and leading digits, names that collide after
@@ -21,6 +23,7 @@ import argparse
 import asyncio
 import base64
 import http.client
+import io
 import json
 import os
 import sys
@@ -68,6 +71,8 @@ class EdgeServer(MCPServer):
     """Serves the raw tools below next to the ones registered with `@server.tool()`."""
 
     async def list_tools(self) -> list[types.Tool]:
+        if os.environ.get("EDGE_NEVER_LIST"):  # completes the handshake, then never lists its tools
+            await asyncio.Event().wait()
         return [*await super().list_tools(), *RAW_TOOLS]
 
     async def call_tool(
@@ -144,6 +149,99 @@ async def log_and_echo(text: str, ctx: Context) -> str:
     """Sends a log notification, then echoes."""
     await ctx.info(f"echoing {text}")
     return text
+
+
+@server.tool(structured_output=False)
+async def hang(cancelled_marker: str = "") -> str:
+    """Never answers. When the client cancels the call (`notifications/cancelled`), writes "cancelled"
+    to the file `cancelled_marker` (if given), so a test can tell the cancellation reached the server."""
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        if cancelled_marker:
+            with open(cancelled_marker, "w") as f:
+                f.write("cancelled")
+        raise
+    return "never"
+
+
+@server.tool(structured_output=False)
+def big_text(megabytes: float, char: str = "x") -> str:
+    """A text result of `megabytes` MiB of `char` (an ASCII character: one byte each)."""
+    return char * int(megabytes * 1024 * 1024)
+
+
+@server.tool(structured_output=False)
+def lone_surrogate() -> str:
+    """A text result whose JSON on the wire holds a lone surrogate escape (`\\ud800`), as some servers
+    written in other languages send: valid JSON, but not valid Unicode."""
+    return f"before {LONE_SURROGATE_MARK} after"
+
+
+@server.tool(structured_output=False)
+def invalid_utf8() -> str:
+    """A text result with a byte that is not UTF-8 (0xff) on the wire."""
+    return f"before {INVALID_UTF8_MARK} after"
+
+
+# Marks in a result that the stdio writer (`_WireMarks`) and the HTTP app (`_with_wire_marks`) replace on
+# the wire: no Python MCP server can send these itself, since pydantic refuses to serialize a lone surrogate.
+LONE_SURROGATE_MARK = "<<LONE-SURROGATE>>"
+INVALID_UTF8_MARK = "<<INVALID-UTF8>>"
+_WIRE_MARKS = {LONE_SURROGATE_MARK.encode(): b"\\ud800", INVALID_UTF8_MARK.encode(): b"\xff"}
+
+
+class _WireMarks(io.BufferedIOBase):
+    """stdout for the stdio transport, replacing the wire marks. It has no file descriptor, so the MCP
+    SDK writes through it instead of claiming fd 1."""
+
+    def __init__(self, raw: Any) -> None:
+        super().__init__()
+        self._raw = raw
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        data = bytes(data)
+        out = data
+        for mark, wire in _WIRE_MARKS.items():
+            out = out.replace(mark, wire)
+        self._raw.write(out)
+        return len(data)
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+
+def _with_wire_marks(app: Any) -> Any:
+    """`app` with the wire marks replaced in its HTTP response bodies (a message is one body chunk)."""
+
+    async def marked(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        start: dict[str, Any] | None = None
+
+        async def send_marked(message: dict[str, Any]) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start":
+                start = message  # sent with the first body chunk, whose length may change
+                return
+            if message["type"] == "http.response.body":
+                body = message.get("body", b"")
+                for mark, wire in _WIRE_MARKS.items():
+                    body = body.replace(mark, wire)
+                message = {**message, "body": body}
+                if start is not None:
+                    headers = start.get("headers", [])
+                    if not message.get("more_body", False):
+                        length = str(len(body)).encode()
+                        headers = [(k, length if k.lower() == b"content-length" else v) for k, v in headers]
+                    await send({**start, "headers": headers})
+                    start = None
+            await send(message)
+
+        await app(scope, receive, send_marked)
+
+    return marked
 
 
 def _schema(properties: dict[str, Any], required: list[str] | None = None, **extra: Any) -> dict[str, Any]:
@@ -408,6 +506,7 @@ def main() -> None:
     parser.add_argument("--token")
     parser.add_argument("--exit-at-once", action="store_true")
     parser.add_argument("--never-handshake", action="store_true")
+    parser.add_argument("--sse-responses", action="store_true", help="streamable HTTP answers as SSE streams")
     args = parser.parse_args()
     if args.exit_at_once:
         print("edge server: startup failed: missing configuration EDGE_CONFIG", file=sys.stderr, flush=True)
@@ -417,11 +516,16 @@ def main() -> None:
         while True:
             time.sleep(3600)
     if args.transport == "stdio":
+        sys.stdout = io.TextIOWrapper(_WireMarks(sys.stdout.buffer), encoding="utf-8")
         server.run("stdio")
         return
     import uvicorn
 
-    app = server.sse_app() if args.transport == "sse" else server.streamable_http_app(json_response=True)
+    if args.transport == "sse":
+        app = server.sse_app()
+    else:
+        app = server.streamable_http_app(json_response=not args.sse_responses)
+    app = _with_wire_marks(app)
     if args.token:
         app = _with_token(app, args.token)
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on")

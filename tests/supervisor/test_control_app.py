@@ -27,6 +27,7 @@ from ipybox.running.status import (
     CallerId,
     GatewayStatus,
     KernelId,
+    KernelLeased,
     LeaseId,
     MCPServerStatus,
     PoolStatus,
@@ -81,13 +82,13 @@ class SmallWorkspace:
     def new_lease(self) -> LeaseId:
         return self.leases.new_lease()
 
-    async def lease_kernel(self, lease: LeaseId) -> KernelId:
+    async def lease_kernel(self, lease: LeaseId) -> KernelLeased:
         if self.fail_with is not None:
             raise self.fail_with
         number = next(self._kernels)
         kernel = KernelId(f"kernel-{number}")
         self.leases.bind(lease, kernel, CallerId(f"caller-{number}"))
-        return kernel
+        return KernelLeased(kernel_id=kernel)
 
     async def release_lease(self, lease: LeaseId) -> None:
         self.leases.release(lease)
@@ -151,10 +152,11 @@ def test_a_request_without_the_token_is_refused(target: SmallWorkspace) -> None:
 
 def test_a_lease_gets_kernels_and_gives_them_back(client: TestClient, target: SmallWorkspace) -> None:
     lease = client.post("/leases").json()["lease"]
-    assert client.post(f"/leases/{lease}/kernels").json() == {"kernel_id": "kernel-1"}
-    assert client.post(f"/leases/{lease}/kernels").json() == {"kernel_id": "kernel-2"}
+    assert client.post(f"/leases/{lease}/kernels").json() == {"kernel_id": "kernel-1", "lost": None}
+    assert client.post(f"/leases/{lease}/kernels").json() == {"kernel_id": "kernel-2", "lost": None}
     status = client.get("/status").json()
-    assert status["leases"] == 1 and status["pool"]["leased"] == 2
+    # A lease holds one kernel at a time: taking the second gave the first back.
+    assert status["leases"] == 1 and status["pool"]["leased"] == 1
     assert client.delete(f"/leases/{lease}").json() == {"released": True}
     assert len(target.leases) == 0
 

@@ -119,3 +119,25 @@ def test_the_callers_view_is_live_and_read_only(table: LeaseTable) -> None:
     assert view[A] == lease
     with pytest.raises(TypeError):
         view[B] = lease  # type: ignore[index]
+
+
+def test_a_lease_given_a_new_kernel_hands_back_the_one_it_held(table: LeaseTable) -> None:
+    """Its application replaced its kernel (it died, or on reset): one leased kernel, not two."""
+    lease = table.new_lease()
+    assert table.bind(lease, K1, A).replaced == ()
+    bound = table.bind(lease, K2, B)
+    assert bound.replaced == (K1,) and bound.tokens == (TOKEN_A,) and bound.lost is None
+    assert table.kernels(lease) == (K2,) and table.leased_kernels == 1
+    assert table.lease_of(A) is None and table.lease_of(B) == lease
+
+
+def test_a_lease_whose_kernel_the_workspace_took_is_told_why_with_its_next_kernel(table: LeaseTable) -> None:
+    holding, idle = table.new_lease(), table.new_lease()
+    table.bind(holding, K1, A)
+    table.unbind_kernels("it exited with signal 9 (SIGKILL) and ipybox restarted it")
+    table.add_caller(B, TOKEN_B)
+    bound = table.bind(holding, K2, B)
+    assert bound.lost == "it exited with signal 9 (SIGKILL) and ipybox restarted it"
+    assert bound.replaced == () and bound.tokens == ()  # its kernel was already unbound
+    assert table.bind(holding, K1, None).lost is None  # told once
+    assert table.bind(idle, KernelId("k3"), None).lost is None  # it held no kernel: nothing was taken

@@ -41,6 +41,9 @@ class Params(BaseModel):
     tags: Annotated[list[str], Field(max_length=5)] | None = Field(None, exclude_if=_is_none)
     limit: Annotated[int, Field(ge=1, le=100)] = 10
     sort: Literal["relevance", "price-asc", "price-desc"] | None = Field(None, exclude_if=_is_none)
+    sku: Annotated[str, Field(pattern="^[A-Z]{3}-\\d{4}$")] | None = Field(None, exclude_if=_is_none)
+    # pattern uses look-around: not checked here; the server checks it
+    slug: str | None = Field(None, exclude_if=_is_none)
 
 
 class Item(BaseModel):
