@@ -41,6 +41,10 @@ four 200 MiB request lines without a newline grew its RSS from 86 to 885 MiB, 64
 - All connections together stay below `max_connections` (default: half the process's soft descriptor
   limit), so the rest of the process keeps descriptors. `asyncio` itself, when `accept()` fails for lack of
   descriptors, retries a second later while existing connections keep being served.
+- A call still running after a second is watched: when its kernel closes the connection (a cell
+  interrupted during the call; `ToolRunner` closes it then, since the answer may still come), the call is
+  cancelled (the MCP server gets `notifications/cancelled`) instead of holding the server until its
+  `call_timeout`.
 """
 
 from __future__ import annotations
@@ -72,6 +76,8 @@ _CHUNK = 64 * 1024
 _SMALL = 64 * 1024
 # The head of a line where its token must be, if it is charged to a caller before it is complete.
 _HEAD = 512
+# Seconds a call runs before its connection is watched for the kernel going away.
+_WATCH_AFTER = 1.0
 _TOKEN_PREFIX = re.compile(rb'\s*\{\s*"token"\s*:\s*"([A-Za-z0-9_\-]{1,256})"')
 
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -185,6 +191,7 @@ class _Connection:
     holds_large: bool = False
     forgotten: bool = False
     task: asyncio.Task[None] | None = None
+    watcher: asyncio.Future[None] | None = None  # watches for a close during a long call
 
 
 class CallChannel:
@@ -261,7 +268,15 @@ class CallChannel:
         conn.task = asyncio.current_task()
         try:
             while (line := await self._read_request(conn)) is not None:
-                answer, keep_open = await self._answer(conn, line)
+                # A call still running after a moment is watched: if its kernel goes away (the cell was
+                # interrupted), the call is cancelled instead of holding its server until call_timeout.
+                # Not from the start: most calls end within a millisecond, and the watch costs a task.
+                watch = loop.call_later(_WATCH_AFTER, self._watch, conn)
+                try:
+                    answer, keep_open = await self._answer(conn, line)
+                finally:
+                    watch.cancel()
+                    await self._unwatch(conn)
                 del line
                 self._release_large(conn)
                 for piece in answer_pieces(answer):
@@ -282,6 +297,30 @@ class CallChannel:
         finally:
             self._forget(conn)
             writer.close()
+
+    def _watch(self, conn: _Connection) -> None:
+        if not conn.rest:  # else the kernel already sent more: it is there
+            conn.watcher = asyncio.ensure_future(self._watch_for_close(conn))
+
+    async def _watch_for_close(self, conn: _Connection) -> None:
+        """Cancel the connection's task (and the call it runs) when the kernel closes the connection."""
+        try:
+            data = await conn.reader.read(_CHUNK)
+        except ConnectionError:
+            data = b""
+        if data:
+            conn.rest += data  # a pipelined request: read by the connection's task after the answer
+        elif conn.task is not None:
+            logger.info("a kernel closed its connection during a call: cancelling the call")
+            conn.task.cancel()
+
+    async def _unwatch(self, conn: _Connection) -> None:
+        watcher, conn.watcher = conn.watcher, None
+        if watcher is not None and not watcher.done():
+            watcher.cancel()
+            # Done before the connection's task reads again: a stream has one reader at a time.
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
 
     def _admit(self, conn: _Connection) -> bool:
         """Count a new connection in, closing the oldest unidentified one to make room; `False` when there

@@ -110,3 +110,21 @@ async def test_a_50_mb_answer_reaches_the_kernel_whole(tool_server: ToolServer) 
     # It took 64 s before (mcp's stdio reader re-copied the pending line on every 64 KiB read).
     value = await run(tool_server, "big_text", {"megabytes": 50}, name="roomy")
     assert isinstance(value, str) and len(value) == 50 << 20 and value.strip("x") == ""
+
+
+async def test_a_call_whose_kernel_goes_away_is_cancelled_and_the_server_told(
+    tool_server: ToolServer, tmp_path: Path
+) -> None:
+    # As when a cell is interrupted during a call: the kernel closes its connection, and the call must
+    # not hold the server until call_timeout.
+    roomy = {"token": tool_server.call_token, "op": "run", "server": "roomy", "tool": "hang"}
+    marker = tmp_path / "cancelled"
+    _reader, writer = await asyncio.open_unix_connection(tool_server.calls_address.removeprefix("unix:"))
+    writer.write(json.dumps({**roomy, "args": {"cancelled_marker": str(marker)}}).encode() + b"\n")
+    await writer.drain()
+    await asyncio.sleep(1.5)  # past the moment the channel starts watching a running call
+    writer.close()
+    async with asyncio.timeout(GUARD):  # far below roomy's call_timeout (300 s)
+        while not marker.exists():
+            await asyncio.sleep(0.05)
+    assert await run(tool_server, "echo", {"text": "next"}, name="roomy") == "next"
