@@ -45,6 +45,13 @@ async def until(condition: Callable[[], bool], guard: float = 30) -> None:
         await asyncio.sleep(0.05)
 
 
+@pytest.fixture(autouse=True)
+async def no_leases(supervisor: Supervisor) -> None:
+    """Each test starts with no lease held: an earlier test's closed session gives its kernel back at once,
+    but "at once" is a moment after its client's exit returned."""
+    await until(lambda: supervisor.status().leases == 0)
+
+
 def the_endpoint(supervisor: Supervisor) -> tuple[str, str]:
     state = read_state(supervisor.workspace)
     assert state.mcp_url is not None and state.mcp_token is not None
