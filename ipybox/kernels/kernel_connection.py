@@ -393,8 +393,26 @@ def log_tail(path: Path | None, lines: int = 12) -> str:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    tail = [line for line in text.strip().splitlines() if line.strip()][-lines:]
+    tail = _without_traceback_frames([line for line in text.strip().splitlines() if line.strip()])[-lines:]
     return ("; the kernel gateway's log ends with:\n" + "\n".join(tail)) if tail else ""
+
+
+def _without_traceback_frames(lines: list[str]) -> list[str]:
+    """`lines` with each Python traceback's frames left out (its header and exception line kept): a
+    traceback of the gateway's own (a websocket handler finding its kernel gone) would otherwise push the
+    kernel's error out of the tail."""
+    kept: list[str] = []
+    in_traceback = False
+    for line in lines:
+        if line.startswith("Traceback (most recent call last)"):
+            in_traceback = True
+            kept.append(line)
+        elif in_traceback and line[:1] in (" ", "\t"):
+            continue  # a frame, its source line or its ^^^ marker
+        else:
+            in_traceback = False
+            kept.append(line)
+    return kept
 
 
 def _unreachable(endpoint: GatewayEndpoint, error: Exception) -> GatewayUnreachableError:
