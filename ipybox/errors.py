@@ -33,6 +33,7 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     │   └── ToolCallError                ipybox.mcp_client.errors
     ├── UnknownServerError               ipybox.mcp_client.pool              LookupError
     ├── NotALiteralError                 ipybox.mcp_apigen.literals          ValueError
+    ├── ShellSyntaxError                 ipybox.rules.shell_commands         ValueError
     ├── ApprovalFailedError              ipybox.errors
     │   ├── ApprovalRejected             ipybox.approval.channel
     │   └── ApprovalMessageError         ipybox.approval.wire                ValueError
@@ -44,7 +45,8 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     └── UnsafePathError                  ipybox.errors
         ├── StateDirError                ipybox.running.state                ValueError
         ├── SymlinkRefusedError          ipybox.mcp_apigen.package           OSError
-        └── UnsafeRegistryError          ipybox.mcp_client.registry          PermissionError
+        ├── UnsafeRegistryError          ipybox.mcp_client.registry          PermissionError
+        └── UnsafeTokenDirError          ipybox.kernel_mgr.token_file        PermissionError
 
 `tests/test_errors.py` parses this drawing and checks it against the code: every public exception class
 in ipybox is drawn, under its parent, with its module and builtin base.

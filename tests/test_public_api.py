@@ -10,8 +10,8 @@ their `__all__`.
 `ipybox.tool_exec.client` is imported by every generated tool module, inside every kernel, sandboxed ones
 included: it must load the standard library and `ipybox.in_kernel` only.
 
-Not covered: the reference docs also name `ipybox.kernel_mgr.*` and `ipybox.mcp_server.MCPServer`, paths of
-an ipybox release this code base never had.
+ipybox 0.9's `ipybox.kernel_mgr.*` and `ipybox.mcp_server.MCPServer` are thin classes of their own over
+ipybox's (`ExecutionResult` and `ExecutionError` are ipybox's result and error classes themselves).
 """
 
 from __future__ import annotations
@@ -174,7 +174,20 @@ PUBLIC: list[tuple[str, dict[str, str]]] = [
     ("ipybox.tool_server.tool_server", {"ToolServer": "ipybox.tool_server.tool_server"}),
     ("ipybox.approval.approval_client", {"ApprovalClient": "ipybox.approval.approval_client"}),
     ("ipybox.mcp_apigen", {"generate_mcp_sources": "ipybox.mcp_apigen.sources"}),
-    ("ipybox.mcp_server", {"create_server": "ipybox.mcp_server.workspace_mcp"}),
+    (
+        "ipybox.mcp_server",
+        {"create_server": "ipybox.mcp_server.workspace_mcp", "MCPServer": "ipybox.cli.mcp_compat"},
+    ),
+    # ipybox 0.9's paths, thin classes over the above.
+    ("ipybox.kernel_mgr.server", {"KernelGateway": "ipybox.kernel_mgr.server"}),
+    (
+        "ipybox.kernel_mgr.client",
+        {
+            "KernelClient": "ipybox.kernel_mgr.client",
+            "ExecutionResult": "ipybox.kernels.kernel_client",
+            "ExecutionError": "ipybox.kernels.kernel_client",
+        },
+    ),
     ("ipybox.utils", {"arun": "ipybox.utils"}),
     (
         "ipybox.supervisor",

@@ -65,7 +65,9 @@ class ApprovalChannel:
 
     Args:
         approval_required: When `False`, every call is approved at once.
-        approval_timeout: Seconds to wait for a decision (unless `decide` is given another timeout).
+        approval_timeout: Seconds to wait for a decision (unless `decide` is given another timeout);
+            `None` (ipybox 0.9.2's default) waits as long as it takes: until the decision, the calling
+            kernel going away, or the application disconnecting.
         handler: Decides in process; takes precedence over a websocket client.
         pause: Pauses the calling execution's clock while a call waits (see the module's contracts).
     """
@@ -73,7 +75,7 @@ class ApprovalChannel:
     def __init__(
         self,
         approval_required: bool = False,
-        approval_timeout: float = 60,
+        approval_timeout: float | None = 60,
         *,
         handler: ApprovalHandler | None = None,
         pause: PauseTimer | None = None,
@@ -94,7 +96,7 @@ class ApprovalChannel:
 
     async def decide(self, call: ToolCall, *, timeout: float | None = None) -> Approval:
         """Ask the connected application about `call` and wait up to `timeout` seconds (default:
-        `approval_timeout`) for its answer."""
+        `approval_timeout`, which may be `None`: no limit) for its answer."""
         if not self.approval_required:
             return Approved()
         handler, websocket = self.handler, self._websocket
@@ -122,7 +124,7 @@ class ApprovalChannel:
 
         Raises:
             RuntimeError: Nobody is connected to decide.
-            TimeoutError: No decision within `approval_timeout`.
+            TimeoutError: No decision within `approval_timeout` (never when it is `None`).
         """
         outcome = await self.decide(ToolCall(server_name, tool_name, tool_args, annotations or {}))
         match outcome:
@@ -135,7 +137,7 @@ class ApprovalChannel:
             case NoOneToAsk(reason):
                 raise RuntimeError(reason)
 
-    async def _ask_handler(self, handler: ApprovalHandler, call: ToolCall, timeout: float) -> Approval:
+    async def _ask_handler(self, handler: ApprovalHandler, call: ToolCall, timeout: float | None) -> Approval:
         decided: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
         async def respond(accepted: bool) -> None:
@@ -147,10 +149,11 @@ class ApprovalChannel:
             try:
                 await asyncio.wait_for(decided, timeout)
             except TimeoutError:
+                assert timeout is not None  # wait_for(..., None) never times out
                 return TimedOut(timeout)
         return Approved() if decided.result() else Rejected()
 
-    async def _ask_client(self, websocket: WebSocket, call: ToolCall, timeout: float) -> Approval:
+    async def _ask_client(self, websocket: WebSocket, call: ToolCall, timeout: float | None) -> Approval:
         request_id = next(self._ids)
         decided: asyncio.Future[Approval] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = decided
@@ -165,6 +168,7 @@ class ApprovalChannel:
             try:
                 return await asyncio.wait_for(decided, timeout)
             except TimeoutError:
+                assert timeout is not None  # wait_for(..., None) never times out
                 return TimedOut(timeout)
         finally:
             self._pending.pop(request_id, None)

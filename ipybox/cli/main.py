@@ -16,12 +16,31 @@ import traceback
 from pathlib import Path
 
 from ipybox import __version__
+from ipybox.cli.mcp_compat import LOG_LEVELS, configure_logging, unused_endpoint_options
 from ipybox.errors import IpyboxError
 
 EXIT_ERROR = 1
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
 REPORT_BUGS = "https://github.com/gradion-ai/ipybox/issues"
+
+_UNUSED_ENDPOINT_OPTIONS: tuple[tuple[str, type], ...] = (
+    ("--tool-server-host", str),
+    ("--tool-server-port", int),
+    ("--kernel-gateway-host", str),
+    ("--kernel-gateway-port", int),
+)
+# Any of these without a sub-command is ipybox 0.9's form of `ipybox mcp` (`ipybox --workspace DIR`).
+_MCP_OPTION_DESTS = (
+    "mcp_workspace",
+    "mcp_sandbox",
+    "mcp_sandbox_config",
+    "mcp_log_level",
+    "mcp_tool_server_host",
+    "mcp_tool_server_port",
+    "mcp_kernel_gateway_host",
+    "mcp_kernel_gateway_port",
+)
 
 
 async def _decide(request: object, approve: str) -> bool:
@@ -115,13 +134,30 @@ def _sandbox_config_problem(path: Path | None) -> str | None:
     return None
 
 
-def _mcp(parser: argparse.ArgumentParser, workspace: Path, sandbox: bool, sandbox_config: Path | None) -> int:
+def _mcp(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from ipybox.supervisor.mcp_stdio import serve_stdio
 
-    if not workspace.is_dir():
-        parser.error(f"--workspace {workspace}: no such directory")
+    workspace: Path = args.mcp_workspace or Path(".")
+    sandbox: bool = args.mcp_sandbox
+    sandbox_config: Path | None = args.mcp_sandbox_config
+    if workspace.exists() and not workspace.is_dir():
+        parser.error(f"--workspace {workspace}: not a directory")
     if (problem := _sandbox_config_problem(sandbox_config)) is not None:
         return _fail(problem)
+    if args.mcp_log_level is not None:
+        configure_logging(args.mcp_log_level)
+    # ipybox 0.9's options for its TCP endpoints: accepted, and said (on stderr: stdout carries MCP) unused.
+    unused = unused_endpoint_options(
+        args.mcp_tool_server_host,
+        args.mcp_tool_server_port,
+        args.mcp_kernel_gateway_host,
+        args.mcp_kernel_gateway_port,
+    )
+    if unused is not None:
+        print(unused, file=sys.stderr)
+    if not workspace.exists():  # as ipybox 0.9 did
+        workspace.mkdir(parents=True)
+        print(f"ipybox: created the workspace directory {workspace.resolve()}", file=sys.stderr)
     try:
         asyncio.run(serve_stdio(workspace.resolve(), sandbox, sandbox_config))
     except KeyboardInterrupt:
@@ -262,9 +298,28 @@ def _main(argv: list[str] | None) -> int:
             default=default,
             help="sandbox policy file",
         )
+        target.add_argument(
+            "--log-level",
+            dest="mcp_log_level",
+            type=str.upper,
+            choices=LOG_LEVELS,
+            default=default,
+            help="log from this level up to stderr",
+        )
+        # ipybox 0.9's endpoints: accepted for its MCP client configurations, not used (see mcp_compat).
+        for option, kind in _UNUSED_ENDPOINT_OPTIONS:
+            target.add_argument(
+                option,
+                dest="mcp_" + option.removeprefix("--").replace("-", "_"),
+                type=kind,
+                default=default,
+                metavar=kind.__name__.upper(),
+                help="accepted for ipybox 0.9, not used: ipybox listens on private Unix sockets",
+            )
     args = parser.parse_args(argv)
-    if args.command == "mcp" or (args.command is None and args.mcp_workspace is not None):
-        return _mcp(parser, args.mcp_workspace or Path("."), args.mcp_sandbox, args.mcp_sandbox_config)
+    compat_given = any(getattr(args, name, None) not in (None, False) for name in _MCP_OPTION_DESTS)
+    if args.command == "mcp" or (args.command is None and compat_given):
+        return _mcp(parser, args)
     if args.command in workspace_commands:
         return _workspace_command(parser, args)
     if args.command == "doctor":

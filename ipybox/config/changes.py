@@ -2,7 +2,7 @@
 
 - servers: started (or restarted) and their packages generated, or stopped and their packages removed;
 - approval rules: handed to the rule engine;
-- the kernels' environment, sandbox and warm pool: running kernels are replaced;
+- the kernels' environment, sandbox, warm pool and shell-command approval: running kernels are replaced;
 - `kernel.timeout`: applies to the next execution;
 - endpoints and workspace directories: only a restart of `ipybox up` applies them.
 """
@@ -110,6 +110,11 @@ def _kernel_reasons(old: WorkspaceConfig, new: WorkspaceConfig) -> list[str]:
     reasons += _changed_values("sandbox", _dump(old.sandbox), _dump(new.sandbox))
     if old.kernel.warm_pool != new.kernel.warm_pool:
         reasons.append(f"kernel.warm_pool: {old.kernel.warm_pool} -> {new.kernel.warm_pool}")
+    # Kernels install shell-command approval when they start: only new kernels get a changed setting.
+    for key in ("approve_shell", "require_shell_escape"):
+        before, after = getattr(old.kernel, key), getattr(new.kernel, key)
+        if before != after:
+            reasons.append(f"kernel.{key}: {_show(before)} -> {_show(after)}")
     return reasons
 
 

@@ -9,6 +9,7 @@ mcptools_dir = "mcptools"     # generated tool packages, relative to the workspa
 env = { API_BASE = "http://localhost:8000", TOKEN = "${API_TOKEN}" }
 warm_pool = 1
 timeout = 120
+approve_shell = true          # `!cmd` and `%%bash` are decided by [approval] rules (server "shell")
 
 [sandbox]
 enabled = true
@@ -26,7 +27,7 @@ port = 0
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ipybox.mcp_client.params import ServerSandbox
 
@@ -66,11 +67,30 @@ class KernelSection(_Table):
         warm_pool: Started kernels kept in reserve, so a new session or a reset does not wait for a
             kernel to start (about 0.5 s); each costs an idle kernel's memory (about 50 MB). 0 disables it.
         timeout: Default time limit of one execution, in seconds.
+        approve_shell: Kernels ask before shell commands run (`!cmd`, `x = !cmd`, `!!cmd`, `%%bash`,
+            `%%sh` and the other script cell magics), and the `[approval]` rules decide each command the
+            line runs as a call of server `shell`, tool = the program (`ipybox.rules.shell_commands`).
+        require_shell_escape: With `approve_shell`: code in kernels can't start processes but through the
+            `!` form and the cell magics (`subprocess`, `os.system`, ... raise). A guard against mistakes,
+            not a boundary: the sandbox is.
     """
 
     env: dict[str, str] = Field(default_factory=dict)
     warm_pool: int = Field(default=1, ge=0)
     timeout: float = Field(default=120, gt=0)
+    approve_shell: bool = False
+    require_shell_escape: bool = False
+
+    @field_validator("require_shell_escape")
+    @classmethod
+    def _escape_needs_approval(cls, value: bool, info: ValidationInfo) -> bool:
+        # A field validator, not a model one: the problem is then reported at this key's line.
+        if value and not info.data.get("approve_shell", False):
+            raise ValueError(
+                "require_shell_escape = true needs approve_shell = true: the `!` form it requires is "
+                "only decided when shell commands are approved"
+            )
+        return value
 
 
 class SandboxSection(ServerSandbox):

@@ -38,6 +38,7 @@ from ipybox.mcp_client.params import (
     server_union,
     suggest_server_name,
 )
+from ipybox.rules.shell_commands import KERNEL_SHELL_SERVER, SHELL_SERVER
 
 __all__ = [
     "SERVER_NAME_PATTERN",
@@ -51,12 +52,30 @@ __all__ = [
     "suggest_server_name",
 ]
 
+RESERVED_SERVER_NAMES = (KERNEL_SHELL_SERVER, SHELL_SERVER)
+"""Names rules use for ipybox's own calls (`ipybox.*`: registrations, a kernel's shell questions) and for
+shell commands (`shell.<program>`): a server of that name would be decided by the same rules."""
+
+
+def _not_reserved(name: str) -> str:
+    if name in RESERVED_SERVER_NAMES:
+        decided = "shell commands" if name == SHELL_SERVER else "ipybox's own calls"
+        raise ValueError(
+            f"the server name {name!r} is reserved: [approval] rules with server = {name!r} decide "
+            f"{decided}; name it e.g. {name + '_server'!r}"
+        )
+    return name
+
+
 ServerName = Annotated[
     str,
     AfterValidator(check_server_name),
-    WithJsonSchema({"type": "string", "pattern": SERVER_NAME_PATTERN}),
+    AfterValidator(_not_reserved),
+    WithJsonSchema(
+        {"type": "string", "pattern": SERVER_NAME_PATTERN, "not": {"enum": list(RESERVED_SERVER_NAMES)}}
+    ),
 ]
-"""A server's name: the key of its `[servers.<name>]` table."""
+"""A server's name: the key of its `[servers.<name>]` table (not one of `RESERVED_SERVER_NAMES`)."""
 
 
 class StdioServerSection(StdioServerParams):

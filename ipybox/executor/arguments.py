@@ -4,12 +4,13 @@
 
 | argument | embedded (no `workspace`) | workspace (`workspace=DIR`) |
 | --- | --- | --- |
-| `images_dir`, `output_dir`, `max_output_chars`, `log_level` | yes | yes |
-| `working_dir`, `kernel_env`, `sandbox`, `sandbox_config`, `spare_kernel`, `mcp_servers`, `mcptools_dir`, `approval_timeout`, `connect_timeout` | yes | no: `ipybox.toml` decides |
+| `images_dir`, `output_dir`, `max_output_chars`, `log_level`, `kernel_init_timeout` | yes | yes |
+| `working_dir`, `kernel_env`, `sandbox`, `sandbox_config`, `spare_kernel`, `mcp_servers`, `mcptools_dir`, `approval_timeout`, `connect_timeout`, `approve_tool_calls`, `approve_shell_cmds`, `require_shell_escape` | yes | no: `ipybox.toml` decides |
 | `tool_server_host`, `tool_server_port`, `kernel_gateway_host`, `kernel_gateway_port`, `kernel_gateway_url`, `kernel_gateway_token` | yes (see below) | no: the supervisor runs them |
 
 Within the embedded backend some arguments exclude others (`sandbox=True` with `kernel_gateway_url` or
-`tool_server_port`; `kernel_gateway_host`/`_port` with `kernel_gateway_url`; `kernel_gateway_token` without
+`tool_server_port`; `approve_shell_cmds=True` with `kernel_gateway_url`; `require_shell_escape=True` without
+`approve_shell_cmds=True`; `kernel_gateway_host`/`_port` with `kernel_gateway_url`; `kernel_gateway_token` without
 it; `sandbox_config` without `sandbox=True`). Each such argument raises `ValueError` naming it and what to do.
 
 An argument counts as given when the caller passed it, whatever its value (`CodeExecutor` defaults to
@@ -35,7 +36,7 @@ class Unset(enum.Enum):
 
 UNSET = Unset.UNSET
 
-SHARED = frozenset({"images_dir", "output_dir", "max_output_chars", "log_level"})
+SHARED = frozenset({"images_dir", "output_dir", "max_output_chars", "log_level", "kernel_init_timeout"})
 """Arguments that apply to both backends."""
 
 _SET_BY_WORKSPACE: Mapping[str, str] = {
@@ -48,6 +49,10 @@ _SET_BY_WORKSPACE: Mapping[str, str] = {
     "mcptools_dir": "the tool packages are where the workspace's ipybox.toml says ([workspace] mcptools_dir)",
     "approval_timeout": "an ask waits as long as the workspace's ipybox.toml says ([approval] ask_timeout)",
     "connect_timeout": "the workspace's supervisor starts the MCP servers",
+    "approve_tool_calls": "tool calls are decided by the workspace's ipybox.toml ([approval] rules)",
+    "approve_shell_cmds": "shell commands are asked about when the workspace's ipybox.toml says so "
+    "([kernel] approve_shell = true, decided by [approval] rules)",
+    "require_shell_escape": "the workspace's ipybox.toml decides it ([kernel] require_shell_escape)",
     "tool_server_host": "the workspace's supervisor runs the tool server",
     "tool_server_port": "the workspace's supervisor runs the tool server",
     "kernel_gateway_host": "the workspace's supervisor runs the kernel gateway",
@@ -86,6 +91,16 @@ def check_arguments(given: Mapping[str, object], *, workspace: bool) -> list[str
 
 
 def _check_embedded(given: Mapping[str, object]) -> None:
+    if given.get("require_shell_escape") is True and given.get("approve_shell_cmds") is not True:
+        raise ValueError(
+            "require_shell_escape=True requires approve_shell_cmds=True (it makes shell commands go through "
+            "approval): pass approve_shell_cmds=True or drop require_shell_escape="
+        )
+    if given.get("approve_shell_cmds") is True and given.get("kernel_gateway_url") is not None:
+        raise ValueError(
+            "approve_shell_cmds=True needs ipybox's own kernels (a gateway at kernel_gateway_url starts "
+            "kernels that would run shell commands unasked): drop one of the two"
+        )
     sandbox = given.get("sandbox") is True
     url = given.get("kernel_gateway_url") is not None
     if sandbox and url:

@@ -13,6 +13,16 @@ One class, two backends, chosen in `__init__` by `workspace=`:
 Arguments that do not apply to the chosen backend raise `ValueError` (see `ipybox.executor.arguments` for
 which apply where); arguments kept from ipybox 0.9 that do nothing warn with `DeprecationWarning`.
 Constructing an executor starts nothing: `start()` (or `async with`) does.
+
+`cancel()` stops the running `stream()`/`execute()` the same way on both backends: the kernel client
+interrupts the code (`KernelClient.stream`'s `cancellation`), which also ends a tool call waiting in the
+kernel (its connection to the tool server closes, and the server drops the call); approvals asked for
+meanwhile are rejected at once, and those still undecided once the code stopped are rejected then (a
+workspace forgets them). The stream then ends with a `CodeExecutionResult` holding the output so far and
+`cancelled=True`, never with the error the stopped code raised (KeyboardInterrupt, `ApprovalRejectedError`,
+or a timeout that fired meanwhile); a `KernelDiedError` is still raised, since the kernel's state is gone.
+ipybox 0.9.2 ends the stream without a result instead (its `execute()` returns `text=None`): here the
+output is kept.
 """
 
 from __future__ import annotations
@@ -22,17 +32,19 @@ import contextlib
 import logging
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
+from ipybox.approval.approver import ApproveAll
 from ipybox.approval.request import ApprovalRequest
 from ipybox.executor.arguments import UNSET, Unset, check_arguments
 from ipybox.executor.kernel_setup import StartedKernels, embedded_kernel_setup, start_kernel_gateway
 from ipybox.kernels.gateway import GatewayEndpoint, KernelGateway
-from ipybox.kernels.kernel_client import DEFAULT_MAX_OUTPUT_CHARS, KernelClient
-from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionResult
+from ipybox.kernels.kernel_client import DEFAULT_MAX_OUTPUT_CHARS, ExecutionTimeoutError, KernelClient
+from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, KernelDiedError
+from ipybox.kernels.timer import Cancellation
 from ipybox.mcp_client.registry import ServerRegistry
 from ipybox.tool_server.tool_server import ToolServer
 
@@ -53,6 +65,41 @@ class _Failed:
 
 
 _DONE = object()
+
+
+class _Execution:
+    """The running `stream()`: where its items go, the approvals it yielded that are still undecided, and
+    its cancellation."""
+
+    def __init__(self, auto_approve: bool) -> None:
+        self.queue: asyncio.Queue[StreamItem | _Failed | object] = asyncio.Queue()
+        self.auto_approve = auto_approve
+        self.cancellation = Cancellation()
+        self.pending: set[ApprovalRequest] = set()
+        self.withdrawals: set[asyncio.Task[None]] = set()
+
+    def ask(self, request: ApprovalRequest) -> None:
+        self.pending.add(request)
+        request.add_done_callback(lambda accepted: self.pending.discard(request))
+        self.queue.put_nowait(request)
+
+    def withdraw(self) -> None:
+        """Reject the approvals still undecided (a cancelled execution's, once its code stopped)."""
+        for request in list(self.pending):
+            if request.decision is None:
+                task = asyncio.create_task(request.reject(), name="ipybox-withdraw-approval")
+                self.withdrawals.add(task)
+                task.add_done_callback(self.withdrawals.discard)
+
+    def cancelled_result(self, error: BaseException) -> CodeExecutionResult | None:
+        """The result to end a cancelled execution with instead of `error` (`None`: raise `error`)."""
+        if not self.cancellation.cancelled or isinstance(error, KernelDiedError):
+            return None
+        if isinstance(error, CodeExecutionError | ExecutionTimeoutError) and error.result is not None:
+            if isinstance(error, ExecutionTimeoutError) and error.kernel_restarted:
+                logger.warning("the cancelled code timed out meanwhile: its kernel was replaced")
+            return replace(error.result, cancelled=True)
+        return None
 
 
 def _given(value: Any, default: Any) -> Any:
@@ -96,7 +143,13 @@ class _Embedded:
 
                 policy = SandboxPolicy.from_file(x.sandbox_config) if x.sandbox_config else SandboxPolicy()
             setup = embedded_kernel_setup(
-                x.working_dir, x.kernel_env, sandbox=policy, mcptools_dir=x.mcptools_dir
+                x.working_dir,
+                x.kernel_env,
+                sandbox=policy,
+                mcptools_dir=x.mcptools_dir,
+                approve_shell=x.approve_shell_cmds,
+                require_shell_escape=x.require_shell_escape,
+                reset_cwd=x.reset_cwd,
             )
             address, token = self.tool_server.calls_address, self.tool_server.call_token
             kernel_env: dict[str, str] | None = None
@@ -122,6 +175,7 @@ class _Embedded:
                 max_output_chars=x.max_output_chars,
                 kernel_env=kernel_env,
                 spare_kernel=x.spare_kernel,
+                ready_timeout=x.kernel_init_timeout,
                 # A kernel that dies while starting is reported with the end of the gateway's log.
                 gateway_log=self.gateway.log_path if self.gateway is not None else None,
                 # A cell whose gateway died says how it died (an external gateway's is not known).
@@ -139,7 +193,6 @@ class _Embedded:
     def _create_tool_server(self) -> ToolServer:
         x = self.x
         registry = ServerRegistry()
-        servers = {**registry.servers(x.mcptools_dir), **x.mcp_servers}
         server = ToolServer(
             host=x.tool_server_host,
             port=x.tool_server_port,
@@ -147,10 +200,12 @@ class _Embedded:
             approval_timeout=x.approval_timeout,
             connect_timeout=x.connect_timeout,
             log_level=x.log_level,
-            servers=servers,
+            # A name resolves to `mcp_servers`, else to the server generated into the package root the
+            # calling module sits in, else to the registry under `mcptools_dir` (found on first use, so
+            # sources generated after the executor started work too); see `MCPServers.resolve_key`.
+            servers=x.mcp_servers,
             media_dir=x.images_dir or Path("images"),
             dotenv_path=x.working_dir / ".env",
-            # Sources generated after the executor started are found in the registry on first use.
             lookup=lambda name: registry.servers(x.mcptools_dir).get(name),
             # Annotations recorded at generation decide a server's calls before it first starts here
             # (only for the parameters they were listed with).
@@ -158,8 +213,12 @@ class _Embedded:
                 x.mcptools_dir, name, params
             ),
         )
+        server.servers.package_lookup = registry.package_server
         server.approval.handler = x._on_approval
         server.approval.pause = x._pause_timer
+        if not x.approve_tool_calls:
+            server.approver = ApproveAll()  # shell commands still go to `approval` (shell_approver)
+        server.shell_approver = server.approval
         return server
 
     async def stop(self) -> None:
@@ -208,6 +267,7 @@ class _Attached:
             images_dir=x.images_dir,
             output_dir=x.output_dir,
             max_output_chars=x.max_output_chars,
+            kernel_init_timeout=x.kernel_init_timeout,
         )
         await session.open()  # closes itself when it fails
         self._session, self.client = session, session.kernel_client
@@ -244,7 +304,8 @@ class CodeExecutor:
         kernel_env: Environment variables for the kernel, taken literally. The kernel does not inherit the
             host's environment: it gets PATH, HOME, LANG and little else, plus these.
         images_dir: Where images displayed by code (plots) are saved; default `images` in the working dir.
-        approval_timeout: Seconds an MCP tool call waits for `accept()`/`reject()` before it fails.
+        approval_timeout: Seconds an MCP tool call (or shell command) waits for `accept()`/`reject()`
+            before it fails; `None` waits as long as it takes.
         connect_timeout: Seconds an MCP server gets to start.
         sandbox: Run kernels (and all they start) in a bubblewrap sandbox: no network, writes only to the
             working dir and a private /tmp, `.env` files and credentials unreadable (see
@@ -265,8 +326,24 @@ class CodeExecutor:
         spare_kernel: Keep a started kernel in reserve, so `reset()` is a swap (about 1 ms) instead of a
             kernel start (about 0.5 s), at the cost of one idle kernel's memory.
         mcp_servers: MCP servers the generated tool API may call, by name, in addition to those
-            `generate_mcp_sources` recorded for `mcptools_dir`.
+            `generate_mcp_sources` recorded; a name here comes first.
         mcptools_dir: Where the generated tool packages are (default: `mcptools` in the working dir).
+            Packages this version generates work from any directory without it: each call names the
+            directory its package was generated into, and the server `generate_mcp_sources` recorded
+            there under that name runs (a same-named server of another directory is another process).
+            Its servers serve calls that name no directory (packages of earlier versions) or a directory
+            with no server of that name.
+        kernel_init_timeout: Seconds a new kernel gets to become ready (default 60; `None`: no limit).
+        approve_tool_calls: Ask (an `ApprovalRequest` in `stream()`) before each MCP tool call runs; with
+            `False` tool calls run without asking.
+        approve_shell_cmds: Ask before each shell command of the code runs: `!cmd`, `!!cmd`, `x = !cmd` and
+            the `%%bash`/`%%sh` cell magics (`ApprovalRequest(server_name="ipybox", tool_name="shell"` or
+            `"shell_magic", tool_args={"cmd": ...})`, with `{var}`/`$var` already expanded). A rejected
+            command raises `ApprovalRejectedError` in the cell and never runs. A guard inside the kernel,
+            not a security boundary: the sandbox is.
+        require_shell_escape: With `approve_shell_cmds`: `subprocess`, `os.system`, `os.exec*`,
+            `os.spawn*`, `os.posix_spawn*` and `pty.spawn` called from cell code raise `RuntimeError`
+            naming the `!` form, so commands go through approval.
         workspace: A directory where `ipybox up` runs: attach to it instead of starting a gateway and a tool
             server of its own. The kernel comes from the workspace's warm pool (ready in milliseconds), runs
             in the workspace directory under the workspace's sandbox and environment, and its tool calls
@@ -293,7 +370,7 @@ class CodeExecutor:
         kernel_gateway_port: int | Unset | None = UNSET,
         kernel_env: Mapping[str, str] | Unset | None = UNSET,
         images_dir: str | Path | Unset | None = UNSET,
-        approval_timeout: float | Unset = UNSET,
+        approval_timeout: float | Unset | None = UNSET,
         connect_timeout: float | Unset = UNSET,
         sandbox: bool | Unset = UNSET,
         sandbox_config: str | Path | Unset | None = UNSET,
@@ -307,6 +384,10 @@ class CodeExecutor:
         spare_kernel: bool | Unset = UNSET,
         mcp_servers: Mapping[str, Mapping[str, Any]] | Unset | None = UNSET,
         mcptools_dir: str | Path | Unset | None = UNSET,
+        kernel_init_timeout: float | Unset | None = UNSET,
+        approve_tool_calls: bool | Unset = UNSET,
+        approve_shell_cmds: bool | Unset = UNSET,
+        require_shell_escape: bool | Unset = UNSET,
         workspace: str | Path | None = None,
     ) -> None:
         arguments = {
@@ -329,6 +410,10 @@ class CodeExecutor:
             "spare_kernel": spare_kernel,
             "mcp_servers": mcp_servers,
             "mcptools_dir": mcptools_dir,
+            "kernel_init_timeout": kernel_init_timeout,
+            "approve_tool_calls": approve_tool_calls,
+            "approve_shell_cmds": approve_shell_cmds,
+            "require_shell_escape": require_shell_escape,
         }
         given = {name: value for name, value in arguments.items() if value is not UNSET}
         for message in check_arguments(given, workspace=workspace is not None):
@@ -341,7 +426,7 @@ class CodeExecutor:
         self.kernel_gateway_port: int | None = _given(kernel_gateway_port, None)
         self.kernel_env: dict[str, str] = dict(_given(kernel_env, None) or {})
         self.images_dir: Path | None = _path(_given(images_dir, None))
-        self.approval_timeout: float = _given(approval_timeout, 60)
+        self.approval_timeout: float | None = _given(approval_timeout, 60)
         self.connect_timeout: float = _given(connect_timeout, 30)
         self.sandbox: bool = _given(sandbox, False)
         self.sandbox_config: Path | None = _path(_given(sandbox_config, None))
@@ -354,11 +439,16 @@ class CodeExecutor:
         self.spare_kernel: bool = _given(spare_kernel, True)
         self.mcp_servers: dict[str, Mapping[str, Any]] = dict(_given(mcp_servers, None) or {})
         self.mcptools_dir: Path = _path(_given(mcptools_dir, None)) or self.working_dir / "mcptools"
+        self.kernel_init_timeout: float | None = _given(kernel_init_timeout, 60)
+        self.approve_tool_calls: bool = _given(approve_tool_calls, True)
+        self.approve_shell_cmds: bool = _given(approve_shell_cmds, False)
+        self.require_shell_escape: bool = _given(require_shell_escape, False)
+        # As in ipybox 0.9.2: only a working_dir the caller names is restored before each cell.
+        self.reset_cwd: bool = self.workspace is None and _given(working_dir, None) is not None
         self._backend: _Backend = (
             _Attached(self, self.workspace) if self.workspace is not None else _Embedded(self)
         )
-        self._approvals: asyncio.Queue[StreamItem | _Failed | object] | None = None
-        self._auto_approve = False
+        self._execution: _Execution | None = None
         self._lock = asyncio.Lock()
 
     async def __aenter__(self) -> Self:
@@ -422,15 +512,31 @@ class CodeExecutor:
         await self._backend.stop()
 
     async def _on_approval(self, request: ApprovalRequest) -> None:
-        if self._auto_approve:
-            await request.accept()
-            return
-        queue = self._approvals
-        if queue is None:
-            # A call made while no execution runs (a thread the code left behind): nobody can decide.
+        execution = self._execution
+        if execution is None or execution.cancellation.cancelled:
+            # A call made while no execution runs (a thread the code left behind), or by one being
+            # cancelled: nobody is there to decide.
             await request.reject()
             return
-        queue.put_nowait(request)
+        if execution.auto_approve:
+            await request.accept()
+            return
+        execution.ask(request)
+
+    def cancel(self) -> None:
+        """Stop the running `stream()` or `execute()`, as ipybox 0.9.2's `cancel()`; safe to call from any
+        task on the executor's event loop, also while an `ApprovalRequest` waits for its decision.
+
+        Undecided approval requests of that execution are rejected (a later `accept()` of one raises
+        `RuntimeError`), the code is interrupted and the stream ends without an exception: its last item
+        is a `CodeExecutionResult` with the output so far and `cancelled=True`, which `execute()` returns.
+        The kernel keeps its state and is ready for the next execution (unless the code ignores interrupts
+        for `interrupt_grace` seconds: then its kernel is replaced, with a warning logged). Does nothing
+        when no execution runs.
+        """
+        execution = self._execution
+        if execution is not None:
+            execution.cancellation.cancel()
 
     def _pause_timer(self) -> Callable[[], None]:
         # Waiting for a human's decision does not count against the execution's timeout.
@@ -445,8 +551,13 @@ class CodeExecutor:
 
         Args:
             code: Python code (IPython syntax; top-level `await` works).
-            timeout: Seconds the code may run. On timeout it is interrupted (state kept); if it ignores the
-                interrupt, the kernel is replaced (state lost). Either way `TimeoutError` is raised.
+            timeout: Seconds the code may run (`None`: no limit). On timeout it is interrupted (state kept);
+                if it ignores the interrupt, the kernel is replaced (state lost). Either way `TimeoutError`
+                is raised, its message starting as ipybox 0.9.2's ("Code execution exceeded timeout of
+                0.20s (approval wait excluded).").
+
+        Returns:
+            The result; after `cancel()`, the output up to then with `cancelled=True`.
 
         Raises:
             CodeExecutionError: The code raised an exception (a rejected tool call included), or the kernel
@@ -470,7 +581,8 @@ class CodeExecutor:
 
         Each approval request must be answered with `accept()` or `reject()`; several can be pending at once
         (when the code calls tools from threads or with `asyncio.gather`). A call left undecided fails after
-        `approval_timeout`.
+        `approval_timeout` (never, when it is `None`). `timeout=None` lets the code run without a limit.
+        After `cancel()` the stream ends with a result marked `cancelled` (see `cancel`).
 
         Raises:
             CodeExecutionError: The code raised an exception (a rejected tool call included), or the kernel
@@ -484,36 +596,54 @@ class CodeExecutor:
     ) -> AsyncIterator[StreamItem]:
         client = self.kernel_client
         async with self._lock:
-            queue: asyncio.Queue[StreamItem | _Failed | object] = asyncio.Queue()
+            execution = _Execution(auto_approve)
+            queue = execution.queue
 
             async def run() -> None:
+                outcome: object = _DONE
                 try:
-                    async for item in client.stream(code, timeout):
+                    async for item in client.stream(code, timeout, cancellation=execution.cancellation):
                         if chunks or isinstance(item, CodeExecutionResult):
                             queue.put_nowait(item)
                 except BaseException as e:
-                    queue.put_nowait(_Failed(e))
-                else:
-                    queue.put_nowait(_DONE)
+                    outcome = _Failed(e)
+                if execution.cancellation.cancelled:
+                    # Only now that the code stopped. Rejected at once, a call waiting in the kernel raised
+                    # ApprovalRejectedError just as the interrupt came, which then landed while IPython showed
+                    # that traceback: a stray "KeyboardInterrupt" in the output (2 of 3 workspace test runs).
+                    execution.withdraw()
+                queue.put_nowait(outcome)
 
-            self._approvals, self._auto_approve = queue, auto_approve
+            self._execution = execution
             task = asyncio.create_task(run(), name="ipybox-execution")
             try:
                 while (item := await queue.get()) is not _DONE:
                     if isinstance(item, _Failed):
-                        raise item.error
+                        # The code stopped by a cancel may have failed before the client saw the cancel.
+                        cancelled = execution.cancelled_result(item.error)
+                        if cancelled is None:
+                            raise item.error
+                        yield cancelled
+                        break
+                    if isinstance(item, ApprovalRequest) and execution.cancellation.cancelled:
+                        continue  # withdrawn (rejected) by the cancel
                     assert isinstance(item, ApprovalRequest | CodeExecutionChunk | CodeExecutionResult)
                     yield item
             finally:
-                self._approvals, self._auto_approve = None, False
+                self._execution = None
                 if not task.done():
                     # The caller stopped listening: stop the code too, so the kernel is free again (one
-                    # interrupt can land before the code runs, or be swallowed by it).
+                    # interrupt can land before the code runs, or be swallowed by it), and withdraw the
+                    # approvals it asked for (with no approval_timeout they would wait forever).
+                    execution.cancellation.cancel()
                     task.cancel()
                     with contextlib.suppress(BaseException):
                         await task
+                    execution.withdraw()
                     with contextlib.suppress(Exception):
                         await client.interrupt_until_idle()
+                if execution.withdrawals:
+                    await asyncio.gather(*execution.withdrawals, return_exceptions=True)
 
     async def reset(self) -> None:
         """Start over with a fresh kernel: variables, definitions and imports are gone. Also stops the MCP

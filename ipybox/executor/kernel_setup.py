@@ -32,7 +32,9 @@ from dotenv import dotenv_values
 
 from ipybox.config import WorkspaceConfig
 from ipybox.in_kernel.mcptools_refresh import MCPTOOLS_DIR_ENV
+from ipybox.in_kernel.shell_approval import SHELL_APPROVAL_ENV
 from ipybox.in_kernel.tool_runner import SERVER_ENV, TOKEN_ENV
+from ipybox.in_kernel.working_dir import CWD_RESET_ENV
 from ipybox.kernels.gateway import KernelGateway
 from ipybox.kernels.kernelspec import KernelSpec, sandboxed_kernel_spec
 from ipybox.mcp_client.params import resolve_placeholders as _resolve_placeholders
@@ -55,6 +57,10 @@ class KernelSetup:
         sandbox: The sandbox policy kernels run under; `None` runs them unsandboxed.
         mcptools_dir: Where the generated tool packages are (absolute).
         refresh_mcptools: Tell kernels where `mcptools_dir` is, so regenerated packages are imported anew.
+        approve_shell: Kernels ask the tool server before shell commands run (`!cmd`, `%%bash`, ...).
+        require_shell_escape: With `approve_shell`: kernels refuse to start processes other than through
+            the `!` form (`subprocess`, `os.system`, ... raise).
+        reset_cwd: Each cell starts in `working_dir` again (ipybox 0.9.2's `working_dir`).
     """
 
     working_dir: Path
@@ -65,6 +71,9 @@ class KernelSetup:
     sandbox: SandboxPolicy | None = None
     mcptools_dir: Path | None = None
     refresh_mcptools: bool = False
+    approve_shell: bool = False
+    require_shell_escape: bool = False
+    reset_cwd: bool = False
 
     @property
     def needs_proxy(self) -> bool:
@@ -94,6 +103,13 @@ class KernelSetup:
             env.update(self.env)
         if self.refresh_mcptools and self.mcptools_dir is not None:
             env[MCPTOOLS_DIR_ENV] = str(self.mcptools_dir)
+        # Set by the host alone (after `env`), so no configured variable can turn approval off.
+        env.pop(SHELL_APPROVAL_ENV, None)
+        env.pop(CWD_RESET_ENV, None)
+        if self.approve_shell:
+            env[SHELL_APPROVAL_ENV] = "escape" if self.require_shell_escape else "ask"
+        if self.reset_cwd:
+            env[CWD_RESET_ENV] = str(self.working_dir)
         env[SERVER_ENV] = tool_address
         if tool_token is not None:
             env[TOKEN_ENV] = tool_token
@@ -139,6 +155,9 @@ def embedded_kernel_setup(
     *,
     sandbox: SandboxPolicy | None,
     mcptools_dir: Path,
+    approve_shell: bool = False,
+    require_shell_escape: bool = False,
+    reset_cwd: bool = False,
 ) -> KernelSetup:
     """What `CodeExecutor`'s embedded gateway starts kernels with.
 
@@ -147,14 +166,21 @@ def embedded_kernel_setup(
     embedded executor gets nothing of the host that its caller did not name (README, "Kernel environment").
     """
     return KernelSetup(
-        working_dir=working_dir, env=dict(kernel_env), sandbox=sandbox, mcptools_dir=mcptools_dir
+        working_dir=working_dir,
+        env=dict(kernel_env),
+        sandbox=sandbox,
+        mcptools_dir=mcptools_dir,
+        approve_shell=approve_shell,
+        require_shell_escape=require_shell_escape,
+        reset_cwd=reset_cwd,
     )
 
 
 def workspace_kernel_setup(config: WorkspaceConfig, workspace: Path, state_dir: Path) -> KernelSetup:
     """What `ipybox up` starts a workspace's kernels with: `[kernel] env` with `${VAR}` placeholders filled,
     `KERNEL_ENV_*` of the workspace's `.env` and the environment (README, "MCP server"), fresh tool
-    packages, and `[sandbox]` with ipybox's own state directory hidden.
+    packages, `[sandbox]` with ipybox's own state directory hidden, and shell-command approval as
+    `[kernel] approve_shell`/`require_shell_escape` say (decided by the workspace's rules).
     """
     return KernelSetup(
         working_dir=workspace,
@@ -165,6 +191,8 @@ def workspace_kernel_setup(config: WorkspaceConfig, workspace: Path, state_dir: 
         sandbox=_hide(config.sandbox.policy(), state_dir) if config.sandbox.enabled else None,
         mcptools_dir=config.resolve(config.workspace.mcptools_dir),
         refresh_mcptools=True,
+        approve_shell=config.kernel.approve_shell,
+        require_shell_escape=config.kernel.require_shell_escape,
     )
 
 

@@ -1,5 +1,6 @@
 """Code that runs inside the kernels: their entry point, the tool runner generated modules call, fresh tool
-packages after a regeneration, and the sandbox's hint on refused writes.
+packages after a regeneration, the sandbox's hint on refused writes, shell-command approval and the
+working-dir reset after each cell.
 
 Standard library only (the kernel's entry point also imports ipykernel, the kernel itself), and nothing
 else of ipybox: it is loaded into every kernel, which must start without the host's package (and, sandboxed,

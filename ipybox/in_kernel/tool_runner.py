@@ -3,8 +3,8 @@
 It imports only the standard library, so that the first tool call in a fresh kernel costs milliseconds,
 and keeps one persistent connection per thread to the tool server's call channel (a Unix socket by
 default), speaking one JSON object per line each way.
-The kernel only ever sends a server *name*, a tool name and arguments: which process or URL backs that
-name is decided on the host.
+The kernel only ever sends a server *name*, a tool name and arguments (and, from generated modules, the
+root their package sits in): which process or URL backs that name is decided on the host.
 
 A request starts with its token, so the channel can charge a large request to its caller before reading
 it all. The channel closes a connection left idle (minutes): one found closed before a request is sent is
@@ -137,6 +137,10 @@ class ToolRunner:
             `IPYBOX_TOOL_SERVER` environment variable set by ipybox in the kernel.
         token: A call token (`ToolServer.call_token` or one from `ToolServer.add_caller`); defaults to
             `IPYBOX_TOOL_TOKEN`.
+        package: The absolute path of the directory the calling module's package was generated into
+            (generated modules pass their own): the host finds `server_name` among the servers generated
+            there, so the package works from wherever it is. A location, never parameters: the host uses it
+            only for roots it generated into itself. `None`: the name alone, as in ipybox 0.9.
 
     Example:
         ```python
@@ -154,8 +158,10 @@ class ToolRunner:
         *,
         address: str | None = None,
         token: str | None = None,
+        package: str | None = None,
     ) -> None:
         self.server_name = server_name
+        self.package = package
         if address is None and port is not None:
             address = f"tcp://{'127.0.0.1' if host in (None, 'localhost') else host}:{port}"
         self._address = address
@@ -169,9 +175,15 @@ class ToolRunner:
             ApprovalTimeoutError: Nobody decided in time.
             ToolRunnerError: The tool failed, or the tool server could not be reached.
         """
-        answer = self._request(
-            {"op": "run", "server": self.server_name, "tool": tool_name, "args": tool_args}
-        )
+        request: dict[str, Any] = {
+            "op": "run",
+            "server": self.server_name,
+            "tool": tool_name,
+            "args": tool_args,
+        }
+        if self.package is not None:
+            request["package"] = self.package
+        answer = self._request(request)
         result: dict[str, Any] | str | None = answer.get("result")
         return result
 
@@ -209,6 +221,39 @@ class ToolRunner:
                 error.get("message", "tool call failed")
             )
         return answer
+
+
+SHELL_KINDS = ("shell", "shell_magic")
+
+
+def approve_shell(
+    kind: str, cmd: str, magic: str | None = None, *, address: str | None = None, token: str | None = None
+) -> None:
+    """Ask the tool server whether a shell command may run in this kernel; return only if it may.
+
+    Nothing runs on the host: the tool server only decides, as it decides a tool call of `ipybox.<kind>`
+    with arguments `{"cmd": cmd}` (plus `"magic"` when given). The command runs in the kernel afterwards.
+
+    Args:
+        kind: `"shell"` (`!cmd`, `!!cmd`, `x = !cmd`) or `"shell_magic"` (a cell magic such as `%%bash`).
+        cmd: The command exactly as it will run (variables already expanded), or the cell of a magic.
+        magic: For a cell magic other than `%%bash`/`%%sh`: its name and line (e.g. `"perl -w"`).
+        address: Call channel address; defaults to `IPYBOX_TOOL_SERVER`.
+        token: Call token; defaults to `IPYBOX_TOOL_TOKEN`.
+
+    Raises:
+        ApprovalRejectedError: The command was rejected.
+        ApprovalTimeoutError: Nobody decided in time.
+        ToolRunnerError: The tool server could not be reached or refused the request.
+    """
+    if kind not in SHELL_KINDS:
+        raise ValueError(f"kind must be one of {SHELL_KINDS}, not {kind!r}")
+    request: dict[str, Any] = {"op": "shell", "kind": kind, "cmd": cmd}
+    if magic is not None:
+        request["magic"] = magic
+    answer = ToolRunner("ipybox", address=address, token=token)._request(request)
+    if answer.get("approved") is not True:
+        raise ToolRunnerError(f"unexpected answer from the tool server to a shell approval: {answer!r}")
 
 
 def _exchange(address: str, line: bytes) -> dict[str, Any]:

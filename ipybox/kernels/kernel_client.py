@@ -5,6 +5,17 @@ closes at once, also on SIGKILL) fails that execution with `KernelDiedError`, on
 it or could not. Its message names the cause: the process, or the gateway, with how the gateway ended when
 the `gateway_loss` hook knows (a workspace's supervisor, which restarted it; an embedded gateway's exit
 status) and the refused connection otherwise; never an empty message.
+
+Ending an execution early:
+
+- timeout (`timeout=None`: no limit; time paused through `timer` does not count): the code is interrupted;
+  if it does not stop within `interrupt_grace` the kernel is replaced. `ExecutionTimeoutError` says so after
+  ipybox 0.9.2's sentence ("Code execution exceeded timeout of 0.20s (approval wait excluded).").
+- cancellation (`cancel()`, or the `Cancellation` passed to `stream`): the code is interrupted once it has
+  started (the kernel's `execute_input`: an interrupt that lands before is ignored), again after a second
+  if it swallowed that, and the stream ends with the output so far as a result with `cancelled=True`;
+  whatever the interrupted code raises is not raised. Code that still runs after `interrupt_grace` gets
+  the timeout's treatment: the kernel is replaced (a warning is logged; its state is lost).
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -39,9 +51,10 @@ from ipybox.kernels.result import (
     KernelDiedError,
     StreamName,
 )
-from ipybox.kernels.timer import ExecutionTimer
+from ipybox.kernels.timer import Cancellation, ExecutionTimer
 
 __all__ = [
+    "Cancellation",
     "CodeExecutionChunk",
     "CodeExecutionError",
     "CodeExecutionResult",
@@ -61,6 +74,15 @@ ExecutionResult = CodeExecutionResult
 ExecutionError = CodeExecutionError
 
 DEFAULT_MAX_OUTPUT_CHARS = 4_000_000
+
+_WAKE = KernelMessage("", "__ipybox_cancel__", {})
+"""Put on a running request's queue by a cancellation, to wake the execution waiting for the kernel (a
+message type no kernel sends, so `_handle` ignores it)."""
+
+_REINTERRUPT = 1.0
+"""Seconds after which a cancelled execution that still runs is interrupted again (it swallowed the
+interrupt). Not much sooner: an interrupt that lands while IPython shows the traceback of the previous one
+prints a stray "KeyboardInterrupt" into the output."""
 
 
 class ExecutionTimeoutError(KernelError, TimeoutError):
@@ -99,8 +121,9 @@ class KernelClient:
         spare_kernel: Keep a started kernel in reserve for fast `reset()` and recovery.
         interrupt_grace: Seconds a timed-out execution gets to stop after an interrupt before the kernel is
             replaced.
-        ready_timeout: Seconds a new kernel gets to answer. A kernel that dies while starting fails at once
-            (`KernelStartError`), without waiting for this.
+        ready_timeout: Seconds a new kernel gets to answer (ipybox 0.9's `kernel_init_timeout`; `None`: no
+            limit). A kernel that dies while starting fails at once (`KernelStartError`), without waiting for
+            this.
         kernel_source: Where kernels come from instead of being started on the gateway: returns the id of
             a running kernel to attach to (a workspace's warm pool).
         gateway_log: The gateway's log file (`KernelGateway.log_path`), whose end is added to the error
@@ -131,7 +154,7 @@ class KernelClient:
         kernel_env: dict[str, str] | None = None,
         spare_kernel: bool = True,
         interrupt_grace: float = 2.0,
-        ready_timeout: float = 60,
+        ready_timeout: float | None = 60,
         kernel_source: Callable[[], Awaitable[str]] | None = None,
         gateway_log: Path | None = None,
         gateway_loss: Callable[[], Awaitable[str | None]] | None = None,
@@ -157,6 +180,7 @@ class KernelClient:
         self._retiring: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
         self._timer: ExecutionTimer | None = None
+        self._cancellation: Cancellation | None = None  # the running execution's
 
     async def __aenter__(self) -> Self:
         await self.connect()
@@ -179,8 +203,18 @@ class KernelClient:
         """The running execution's timer (to pause it while the execution waits on something else)."""
         return self._timer
 
-    async def connect(self) -> None:
-        """Start a kernel and connect to it (and start the spare in the background)."""
+    async def connect(self, *, kernel_init_timeout: float | None = None) -> None:
+        """Start a kernel and connect to it (and start the spare in the background).
+
+        Args:
+            kernel_init_timeout: Seconds this kernel gets to answer, instead of `ready_timeout` (as in
+                ipybox 0.9.2, `None` means `ready_timeout`).
+
+        Raises:
+            GatewayUnreachableError: The gateway does not accept connections.
+            KernelStartError: The kernel died while starting.
+            TimeoutError: It was alive but did not answer in time (the message names `kernel_init_timeout`).
+        """
         if self._http is not None:
             raise RuntimeError("already connected")
         connector: aiohttp.BaseConnector | None = None
@@ -189,7 +223,8 @@ class KernelClient:
         headers = {"Authorization": f"token {self.endpoint.token}"} if self.endpoint.token else {}
         self._http = aiohttp.ClientSession(connector=connector, headers=headers)
         try:
-            self._kernel = await self._open_kernel()
+            ready = self.ready_timeout if kernel_init_timeout is None else kernel_init_timeout
+            self._kernel = await self._open_kernel(ready)
         except BaseException:
             await self.disconnect()
             raise
@@ -221,8 +256,8 @@ class KernelClient:
             await self._http.close()
             self._http = None
 
-    async def _open_kernel(self) -> KernelConnection:
-        """A new, answering kernel.
+    async def _open_kernel(self, ready_timeout: float | None) -> KernelConnection:
+        """A new kernel that answered within `ready_timeout` seconds (`None`: no limit).
 
         Raises:
             GatewayUnreachableError: The gateway does not accept connections.
@@ -237,7 +272,7 @@ class KernelClient:
                     self._http,
                     self.endpoint,
                     kernel_id,
-                    ready_timeout=self.ready_timeout,
+                    ready_timeout=ready_timeout,
                     gateway_log=self.gateway_log,
                 )
             return await KernelConnection.open(
@@ -245,7 +280,7 @@ class KernelClient:
                 self.endpoint,
                 kernel_name=self.kernel_name,
                 env=self.kernel_env,
-                ready_timeout=self.ready_timeout,
+                ready_timeout=ready_timeout,
                 gateway_log=self.gateway_log,
             )
         except aiohttp.ClientConnectionError as e:
@@ -253,14 +288,18 @@ class KernelClient:
                 f"cannot reach the kernel gateway at {self.endpoint.url}: {e}"
             ) from None
         except TimeoutError:
-            raise TimeoutError(f"the kernel did not become ready within {self.ready_timeout:g} s") from None
+            limit = f"{ready_timeout:g} s" if ready_timeout is not None else "the time it was given"
+            raise TimeoutError(
+                f"the kernel did not become ready within {limit} (kernel_init_timeout): raise "
+                "kernel_init_timeout (None: no limit) if kernels start slowly here, e.g. on a busy machine"
+            ) from None
 
     def _start_spare(self) -> None:
         if self.spare_kernel and self._spare is None and self._http is not None:
             self._spare = asyncio.create_task(self._open_spare(), name="ipybox-spare-kernel")
 
     async def _open_spare(self) -> KernelConnection:
-        kernel = await self._open_kernel()
+        kernel = await self._open_kernel(self.ready_timeout)
         kernel.on_death(self._spare_died)
         return kernel
 
@@ -296,7 +335,7 @@ class KernelClient:
             elif kernel is not None:
                 self._spare_deaths = 0
         if kernel is None:
-            kernel = await self._open_kernel()
+            kernel = await self._open_kernel(self.ready_timeout)
         self._start_spare()
         return kernel
 
@@ -315,6 +354,19 @@ class KernelClient:
         """Replace the kernel with a fresh one: all variables, imports and definitions are gone."""
         async with self._lock:
             await self._replace_kernel()
+
+    def cancel(self) -> bool:
+        """Stop the running execution: its `stream()` ends with the output so far as a result with
+        `cancelled=True` instead of an error (see the module's docstring). Safe from any task on the loop.
+
+        Returns:
+            Whether an execution was running (without one, this does nothing).
+        """
+        cancellation = self._cancellation
+        if cancellation is None:
+            return False
+        cancellation.cancel()
+        return True
 
     async def interrupt(self) -> None:
         """Interrupt the running execution (it fails with KeyboardInterrupt)."""
@@ -363,78 +415,107 @@ class KernelClient:
         return result
 
     async def stream(
-        self, code: str, timeout: float | None = 120
+        self, code: str, timeout: float | None = 120, *, cancellation: Cancellation | None = None
     ) -> AsyncIterator[CodeExecutionChunk | CodeExecutionResult]:
         """Execute code, yielding output chunks as they arrive and the result last.
 
+        Args:
+            code: The code.
+            timeout: Seconds it may run (`None`: no limit).
+            cancellation: Stops it when cancelled (`cancel()` does the same for the running execution);
+                one cancelled before the execution's turn comes ends it before the code is sent.
+
         Raises:
-            CodeExecutionError: The code raised an exception.
+            CodeExecutionError: The code raised an exception (not when cancelled).
             KernelDiedError: The kernel died; it was replaced by a fresh one.
             ExecutionTimeoutError: The code ran past `timeout`.
         """
         async with self._lock:
             if self._http is None:
                 raise RuntimeError("not connected: use 'async with KernelClient(...)' or call connect()")
-            if self._kernel is None or self._kernel.dead:
-                dead = self._kernel
-                down = await self._gateway_down(dead) if dead is not None else None
-                await self._replace_kernel()
-                if dead is not None:
-                    logger.warning(
-                        "the kernel died while idle (%s); continuing on a fresh kernel (its state is lost)",
-                        await self._death_cause(dead, down),
-                    )
-            assert self._kernel is not None
-            kernel = self._kernel
-            collector = OutputCollector(self.max_output_chars, self.images_dir, self.output_dir)
-            timer = self._timer = ExecutionTimer(timeout)
+            cancellation = cancellation or Cancellation()
+            if cancellation.cancelled:
+                yield CodeExecutionResult(None, cancelled=True)
+                return
+            self._cancellation = cancellation
             try:
-                request = kernel.execute(code)
-            except KernelDied:
-                await self._replace_kernel()
-                request = (kernel := self._kernel).execute(code)
-            error: dict[str, Any] | None = None
-            try:
-                while not request.done:
-                    try:
-                        message = await request.next(timer.remaining())
-                    except TimeoutError:
-                        if not timer.expired():
-                            continue
-                        await self._stop_timed_out(kernel, request, collector, timeout)
-                        raise AssertionError("unreachable") from None
-                    chunk, failure = self._handle(message, collector)
-                    error = failure or error
-                    if chunk is not None:
-                        yield chunk
-            except KernelDied:
-                # Whether the gateway answers is asked before the replacement (a restarted one would),
-                # what became of it after (its supervisor knows once it restarted it).
-                down = await self._gateway_down(kernel)
-                try:
+                if self._kernel is None or self._kernel.dead:
+                    dead = self._kernel
+                    down = await self._gateway_down(dead) if dead is not None else None
                     await self._replace_kernel()
-                    after = "It was replaced by a fresh kernel: all state is lost."
-                except GatewayUnreachableError:
-                    after = "All state is lost, and no fresh kernel can be started without the gateway."
-                except Exception as e:
-                    after = f"All state is lost, and no fresh kernel could be started: {e}"
-                cause = await self._death_cause(kernel, down)
-                raise KernelDiedError(
-                    f"The kernel died while running this code ({cause}). {after}",
-                    ename="KernelDied",
-                    result=collector.result(),
-                ) from None
+                    if dead is not None:
+                        logger.warning(
+                            "the kernel died while idle (%s); continuing on a fresh kernel (its state is lost)",
+                            await self._death_cause(dead, down),
+                        )
+                assert self._kernel is not None
+                kernel = self._kernel
+                collector = OutputCollector(self.max_output_chars, self.images_dir, self.output_dir)
+                timer = self._timer = ExecutionTimer(timeout)
+                try:
+                    request = kernel.execute(code)
+                except KernelDied:
+                    await self._replace_kernel()
+                    request = (kernel := self._kernel).execute(code)
+                error: dict[str, Any] | None = None
+                cancelled = started = False
+                running = request  # the one a cancellation wakes (its queue is where this waits)
+                cancellation.on_cancel(lambda: running.queue.put_nowait(_WAKE))
+                try:
+                    while not request.done:
+                        if cancellation.cancelled:
+                            cancelled = True
+                            await self._stop_cancelled(kernel, request, collector, started)
+                            break
+                        try:
+                            message = await request.next(timer.remaining())
+                        except TimeoutError:
+                            if not timer.expired():
+                                continue
+                            assert timer.timeout is not None  # expired() says so
+                            await self._stop_timed_out(kernel, request, collector, timer.timeout)
+                            raise AssertionError("unreachable") from None
+                        chunk, failure = self._handle(message, collector)
+                        started = started or message.msg_type == "execute_input"
+                        error = failure or error
+                        if chunk is not None:
+                            yield chunk
+                except KernelDied:
+                    # Whether the gateway answers is asked before the replacement (a restarted one would),
+                    # what became of it after (its supervisor knows once it restarted it).
+                    down = await self._gateway_down(kernel)
+                    try:
+                        await self._replace_kernel()
+                        after = "It was replaced by a fresh kernel: all state is lost."
+                    except GatewayUnreachableError:
+                        after = "All state is lost, and no fresh kernel can be started without the gateway."
+                    except Exception as e:
+                        after = f"All state is lost, and no fresh kernel could be started: {e}"
+                    cause = await self._death_cause(kernel, down)
+                    raise KernelDiedError(
+                        f"The kernel died while running this code ({cause}). {after}",
+                        ename="KernelDied",
+                        result=collector.result(),
+                    ) from None
+                finally:
+                    cancellation.on_cancel(None)
+                    kernel.finish(request)
+                    self._timer = None
+                result = collector.result()
+                if cancelled:
+                    # What the stopped code raised (KeyboardInterrupt, a rejected call) is how it stopped, not
+                    # an error of its own.
+                    yield replace(result, cancelled=True)
+                    return
+                if error is not None:
+                    traceback = strip_ansi("\n".join(error.get("traceback", [])))
+                    ename, evalue = error.get("ename", ""), error.get("evalue", "")
+                    raise CodeExecutionError(
+                        traceback or f"{ename}: {evalue}", ename=ename, evalue=evalue, result=result
+                    )
+                yield result
             finally:
-                kernel.finish(request)
-                self._timer = None
-            result = collector.result()
-            if error is not None:
-                traceback = strip_ansi("\n".join(error.get("traceback", [])))
-                ename, evalue = error.get("ename", ""), error.get("evalue", "")
-                raise CodeExecutionError(
-                    traceback or f"{ename}: {evalue}", ename=ename, evalue=evalue, result=result
-                )
-            yield result
+                self._cancellation = None
 
     async def _gateway_down(self, kernel: KernelConnection) -> str | None:
         if kernel.death_cause == "connection" and self._http is not None:
@@ -471,8 +552,40 @@ class KernelClient:
                 return None, content
         return None, None
 
+    async def _stop_cancelled(
+        self, kernel: KernelConnection, request: Request, collector: OutputCollector, started: bool
+    ) -> None:
+        """Interrupt a cancelled execution until it ends, collecting its output; replace the kernel if it
+        still runs after `interrupt_grace` (or died meanwhile). `started`: the code's `execute_input` came."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.interrupt_grace
+        # Before the code starts, wait for its `execute_input` (but not forever: a kernel may not send it).
+        interrupt_at = loop.time() + (0 if started else _REINTERRUPT)
+        try:
+            while not request.done:
+                if loop.time() >= deadline:
+                    raise TimeoutError
+                if loop.time() >= interrupt_at and not request.replied:  # replied: only idle is to come
+                    with contextlib.suppress(GatewayError, aiohttp.ClientError):
+                        await kernel.interrupt()
+                    interrupt_at = loop.time() + _REINTERRUPT
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(min(interrupt_at, deadline)):
+                        while not request.done:
+                            message = await request.next(None)
+                            self._handle(message, collector)
+                            if message.msg_type == "execute_input":
+                                interrupt_at = loop.time()  # the code runs now: interrupt it at once
+                                break
+        except (TimeoutError, KernelDied):
+            await self._replace_kernel()
+            logger.warning(
+                "the cancelled code did not stop when interrupted: the kernel was replaced by a fresh one and "
+                "its state is lost"
+            )
+
     async def _stop_timed_out(
-        self, kernel: KernelConnection, request: Request, collector: OutputCollector, timeout: float | None
+        self, kernel: KernelConnection, request: Request, collector: OutputCollector, timeout: float
     ) -> None:
         """Interrupt a timed-out execution; replace the kernel if that does not stop it. Always raises."""
         with contextlib.suppress(GatewayError, aiohttp.ClientError):
@@ -484,16 +597,21 @@ class KernelClient:
         except (TimeoutError, KernelDied):
             await self._replace_kernel()
             raise ExecutionTimeoutError(
-                f"Execution timed out after {timeout:g} s and did not stop when interrupted: the kernel was "
-                "replaced by a fresh one and its state is lost.",
+                f"{_exceeded(timeout)} It did not stop when interrupted: the kernel was replaced by a fresh "
+                "one and its state is lost.",
                 kernel_restarted=True,
                 result=collector.result(),
             ) from None
         raise ExecutionTimeoutError(
-            f"Execution timed out after {timeout:g} s: it was interrupted; the kernel keeps its state.",
+            f"{_exceeded(timeout)} It was interrupted; the kernel keeps its state.",
             kernel_restarted=False,
             result=collector.result(),
         )
+
+
+def _exceeded(timeout: float) -> str:
+    # ipybox 0.9.2's sentence, word for word, so what matched its errors still matches ours.
+    return f"Code execution exceeded timeout of {timeout:.2f}s (approval wait excluded)."
 
 
 def _death_text(kernel: KernelConnection) -> str:

@@ -130,7 +130,7 @@ class KernelConnection:
         *,
         kernel_name: str | None = None,
         env: dict[str, str] | None = None,
-        ready_timeout: float = 60,
+        ready_timeout: float | None = 60,
         gateway_log: Path | None = None,
     ) -> KernelConnection:
         """Start a kernel on the gateway, connect to it and wait until it answers.
@@ -167,7 +167,7 @@ class KernelConnection:
         endpoint: GatewayEndpoint,
         kernel_id: str,
         *,
-        ready_timeout: float = 60,
+        ready_timeout: float | None = 60,
         gateway_log: Path | None = None,
     ) -> KernelConnection:
         """Connect to a kernel already running on the gateway and wait until it answers (on failure the
@@ -190,10 +190,9 @@ class KernelConnection:
                     await _first(connection._become_ready(), connection._watch_start())
             except TimeoutError:
                 ready_timeouts += 1
-                logger.warning("kernel %s did not become ready within %g s", kernel_id, ready_timeout)
-                raise TimeoutError(
-                    f"kernel {kernel_id} did not become ready within {ready_timeout:g} s"
-                ) from None
+                limit = f"{ready_timeout:g} s" if ready_timeout is not None else "its time"  # None: no limit
+                logger.warning("kernel %s did not become ready within %s", kernel_id, limit)
+                raise TimeoutError(f"kernel {kernel_id} did not become ready within {limit}") from None
             except KernelDied:
                 # Closed while starting: the kernel died after all, or the gateway did.
                 if connection.death_cause == "connection" and (down := await gateway_down(http, endpoint)):

@@ -36,6 +36,9 @@ class CodeExecutionResult:
         stdout: What was written to stdout (and displayed results), bounded like `text`.
         stderr: What was written to stderr, bounded like `text`.
         output_file: The file holding the complete output, when `text` had to be truncated.
+        cancelled: The execution was stopped by `cancel()`; the fields hold the output up to then. (ipybox
+            0.9.2's stream ends without a result and its `execute()` returns `text=None`: here nothing of
+            the output is lost.)
     """
 
     text: str | None
@@ -43,6 +46,7 @@ class CodeExecutionResult:
     stdout: str = ""
     stderr: str = ""
     output_file: Path | None = None
+    cancelled: bool = False
 
     @property
     def truncated(self) -> bool:

@@ -1,9 +1,11 @@
-"""`ExecutionTimer`: an execution's time budget, which can be paused (while a tool call waits for a human's
-approval, for instance, the code is not running)."""
+"""What ends an execution early: `ExecutionTimer`, its time budget, which can be paused (while a tool call
+waits for a human's approval, for instance, the code is not running), and `Cancellation`, a request to stop
+it made from elsewhere (`CodeExecutor.cancel()`)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 
 class ExecutionTimer:
@@ -47,3 +49,30 @@ class ExecutionTimer:
 
     def expired(self) -> bool:
         return self.timeout is not None and not self.paused and self.used >= self.timeout
+
+
+class Cancellation:
+    """A request to stop one execution, which may come before the execution started, while it runs, or after
+    it ended (then it does nothing). Synchronous, so any task on the loop can call `cancel()`.
+
+    The execution registers `on_cancel` to be woken while it waits for the kernel; a cancellation made
+    before that is delivered at registration.
+    """
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._wake: Callable[[], None] | None = None
+
+    def cancel(self) -> None:
+        """Ask the execution to stop (repeated calls do nothing more)."""
+        if self.cancelled:
+            return
+        self.cancelled = True
+        if self._wake is not None:
+            self._wake()
+
+    def on_cancel(self, wake: Callable[[], None] | None) -> None:
+        """Call `wake()` when cancelled (at once if already cancelled); `None` unregisters."""
+        self._wake = wake
+        if wake is not None and self.cancelled:
+            wake()

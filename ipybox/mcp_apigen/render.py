@@ -136,7 +136,8 @@ def _model_view(model: ModelDef) -> _ModelView:
 
 
 def _imports(module: ModuleModels) -> tuple[list[str], list[str]]:
-    used = set(module.imports)
+    # `os` for PACKAGE_ROOT; aliased, like the others, so that no generated name can shadow it.
+    used = {*module.imports, ("import os", "_os")}
     if any(model.config for model in module.models):
         used.add(("pydantic", "ConfigDict"))
     code = " ".join(

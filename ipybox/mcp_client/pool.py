@@ -7,6 +7,19 @@ Whether a name is known (`resolve`) and what its tools declare (`known_annotatio
 last listing in this process, else from annotations recorded on the host for its parameters) can be
 asked without starting anything, so a call can be approved before its server starts.
 
+A name is resolved in this order: the servers given (`servers`, `register`), then, for a call that says
+which package root its generated module sits in, the server generated as that name into that root
+(`package_lookup`, e.g. [ServerRegistry.package_server][ipybox.mcp_client.registry.ServerRegistry.package_server]),
+then `lookup` (e.g. the registry under `mcptools_dir`). The root only selects among what `package_lookup`
+records: an unrecorded root falls through to `lookup`, and an unknown name is refused without starting
+anything. The same name generated into two roots with different parameters is two servers: a root's
+server whose parameters differ from those `lookup` has for the name is a separate entry, keyed
+`"<name> (<root>)"`, with its own process, listing and users; with equal parameters it is the name's
+entry. So a call never reaches a server other than the one its package was generated from, and code
+generated into `mcptools_dir` (or by earlier versions, which send no root) shares one server per name.
+The root is a kernel's word: keys found for it are cached per root and name as sent (at most
+`MAX_PACKAGE_KEYS`, then the cache starts again), so a call costs one dict lookup after the first.
+
 Servers are shared by callers (the kernels of a workspace, by the identity their call token stands for).
 `reset_caller` is a kernel's reset: it stops the started servers that caller has used and no other caller
 has used since they started or is calling now (a caller's reset takes it off the others), so one kernel's
@@ -30,6 +43,7 @@ import mcp_types as types
 from ipybox.errors import IpyboxError
 from ipybox.mcp_client import MCPConnection, MCPServerError, ServerConnectError, parse_server_params
 from ipybox.mcp_client.params import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_RESULT_SIZE, ServerParams
+from ipybox.mcp_client.registry import RegisteredServer
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +55,15 @@ class UnknownServerError(IpyboxError, LookupError):
 AnnotationsLookup = Callable[[str, Mapping[str, Any]], Mapping[str, Mapping[str, Any]] | None]
 """`(server_name, server_params) -> {tool_name: annotations}`, or `None` when none are known for those
 parameters; e.g. `ServerRegistry.recorded_annotations` for a package root (as `CodeExecutor` uses it)."""
+
+
+PackageLookup = Callable[[str, str], RegisteredServer | None]
+"""`(package_root, server_name) -> RegisteredServer`: the server generated as `server_name` into the package
+root a call came from (the path as the kernel sent it), or `None`; e.g. `ServerRegistry.package_server`."""
+
+MAX_PACKAGE_KEYS = 1024
+"""Entries of the cache of (root as sent, name) -> server (a root is at most 4096 characters: 4 MiB at
+most); a kernel sending ever new roots empties it."""
 
 
 def annotations_of(tool: types.Tool | None) -> dict[str, Any]:
@@ -64,6 +87,8 @@ class MCPServers:
         environ: Environment for placeholders (default: the host's).
         dotenv_path: A `.env` file for placeholders missing from `environ`.
         lookup: Consulted for a name not in `servers`, to find servers registered on the host later.
+        package_lookup: Consulted for a name not in `servers` when the call names its package root (see
+            the module); `None`: roots are ignored.
         annotations_lookup: Consulted for the annotations of a server's tools while it has not listed
             them in this process, with its name and parameters (see `known_annotations`).
     """
@@ -79,15 +104,22 @@ class MCPServers:
         dotenv_path: Path | None = None,
         lookup: Callable[[str], Mapping[str, Any] | None] | None = None,
         annotations_lookup: AnnotationsLookup | None = None,
+        package_lookup: PackageLookup | None = None,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
         self.max_result_size = max_result_size
         self.lookup = lookup
         self.annotations_lookup = annotations_lookup
+        self.package_lookup = package_lookup
         self.environ = environ
         self.dotenv_path = dotenv_path
         self._params: dict[str, Mapping[str, Any]] = dict(servers or {})
+        # The names given (`servers`, `register`): they come before any package root.
+        self._given: set[str] = set(self._params)
+        # Package roots' own servers, by key: the annotations recorded with their parameters.
+        self._package_entries: dict[str, Mapping[str, Mapping[str, Any]]] = {}
+        self._package_keys: dict[tuple[str, str], str] = {}
         self._connections: dict[str, MCPConnection] = {}
         self._tools: dict[str, dict[str, types.Tool]] = {}
         # The last listing of each server, kept after it stops (until its parameters change).
@@ -101,6 +133,7 @@ class MCPServers:
 
     @property
     def names(self) -> list[str]:
+        """The keys of all servers known so far: names, and `"<name> (<root>)"` for package roots' own."""
         return sorted(self._params)
 
     def register(self, server_name: str, server_params: Mapping[str, Any]) -> None:
@@ -108,11 +141,15 @@ class MCPServers:
         if self._params.get(server_name) != server_params:
             self._listed.pop(server_name, None)  # another server may stand behind the name now
         self._params[server_name] = dict(server_params)
+        self._given.add(server_name)
+        self._package_keys.clear()  # a given name now comes before the roots
 
     async def unregister(self, server_name: str) -> None:
         """Remove a server and stop it if it runs."""
         self._params.pop(server_name, None)
         self._listed.pop(server_name, None)
+        self._given.discard(server_name)
+        self._package_keys.clear()
         await self.stop(server_name)
 
     def started(self, server_name: str) -> MCPConnection | None:
@@ -157,6 +194,54 @@ class MCPServers:
             self._tools[server_name] = self._listed[server_name] = {tool.name: tool for tool in tools}
             return connection
 
+    def resolve_key(self, server_name: str, package_root: str | None = None) -> str:
+        """The key of the server a call of `server_name` from a module in `package_root` reaches (see the
+        module for the order), without starting anything: `server_name`, or `"<name> (<root>)"` for a
+        root's server whose parameters differ from the name's own.
+
+        Raises:
+            UnknownServerError: No server has that name, for that root or otherwise.
+        """
+        if package_root is None or self.package_lookup is None or server_name in self._given:
+            self.resolve(server_name)
+            return server_name
+        key = self._package_keys.get((package_root, server_name))
+        if key is None or key not in self._params:  # unregistered meanwhile: looked up again
+            key = self._package_key(server_name, package_root)
+            if len(self._package_keys) >= MAX_PACKAGE_KEYS:
+                self._package_keys.clear()
+            self._package_keys[package_root, server_name] = key
+        return key
+
+    def _package_key(self, server_name: str, package_root: str) -> str:
+        assert self.package_lookup is not None
+        found = self.package_lookup(package_root, server_name)
+        if found is None:
+            try:
+                self.resolve(server_name)
+            except UnknownServerError:
+                raise UnknownServerError(
+                    f"no MCP server named {server_name!r} was generated into {package_root} or is registered "
+                    f"with this ipybox (registered: {self._known()})"
+                ) from None
+            return server_name
+        own = self._params.get(server_name)
+        if own is None and self.lookup is not None:
+            own = self.lookup(server_name)  # loaded now, so that a root with the same server shares it
+            if own is not None:
+                self._params[server_name] = dict(own)
+        if own is not None and dict(own) == found.params:
+            return server_name
+        key = f"{server_name} ({found.root})"
+        if self._params.get(key) != found.params:
+            self._listed.pop(key, None)  # regenerated with other parameters
+        self._params[key] = found.params
+        self._package_entries[key] = found.annotations or {}
+        return key
+
+    def _known(self) -> str:
+        return ", ".join(name for name in self.names if name not in self._package_entries) or "none"
+
     def resolve(self, server_name: str) -> Mapping[str, Any]:
         """The parameters of a server (from `servers`, else `lookup`), without starting anything.
 
@@ -168,9 +253,9 @@ class MCPServers:
             if found is not None:
                 self._params[server_name] = dict(found)
         if server_name not in self._params:
-            known = ", ".join(self.names) or "none"
             raise UnknownServerError(
-                f"no MCP server named {server_name!r} is registered with this ipybox (registered: {known})"
+                f"no MCP server named {server_name!r} is registered with this ipybox "
+                f"(registered: {self._known()})"
             )
         return self._params[server_name]
 
@@ -186,6 +271,9 @@ class MCPServers:
         listed = self._listed.get(server_name)
         if listed is not None:
             return annotations_of(listed.get(tool_name))
+        recorded_for_root = self._package_entries.get(server_name)
+        if recorded_for_root is not None:  # recorded with the parameters its root has
+            return dict(recorded_for_root.get(tool_name) or {})
         params = self._params.get(server_name)
         if params is None or self.annotations_lookup is None:
             return {}

@@ -38,6 +38,13 @@ size limits) or not at all. The file:
 
 Package roots are absolute paths, so `tool_annotations` can't be one. Entries without annotations (as
 earlier versions wrote them) still load; their tools' annotations are unknown until the server starts.
+
+Generated tool modules send the root they sit in with each call, so a package works from wherever it was
+generated ([package_server][ipybox.mcp_client.registry.ServerRegistry.package_server]: the host looks that
+root up here). A root is a path a kernel chose, so it selects among what this file records and nothing
+else: a root (or name) not recorded finds nothing, and nothing is started for it. It can select any root
+recorded here, including another project's of the same user: what runs is still only what this user
+generated, and every call is still decided by the approver first.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ import logging
 import os
 import stat
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +66,7 @@ from ipybox.errors import UnsafePathError
 from ipybox.mcp_client.errors import ServerParamsError
 from ipybox.mcp_client.params import ServerParams, dump_server_params, validate_server_params
 from ipybox.paths import user_state_dir
-from ipybox.safefs import DIR_FLAGS, replace_file
+from ipybox.safefs import open_own_dir, replace_file
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +85,26 @@ MAX_VALUE_CHARS = 256
 """Characters of a string annotation (`title`, a short human-readable name; a longer one is left out)."""
 
 ToolAnnotations = dict[str, bool | str]
+
+
+MAX_ROOT_CHARS = 4096
+"""Characters of a package root a kernel may send (Linux's `PATH_MAX`); a longer one is not looked up."""
+
+
+@dataclass(frozen=True)
+class RegisteredServer:
+    """A server as `generate_mcp_sources` recorded it for one package root.
+
+    Attributes:
+        root: The package root as recorded (resolved: one root reached by several paths is one root).
+        params: Its parameters (the model's dump, `${VAR}` unresolved).
+        annotations: Its tools' annotations recorded with exactly these parameters (tool name ->
+            annotations), `None` when none were.
+    """
+
+    root: str
+    params: dict[str, Any]
+    annotations: dict[str, ToolAnnotations] | None = None
 
 
 class UnsafeRegistryError(UnsafePathError, PermissionError):
@@ -204,6 +232,31 @@ class ServerRegistry:
         entry = by_server.get(server_name)
         return None if entry is None else _read_annotations(server_name, entry, server_params, self.path)
 
+    def package_server(self, package_root: str, server_name: str) -> RegisteredServer | None:
+        """The server recorded as `server_name` for `package_root`, a root as a kernel sent it (a generated
+        module's own location): its parameters and annotations, read in one go. `None` when the root is not
+        an absolute path (of at most `MAX_ROOT_CHARS`) or names no root recorded here, or that root has no
+        valid entry of that name. Never fails, never starts anything.
+        """
+        if not (0 < len(package_root) <= MAX_ROOT_CHARS and os.path.isabs(package_root)):
+            return None
+        try:
+            key = _key(Path(package_root))  # recorded resolved: a symlinked path finds its target's entry
+        except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL byte
+            return None
+        data = self._read()
+        entries = data.get(key)
+        if not isinstance(entries, dict) or server_name not in entries:
+            return None
+        params = _loaded(server_name, entries[server_name], self.path)
+        if params is None:
+            return None
+        section = data.get(ANNOTATIONS_KEY)
+        by_server = section.get(key) if isinstance(section, dict) else None
+        entry = by_server.get(server_name) if isinstance(by_server, dict) else None
+        annotations = None if entry is None else _read_annotations(server_name, entry, params, self.path)
+        return RegisteredServer(key, params, annotations)
+
     def servers(self, root_dir: Path) -> dict[str, dict[str, Any]]:
         """The valid servers recorded for `root_dir`: name -> parameters (the model's dump)."""
         entries = self._read().get(_key(root_dir), {})
@@ -254,23 +307,7 @@ class ServerRegistry:
 def _open_dir(directory: Path, *, create: bool) -> int:
     """A descriptor of `directory`, opened without following a symlink, checked to be the current
     user's and writable by nobody else (tightened to 0700 when `create`: the caller is about to write)."""
-    if create:
-        # A symlink there (dangling or not) is refused below, when it is opened.
-        with contextlib.suppress(FileExistsError):
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        fd = os.open(directory, DIR_FLAGS)
-    except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENOTDIR):
-            what = "a symlink" if directory.is_symlink() else "not a directory"
-            raise UnsafeRegistryError(f"the registry directory {directory} is {what}") from None
-        raise
-    try:
-        _check(os.fstat(fd), directory, "directory", fix_mode=0o700 if create else None, fd=fd)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return open_own_dir(directory, create=create, unsafe=UnsafeRegistryError, name="the registry directory")
 
 
 def _open_file(name: str, flags: int, dir_fd: int, path: Path) -> int:

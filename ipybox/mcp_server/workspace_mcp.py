@@ -231,6 +231,8 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
         content: list[types.TextContent | types.ImageContent] = []
         text = error if error is not None else (result.text if result is not None else "") or ""
         if result is not None and result.output_file is not None:
+            # ipybox 0.9's notice, which agents may look for, then where the whole output is.
+            text += f"\n\n[Output truncated: exceeded {max_output_chars} character limit]"
             text += f"\n[the complete output is in {result.output_file}]"
         if denied and not _can_elicit(ctx):
             text += (

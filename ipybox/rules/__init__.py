@@ -3,10 +3,18 @@
 from ipybox.rules.audit import AuditEntry, AuditLog, AuditLogContents, DecidedBy
 from ipybox.rules.calls import Decision, ToolCall, Verdict
 from ipybox.rules.models import ApprovalPolicy, ArgCondition, ExampleCall, Rule
+from ipybox.rules.shell_commands import (
+    SHELL_SERVER,
+    ShellCommand,
+    ShellSyntaxError,
+    shell_calls,
+    split_commands,
+)
 from ipybox.rules.tool_annotations import ANNOTATION_DEFAULTS
 
 __all__ = [
     "ANNOTATION_DEFAULTS",
+    "SHELL_SERVER",
     "ApprovalPolicy",
     "ArgCondition",
     "AuditEntry",
@@ -16,6 +24,10 @@ __all__ = [
     "Decision",
     "ExampleCall",
     "Rule",
+    "ShellCommand",
+    "ShellSyntaxError",
     "ToolCall",
     "Verdict",
+    "shell_calls",
+    "split_commands",
 ]

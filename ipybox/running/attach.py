@@ -27,6 +27,8 @@ class WorkspaceSession:
         on_approval: Gets each `ask` for this session's kernels.
         pause_timer: Pauses the running execution's timeout while a human decides; returns the resume.
         images_dir, output_dir, max_output_chars: As for `KernelClient`.
+        kernel_init_timeout: Seconds a kernel from the pool gets to answer (`KernelClient`'s
+            `ready_timeout`; `None`: no limit).
     """
 
     def __init__(
@@ -38,6 +40,7 @@ class WorkspaceSession:
         images_dir: Path | None = None,
         output_dir: Path | None = None,
         max_output_chars: int,
+        kernel_init_timeout: float | None = 60,
     ) -> None:
         self.workspace = workspace
         self.on_approval = on_approval
@@ -54,6 +57,7 @@ class WorkspaceSession:
             output_dir=output_dir,
             max_output_chars=max_output_chars,
             spare_kernel=False,  # the workspace's pool is the spare
+            ready_timeout=kernel_init_timeout,
             kernel_source=self._lease_kernel,
             gateway_loss=self._gateway_loss,
         )

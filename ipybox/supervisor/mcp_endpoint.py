@@ -24,7 +24,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from ipybox.asgi_server import BearerAuth, EmbeddedServer
 from ipybox.config import EndpointsSection
-from ipybox.mcp_server import WorkspaceMCP, create_server
+from ipybox.mcp_server.workspace_mcp import WorkspaceMCP, create_server
 
 logger = logging.getLogger("ipybox.supervisor")
 

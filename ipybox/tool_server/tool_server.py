@@ -23,7 +23,8 @@ those `add_caller` issues, one caller each) authenticate tool calls on the call 
 a kernel can't reset the servers over HTTP or connect as the approver of its own calls.
 
 A call is decided before its MCP server starts: an unknown server name is refused at once (no approver
-is asked, nothing starts), and the approver sees the annotations the tool server already knows: from the
+is asked, nothing starts; with `servers.package_lookup` set, a name is also looked up in the package root
+the calling module names, see [MCPServers.resolve_key][ipybox.mcp_client.pool.MCPServers.resolve_key]), and the approver sees the annotations the tool server already knows: from the
 server's last listing in this process, else those `annotations_lookup` has recorded for its parameters
 (`CodeExecutor` reads the ones `generate_mcp_sources` recorded in the host's registry), else none (no
 hint declared).
@@ -54,7 +55,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
-from ipybox.approval.approver import ApproveAll, Approved, Approver, NoOneToAsk, Rejected, TimedOut
+from ipybox.approval.approver import Approval, ApproveAll, Approved, Approver, NoOneToAsk, Rejected, TimedOut
 from ipybox.approval.channel import ApprovalChannel
 from ipybox.asgi_server import BearerAuth, EmbeddedServer
 from ipybox.mcp_client import (
@@ -67,7 +68,14 @@ from ipybox.mcp_client import (
 from ipybox.mcp_client.params import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_RESULT_SIZE
 from ipybox.mcp_client.pool import AnnotationsLookup, MCPServers, UnknownServerError
 from ipybox.rules.calls import ToolCall
-from ipybox.tool_server.call_channel import CallChannel, ChannelLimits, error, run_call
+from ipybox.tool_server.call_channel import (
+    CallChannel,
+    ChannelLimits,
+    error,
+    run_call,
+    run_package,
+    shell_call,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +87,7 @@ class ToolServer:
         host: Loopback host for TCP (`port` given); ignored for a Unix socket.
         port: TCP port to listen on; `None` (default) listens on a Unix socket instead.
         approval_required: Ask the approval channel before each call (else every call is approved).
-        approval_timeout: Seconds a call waits for a decision before it fails.
+        approval_timeout: Seconds a call waits for a decision before it fails (`None`: no limit).
         connect_timeout: Seconds an MCP server gets to start.
         call_timeout: Seconds a tool call waits for its server's answer, for servers whose parameters
             set no `call_timeout` (`None`: no limit); then the kernel gets a `call_timeout` error.
@@ -109,6 +117,8 @@ class ToolServer:
             in-process `approval.handler` answers (its `pause` stops the calling execution's clock).
         approver: What decides every call: `approval` when `approval_required`, else `ApproveAll()`;
             replace it with another `Approver` (a workspace uses its rules).
+        shell_approver: What decides the shell commands kernels ask about (`ipybox.shell` /
+            `ipybox.shell_magic` calls, see `shell_call`); `None` (default): `approver`.
 
     Example:
         ```python
@@ -123,7 +133,7 @@ class ToolServer:
         host: str = "localhost",
         port: int | None = None,
         approval_required: bool = False,
-        approval_timeout: float = 60,
+        approval_timeout: float | None = 60,
         connect_timeout: float = 30,
         log_to_stderr: bool = False,
         log_level: str = "INFO",
@@ -164,9 +174,12 @@ class ToolServer:
         # The one approver every call goes to: the channel, everything approved, or one set in its place
         # (a workspace's `WorkspaceApprover`), which leaves the channel's websocket unused.
         self.approver: Approver = self.approval if approval_required else ApproveAll()
+        self.shell_approver: Approver | None = None
         self._callers: dict[str, str] = {}
         self._private_dir: Path | None = None
-        self.calls = CallChannel(self._caller_of, {"run": self._run, "reset": self._reset_op}, call_limits)
+        self.calls = CallChannel(
+            self._caller_of, {"run": self._run, "reset": self._reset_op, "shell": self._shell}, call_limits
+        )
         self._http = EmbeddedServer(self.app(), "ipybox-tool-server", debug=self.log_level == "DEBUG")
 
     async def __aenter__(self) -> Self:
@@ -288,37 +301,41 @@ class ToolServer:
     async def _run(self, request: dict[str, Any]) -> dict[str, Any]:
         try:
             call = run_call(request)
+            package = run_package(request)
         except ValueError as e:
             return error("bad_request", str(e))
         name = f"{call.server}.{call.tool}"
         # Decided before anything starts: an unknown name is refused without asking anyone, and the
         # decision uses the annotations known without starting the server (a listing, or recorded ones).
+        # The package root the calling module sits in selects among the servers generated there (only
+        # with `servers.package_lookup` set, as `CodeExecutor` does; a workspace's come from ipybox.toml).
         try:
-            self.servers.resolve(call.server)
+            key = self.servers.resolve_key(call.server, package)
         except UnknownServerError as e:
             return error("unknown_server", str(e))
-        call = replace(call, annotations=self.servers.known_annotations(call.server, call.tool))
-        match await self.approver.decide(call):
-            case Approved():
-                return await self._execute(call)
-            case Rejected(reason):
-                return error("approval_rejected", f"{name} was rejected" + (f": {reason}" if reason else ""))
-            case TimedOut(timeout):
-                return error("approval_timeout", f"no decision on {name} within {timeout:g} s")
-            case NoOneToAsk(reason):
-                return error("approval_rejected", f"{name} was not approved: {reason}")
+        call = replace(call, annotations=self.servers.known_annotations(key, call.tool))
+        refused = _refusal(await self.approver.decide(call), name)
+        return refused if refused is not None else await self._execute(call, key)
 
-    async def _execute(self, call: ToolCall) -> dict[str, Any]:
-        """Run an approved call: `{"result": value}`, or an error the kernel's `ToolRunner` raises:
-        `tool_error`, `call_timeout` (no answer within the server's `call_timeout`), `result_too_large`
-        (over its `max_result_size`), `server_error`, `unknown_server`. A timed-out or too-large call fails
-        alone: the server keeps serving every other call."""
+    async def _shell(self, request: dict[str, Any]) -> dict[str, Any]:
+        """May a shell command run in the calling kernel? Only asked, never run here."""
+        try:
+            call = shell_call(request)
+        except ValueError as e:
+            return error("bad_request", str(e))
+        approver = self.shell_approver or self.approver
+        refused = _refusal(await approver.decide(call), f"shell command {call.args['cmd']!r}")
+        return refused if refused is not None else {"approved": True}
+
+    async def _execute(self, call: ToolCall, key: str) -> dict[str, Any]:
+        """Run an approved call on the server `key` (`servers.resolve_key`): `{"result": value}`, or an
+        error the kernel's `ToolRunner` raises: `tool_error`, `call_timeout` (no answer within the server's
+        `call_timeout`), `result_too_large` (over its `max_result_size`), `server_error`, `unknown_server`.
+        A timed-out or too-large call fails alone: the server keeps serving every other call."""
         server_name, tool_name = call.server, call.tool
         try:
-            result = await self.servers.call(  # starts it if needed
-                server_name, tool_name, dict(call.args), caller=call.caller
-            )
-            tool = self.servers.known_tool(server_name, tool_name)
+            result = await self.servers.call(key, tool_name, dict(call.args), caller=call.caller)  # starts it
+            tool = self.servers.known_tool(key, tool_name)
             value = tool_result_value(
                 result,
                 server_name=server_name,
@@ -348,3 +365,16 @@ class ToolServer:
 
     async def _approval(self, websocket: WebSocket) -> None:
         await self.approval.connect(websocket)
+
+
+def _refusal(outcome: Approval, name: str) -> dict[str, Any] | None:
+    """The error answer for an outcome that is not `Approved` (`None` for `Approved`)."""
+    match outcome:
+        case Approved():
+            return None
+        case Rejected(reason):
+            return error("approval_rejected", f"{name} was rejected" + (f": {reason}" if reason else ""))
+        case TimedOut(timeout):
+            return error("approval_timeout", f"no decision on {name} within {timeout:g} s")
+        case NoOneToAsk(reason):
+            return error("approval_rejected", f"{name} was not approved: {reason}")

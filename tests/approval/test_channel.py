@@ -119,6 +119,22 @@ async def test_an_undecided_call_times_out_and_the_clock_resumes() -> None:
     await pending[0].accept()  # too late: harmless, and nothing runs
 
 
+async def test_without_an_approval_timeout_a_call_waits_for_its_decision() -> None:
+    pending: list[ApprovalRequest] = []
+
+    async def handler(request: ApprovalRequest) -> None:
+        pending.append(request)
+
+    channel = ApprovalChannel(True, None, handler=handler)  # ipybox 0.9.2's default: no limit
+    decision = asyncio.create_task(channel.decide(CALL))
+    while not pending:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)
+    assert not decision.done()
+    await pending[0].accept()
+    assert await decision == Approved()
+
+
 async def test_a_failing_handler_is_a_bug_not_a_decision() -> None:
     clock = Clock()
 

@@ -100,14 +100,22 @@ def test_doctor_and_readme_state_the_same_threat_model() -> None:
 
 
 @pytest.mark.parametrize(
-    "argv", [["--workspace", "{dir}", "mcp"], ["mcp", "--workspace", "{dir}"], ["--workspace", "{dir}"]]
+    "argv",
+    [
+        ["--workspace", "{dir}", "mcp"],
+        ["mcp", "--workspace", "{dir}"],
+        ["--workspace", "{dir}"],
+        ["--kernel-gateway-port", "8888", "--log-level", "debug", "--workspace", "{dir}"],  # 0.9's options
+    ],
 )
 def test_the_mcp_workspace_is_taken_wherever_it_is_given(
     argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from ipybox.cli.main import main
 
-    missing = tmp_path / "no-such-workspace"
+    # A file: refused before anything starts (a missing directory is created, as ipybox 0.9 did).
+    not_a_dir = tmp_path / "a-file"
+    not_a_dir.write_text("")
     with pytest.raises(SystemExit):
-        main([arg.format(dir=missing) for arg in argv])
-    assert f"--workspace {missing}: no such directory" in capsys.readouterr().err
+        main([arg.format(dir=not_a_dir) for arg in argv])
+    assert f"--workspace {not_a_dir}: not a directory" in capsys.readouterr().err

@@ -134,6 +134,20 @@ def test_sandbox_and_warm_pool_changes_replace_kernels(write_config: WriteConfig
     )
 
 
+def test_shell_approval_changes_replace_kernels(write_config: WriteConfig) -> None:
+    # Kernels install the approval of shell commands when they start: running ones must be replaced.
+    assert _edit(write_config, "warm_pool = 1", "warm_pool = 1\napprove_shell = true").kernel_reasons == (
+        "kernel.approve_shell: false -> true",
+    )
+    escape = _edit(
+        write_config, "warm_pool = 1", "warm_pool = 1\napprove_shell = true\nrequire_shell_escape = true"
+    )
+    assert escape.kernel_reasons == (
+        "kernel.approve_shell: false -> true",
+        "kernel.require_shell_escape: false -> true",
+    )
+
+
 def test_timeout_applies_without_replacing_kernels(write_config: WriteConfig) -> None:
     assert _edit(write_config, "timeout = 60", "timeout = 5") == ConfigChanges(kernel_timeout_changed=True)
 

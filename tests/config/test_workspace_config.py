@@ -602,6 +602,26 @@ def test_missing_and_unknown_keys_in_one_table_are_both_reported(write_config: W
     assert [(problem.line, problem.column) for problem in error.problems] == [(1, 1), (2, 1)]
 
 
+def test_require_shell_escape_without_approve_shell_is_an_error_at_its_key(write_config: WriteConfig) -> None:
+    path = write_config("[kernel]\nwarm_pool = 0\nrequire_shell_escape = true\n")
+    (problem,) = _error(path).problems
+    assert (problem.line, problem.column) == (3, 1)
+    assert problem.reason.startswith(
+        "kernel.require_shell_escape: require_shell_escape = true needs approve_shell"
+    )
+    config = load_config(write_config("[kernel]\napprove_shell = true\nrequire_shell_escape = true\n"))
+    assert config.kernel.approve_shell and config.kernel.require_shell_escape
+
+
+@pytest.mark.parametrize("name", ["shell", "ipybox"])
+def test_the_names_rules_use_for_shell_commands_and_ipybox_are_no_server_names(
+    write_config: WriteConfig, name: str
+) -> None:
+    (problem,) = _error(write_config(f'[servers.{name}]\ncommand = "x"\n')).problems
+    assert problem.line == 1 and f"the server name {name!r} is reserved" in problem.reason
+    assert f"e.g. '{name}_server'" in problem.reason
+
+
 def test_a_dotenv_that_is_not_utf8_is_one_clear_error(write_config: WriteConfig, workspace: Path) -> None:
     path = write_config("[kernel]\nwarm_pool = 1\n")
     (workspace / ".env").write_bytes(b"IPYBOX_KERNEL__TIMEOUT=\xff\xfe\n")

@@ -1,6 +1,6 @@
 import time
 
-from ipybox.kernels.timer import ExecutionTimer
+from ipybox.kernels.timer import Cancellation, ExecutionTimer
 
 
 def test_timer_expires_after_timeout() -> None:
@@ -31,3 +31,25 @@ def test_no_timeout_never_expires() -> None:
     timer = ExecutionTimer(None)
     assert timer.remaining() is None
     assert not timer.expired()
+
+
+def test_a_cancellation_wakes_the_execution_once_whether_it_came_before_or_after_registration() -> None:
+    woken: list[str] = []
+    late = Cancellation()
+    late.on_cancel(lambda: woken.append("late"))
+    assert woken == []
+    late.cancel()
+    late.cancel()  # repeated: nothing more
+    early = Cancellation()
+    early.cancel()
+    early.on_cancel(lambda: woken.append("early"))  # delivered at registration
+    assert woken == ["late", "early"] and late.cancelled and early.cancelled
+
+
+def test_an_unregistered_waker_is_not_called() -> None:
+    woken: list[bool] = []
+    cancellation = Cancellation()
+    cancellation.on_cancel(lambda: woken.append(True))
+    cancellation.on_cancel(None)
+    cancellation.cancel()
+    assert woken == [] and cancellation.cancelled

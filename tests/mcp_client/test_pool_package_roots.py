@@ -1,0 +1,130 @@
+"""`MCPServers.resolve_key`: which server a call reaches when its generated module names the package root it
+sits in (issue 15, item 6). Given servers first, then the root's own, then `lookup` (`mcptools_dir`); the
+same name generated into two roots with different parameters is two servers. Against a real registry
+file; nothing is started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ipybox.mcp_client.pool import MAX_PACKAGE_KEYS, MCPServers, UnknownServerError
+from ipybox.mcp_client.registry import ServerRegistry
+
+DEFAULT = {"command": "edge", "args": ["default"]}
+OTHER = {"command": "edge", "args": ["other"]}
+SECOND = {"command": "edge", "args": ["second"]}
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> ServerRegistry:
+    return ServerRegistry(tmp_path / "state" / "mcp_servers.json")
+
+
+def _pool(registry: ServerRegistry, mcptools: Path, **kwargs: object) -> MCPServers:
+    """A pool wired as `CodeExecutor` wires its tool server's."""
+    return MCPServers(
+        lookup=lambda name: registry.servers(mcptools).get(name),
+        package_lookup=registry.package_server,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_a_root_outside_mcptools_dir_resolves_to_the_server_generated_there(
+    registry: ServerRegistry, tmp_path: Path
+) -> None:
+    other = tmp_path / "other" / "tools"
+    registry.register(other, "edge", OTHER, {"echo": {"readOnlyHint": True}})
+    pool = _pool(registry, tmp_path / "work" / "mcptools")
+    key = pool.resolve_key("edge", str(other))
+    assert pool.resolve(key) == OTHER
+    # Its recorded annotations decide its first call, before it starts.
+    assert pool.known_annotations(key, "echo") == {"readOnlyHint": True}
+    # Without the root, the name alone is what it was before: unknown here.
+    with pytest.raises(UnknownServerError):
+        pool.resolve_key("edge")
+
+
+def test_the_same_name_in_two_roots_with_different_parameters_is_two_servers(
+    registry: ServerRegistry, tmp_path: Path
+) -> None:
+    mcptools, other, second = tmp_path / "work" / "mcptools", tmp_path / "other", tmp_path / "second"
+    registry.register(mcptools, "edge", DEFAULT)
+    registry.register(other, "edge", OTHER)
+    registry.register(second, "edge", SECOND)
+    pool = _pool(registry, mcptools)
+    keys = [pool.resolve_key("edge", str(root)) for root in (other, second)] + [pool.resolve_key("edge")]
+    assert [pool.resolve(key) for key in keys] == [OTHER, SECOND, DEFAULT]
+    assert len(set(keys)) == 3
+    assert keys[0] == f"edge ({other.resolve()})" and keys[2] == "edge"
+    # Asked again (from the cache), the same answers.
+    assert pool.resolve_key("edge", str(other)) == keys[0]
+
+
+def test_a_root_with_the_same_parameters_as_mcptools_dir_shares_the_names_server(
+    registry: ServerRegistry, tmp_path: Path
+) -> None:
+    mcptools, copy = tmp_path / "work" / "mcptools", tmp_path / "copy"
+    registry.register(mcptools, "edge", DEFAULT)
+    registry.register(copy, "edge", DEFAULT)
+    pool = _pool(registry, mcptools)
+    assert pool.resolve_key("edge", str(mcptools)) == "edge"
+    assert pool.resolve_key("edge", str(copy)) == "edge"
+    assert pool.names == ["edge"]
+
+
+def test_given_servers_come_before_any_root(registry: ServerRegistry, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    registry.register(other, "edge", OTHER)
+    pool = MCPServers({"edge": DEFAULT}, package_lookup=registry.package_server)
+    assert pool.resolve_key("edge", str(other)) == "edge"
+    assert pool.resolve("edge") == DEFAULT
+    pool.register("late", SECOND)
+    registry.register(other, "late", OTHER)
+    assert pool.resolve_key("late", str(other)) == "late"
+
+
+def test_a_forged_root_falls_through_to_mcptools_dir_and_else_is_unknown(
+    registry: ServerRegistry, tmp_path: Path
+) -> None:
+    mcptools, hidden = tmp_path / "work" / "mcptools", tmp_path / "hidden"
+    registry.register(mcptools, "edge", DEFAULT)
+    registry.register(hidden, "secret", OTHER)
+    pool = _pool(registry, mcptools)
+    forged = str(tmp_path / "forged")
+    assert pool.resolve(pool.resolve_key("edge", forged)) == DEFAULT
+    with pytest.raises(
+        UnknownServerError, match=rf"no MCP server named 'secret' was generated into {forged}"
+    ):
+        pool.resolve_key("secret", forged)
+    assert "secret" not in " ".join(pool.names)
+
+
+def test_a_pool_without_package_lookup_ignores_the_root(registry: ServerRegistry, tmp_path: Path) -> None:
+    # A workspace's tool server: its servers come from ipybox.toml, whatever root a module names.
+    other = tmp_path / "other"
+    registry.register(other, "edge", OTHER)
+    pool = MCPServers({"edge": DEFAULT})
+    assert pool.resolve_key("edge", str(other)) == "edge"
+    with pytest.raises(UnknownServerError, match="no MCP server named 'ghost' is registered"):
+        pool.resolve_key("ghost", str(other))
+
+
+def test_ever_new_roots_keep_the_cache_bounded(registry: ServerRegistry, tmp_path: Path) -> None:
+    mcptools = tmp_path / "mcptools"
+    registry.register(mcptools, "edge", DEFAULT)
+    reads = 0
+
+    def counting(root: str, name: str) -> None:
+        nonlocal reads
+        reads += 1
+        return None
+
+    pool = MCPServers(lookup=lambda name: registry.servers(mcptools).get(name), package_lookup=counting)
+    for i in range(MAX_PACKAGE_KEYS + 10):
+        assert pool.resolve_key("edge", f"/forged/{i}") == "edge"
+    assert len(pool._package_keys) <= MAX_PACKAGE_KEYS
+    pool.resolve_key("edge", "/forged/1")
+    pool.resolve_key("edge", f"/forged/{MAX_PACKAGE_KEYS + 9}")
+    assert reads == MAX_PACKAGE_KEYS + 11  # the last one was cached, the first forgotten
