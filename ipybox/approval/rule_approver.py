@@ -140,26 +140,9 @@ class WorkspaceApprover:
         if verdict.decision != "ask":
             await asyncio.to_thread(self.audit.record, call, verdict)
             return Approved() if verdict.decision == "allow" else Rejected(f"denied by {source}")
-        channel = self.answerer(call.caller)
-        if channel is None or not channel.open:
-            outcome: Approval = NoOneToAsk(f"{source} asks, but no application is attached to answer")
-        else:
-            outcome = await channel.decide(call, timeout=policy.ask_timeout)
-        match outcome:
-            case Approved():
-                await asyncio.to_thread(self.audit.record, call, verdict, answer="allow")
-                return outcome
-            case Rejected(why):
-                await asyncio.to_thread(self.audit.record, call, verdict, answer="deny")
-                return Rejected(why or "rejected by the application")
-            case TimedOut(timeout):
-                reason = f"no answer within {timeout:g} s ({source} asks)"
-                await asyncio.to_thread(self.audit.record, call, verdict, timed_out=True, reason=reason)
-                return Rejected(reason)
-            case NoOneToAsk(why):
-                reason = f"{why}; add an allow rule for {call.server}.{call.tool} to ipybox.toml"
-                await asyncio.to_thread(self.audit.record, call, verdict, timed_out=True, reason=reason)
-                return NoOneToAsk(reason)
+        outcome, record = await self._ask(call, verdict, policy.ask_timeout)
+        await asyncio.to_thread(self._record, record)
+        return outcome
 
     async def _decide_shell(self, call: ToolCall) -> Approval:
         """A shell command line: every command it runs must be allowed (see the module's documentation)."""
@@ -190,32 +173,51 @@ class WorkspaceApprover:
             if verdict.decision == "allow":
                 records.append(_Record(part, verdict))
                 continue
-            source = _source(verdict.rule_id)
-            channel = self.answerer(call.caller)
-            if channel is None or not channel.open:
-                answer: Approval = NoOneToAsk(f"{source} asks, but no application is attached to answer")
-            else:
-                answer = await channel.decide(part, timeout=policy.ask_timeout)
-            match answer:
-                case Approved():
-                    records.append(_Record(part, verdict, answer="allow"))
-                    continue
-                case Rejected(why):
-                    reason = f"{_command(part)} was rejected by the application" + (f": {why}" if why else "")
-                    records.append(_Record(part, verdict, answer="deny"))
-                    outcome = Rejected(reason)
-                case TimedOut(timeout):
-                    reason = f"no answer on {_command(part)} within {timeout:g} s ({source} asks)"
-                    records.append(_Record(part, verdict, timed_out=True, reason=reason))
-                    outcome = Rejected(reason)
-                case NoOneToAsk(why):
-                    reason = f"{why} on {_command(part)}; add an allow rule for {part.server}.{part.tool} to ipybox.toml"
-                    records.append(_Record(part, verdict, timed_out=True, reason=reason))
-                    outcome = NoOneToAsk(reason)
-            break
+            outcome, record = await self._ask(part, verdict, policy.ask_timeout, subject=_command(part))
+            records.append(record)
+            if not isinstance(outcome, Approved):
+                break  # the first no stops the line
         refused = None if isinstance(outcome, Approved) else _reason(outcome)
         await asyncio.to_thread(self._record_shell, records, refused)
         return outcome
+
+    async def _ask(
+        self, call: ToolCall, verdict: Verdict, timeout: float | None, subject: str | None = None
+    ) -> tuple[Approval, _Record]:
+        """Ask the application attached to the caller about a call a rule answers `ask`: the outcome for
+        the calling code (the rules' word on no answer is "deny") and the audit record of the decision.
+        `subject` names the command of a shell line in the messages."""
+        source = _source(verdict.rule_id)
+        channel = self.answerer(call.caller)
+        if channel is None or not channel.open:
+            answer: Approval = NoOneToAsk(f"{source} asks, but no application is attached to answer")
+        else:
+            answer = await channel.decide(call, timeout=timeout)
+        on = f" on {subject}" if subject is not None else ""
+        match answer:
+            case Approved():
+                return answer, _Record(call, verdict, answer="allow")
+            case Rejected(why):
+                if subject is None:
+                    reason = why or "rejected by the application"
+                else:
+                    reason = f"{subject} was rejected by the application" + (f": {why}" if why else "")
+                return Rejected(reason), _Record(call, verdict, answer="deny")
+            case TimedOut(seconds):
+                reason = f"no answer{on} within {seconds:g} s ({source} asks)"
+                return Rejected(reason), _Record(call, verdict, timed_out=True, reason=reason)
+            case NoOneToAsk(why):
+                reason = f"{why}{on}; add an allow rule for {call.server}.{call.tool} to ipybox.toml"
+                return NoOneToAsk(reason), _Record(call, verdict, timed_out=True, reason=reason)
+
+    def _record(self, record: _Record) -> None:
+        self.audit.record(
+            record.call,
+            record.verdict,
+            answer=record.answer,
+            timed_out=record.timed_out,
+            reason=record.reason,
+        )
 
     def _record_shell(self, records: list[_Record], refusal: str | None) -> None:
         """Audit each command's decision, in order; with `refusal`, the line did not run, which each allow

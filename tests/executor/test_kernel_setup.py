@@ -15,7 +15,9 @@ from ipybox.executor.kernel_setup import (
     workspace_kernel_setup,
 )
 from ipybox.in_kernel.mcptools_refresh import MCPTOOLS_DIR_ENV
+from ipybox.in_kernel.shell_approval import SHELL_APPROVAL_ENV
 from ipybox.in_kernel.tool_runner import SERVER_ENV, TOKEN_ENV
+from ipybox.in_kernel.working_dir import CWD_RESET_ENV
 from ipybox.sandbox import SandboxPolicy
 
 TOOLS = "unix:/run/ipybox-test/tools.calls.sock"
@@ -159,3 +161,17 @@ def test_only_a_policy_with_allowed_domains_needs_the_proxy(tmp_path: Path) -> N
     assert KernelSetup(working_dir=tmp_path, sandbox=allowing).needs_proxy
     assert not KernelSetup(working_dir=tmp_path, sandbox=SandboxPolicy()).needs_proxy
     assert not KernelSetup(working_dir=tmp_path).needs_proxy
+
+
+def test_no_configured_variable_can_turn_shell_approval_off_or_fake_a_working_dir(tmp_path: Path) -> None:
+    # `[kernel] env` (or a `KERNEL_ENV_` variable of `.env`) is what a workspace's files say: it must not
+    # decide whether kernels ask before shell commands run.
+    planted = {SHELL_APPROVAL_ENV: "", CWD_RESET_ENV: "/"}
+    asking = KernelSetup(working_dir=tmp_path, env=planted, approve_shell=True, reset_cwd=True)
+    env = asking.kernel_env("unix:/tools.sock")
+    assert env[SHELL_APPROVAL_ENV] == "ask"
+    assert env[CWD_RESET_ENV] == str(tmp_path)
+    off = KernelSetup(working_dir=tmp_path, env=planted).kernel_env("unix:/tools.sock")
+    assert SHELL_APPROVAL_ENV not in off and CWD_RESET_ENV not in off
+    escape = KernelSetup(working_dir=tmp_path, approve_shell=True, require_shell_escape=True)
+    assert escape.kernel_env("unix:/tools.sock")[SHELL_APPROVAL_ENV] == "escape"
