@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ipybox.approval.request import ApprovalRequest
+    from ipybox.codeact.actions import CodeActionError, SavedAction
     from ipybox.executor.code_executor import CodeExecutor
     from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
     from ipybox.mcp_apigen import generate_mcp_sources
@@ -37,14 +38,18 @@ _EXPORTS: dict[str, str] = {
     "CodeExecutionError": "ipybox.kernels.result",
     "generate_mcp_sources": "ipybox.mcp_apigen",
     "ApprovalRequest": "ipybox.approval.request",
+    "CodeActionError": "ipybox.codeact.actions",
+    "SavedAction": "ipybox.codeact.actions",
 }
 
 __all__ = [
     "ApprovalRequest",
+    "CodeActionError",
     "CodeExecutionChunk",
     "CodeExecutionError",
     "CodeExecutionResult",
     "CodeExecutor",
+    "SavedAction",
     "generate_mcp_sources",
 ]
 

@@ -33,6 +33,8 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     │   └── ToolCallError                ipybox.mcp_client.errors
     ├── UnknownServerError               ipybox.mcp_client.pool              LookupError
     ├── NotALiteralError                 ipybox.mcp_apigen.literals          ValueError
+    ├── CodeActionError                  ipybox.codeact.actions              ValueError
+    ├── CheckOutputError                 ipybox.codeact.checks               ValueError
     ├── ShellSyntaxError                 ipybox.rules.shell_commands         ValueError
     ├── ApprovalFailedError              ipybox.errors
     │   ├── ApprovalRejected             ipybox.approval.channel

@@ -29,10 +29,12 @@ PUBLIC: list[tuple[str, dict[str, str]]] = [
         "ipybox",
         {
             "ApprovalRequest": "ipybox.approval.request",
+            "CodeActionError": "ipybox.codeact.actions",
             "CodeExecutionChunk": "ipybox.kernels.result",
             "CodeExecutionError": "ipybox.kernels.result",
             "CodeExecutionResult": "ipybox.kernels.result",
             "CodeExecutor": "ipybox.executor.code_executor",
+            "SavedAction": "ipybox.codeact.actions",
             "generate_mcp_sources": "ipybox.mcp_apigen.sources",
         },
     ),

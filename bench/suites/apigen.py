@@ -24,10 +24,24 @@ def _job(server: str, display: str) -> Job:
     )
 
 
+# Ours only (the peer has no tool search): the index over 500 generated tools, and what an agent reads.
+TOOL_SEARCH = Job(
+    "tool_search.py",
+    (Side.OURS,),
+    runs=50,
+    metrics=(
+        Metric("tool_search.build", "tool index: full build, 500 tools, cold"),
+        Metric("tool_search.sync_unchanged", "tool index: sync, nothing changed"),
+        Metric("tool_search.sync_one_server", "tool index: sync after 1 server (50 tools) regenerated"),
+        Metric("tool_search.search", "search_tools: search(limit=5), 500 tools, warm"),
+        Metric("tool_search.tokens", "tokens an agent reads per task"),
+    ),
+)
+
 register(
     Suite(
         name="apigen",
-        description="Python API generation from real MCP servers",
-        jobs=tuple(_job(server, display) for server, display in SERVERS.items()),
+        description="Python API generation from real MCP servers, and the tool search index",
+        jobs=(*(_job(server, display) for server, display in SERVERS.items()), TOOL_SEARCH),
     )
 )

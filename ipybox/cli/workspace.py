@@ -221,6 +221,11 @@ def status(workspace: Path, as_json: bool) -> int:
     print(f"  kernels: {pool.idle} idle of {pool.size}, {pool.leased} leased ({info.leases} leases)")
     for name, server in sorted(info.reconciler.servers.items()):
         print(f"  server {name}: {_server_line(server)}")
+        for problem in server.parser_errors:
+            print(f"    parser error: {problem}")
+    for action in info.actions:
+        stale = " (api.py changed since it was saved)" if action.stale else ""
+        print(f"  action {action.name}: MCP tool {action.tool}, may call {action.calls}{stale}")
     if info.config_error:
         print(
             f"  ipybox.toml has an error (the last good configuration keeps running):\n    {info.config_error}"
@@ -231,7 +236,9 @@ def status(workspace: Path, as_json: bool) -> int:
 def _server_line(server: MCPServerStatus) -> str:
     if server.error:
         return f"error: {server.error}"
-    return ", ".join(f"{key} {value}" for key, value in server.model_dump().items() if value is not None)
+    fields = server.model_dump(exclude={"parsers", "parser_errors"})
+    line = ", ".join(f"{key} {value}" for key, value in fields.items() if value is not None)
+    return line + (f", parsers {', '.join(server.parsers)}" if server.parsers else "")
 
 
 def down(workspace: Path) -> int:

@@ -49,6 +49,7 @@ from ipybox.mcp_client.registry import ServerRegistry
 from ipybox.tool_server.tool_server import ToolServer
 
 if TYPE_CHECKING:
+    from ipybox.codeact.actions import SavedAction
     from ipybox.running.attach import WorkspaceSession
     from ipybox.sandbox import DomainProxy
 
@@ -119,6 +120,14 @@ class _Backend(Protocol):
     async def stop(self) -> None: ...  # never leaves a process behind
 
     async def reset(self) -> None: ...
+
+    async def run_in_fresh_kernel(self, code: str, timeout: float | None) -> str: ...
+
+    async def mcptools_dir(self) -> Path: ...
+
+
+# A check's report is one line of JSON (schemas included): never shortened to head and tail.
+_CHECK_OUTPUT_CHARS = 4_000_000
 
 
 class _Embedded:
@@ -242,6 +251,34 @@ class _Embedded:
         assert self.client is not None and self.tool_server is not None
         await asyncio.gather(self.client.reset(), self.tool_server.reset())
 
+    async def run_in_fresh_kernel(self, code: str, timeout: float | None) -> str:
+        assert self.client is not None
+        x, own = self.x, self.client
+        # Another kernel of the same gateway, with the same kernelspec and environment (sandboxed when
+        # the executor is); deleted afterwards.
+        client = KernelClient(
+            own.endpoint,
+            images_dir=x.images_dir,
+            output_dir=x.output_dir,
+            max_output_chars=_CHECK_OUTPUT_CHARS,
+            kernel_name=own.kernel_name,
+            kernel_env=own.kernel_env,
+            spare_kernel=False,
+            ready_timeout=x.kernel_init_timeout,
+            gateway_log=own.gateway_log,
+        )
+        # Under the executor's lock, no execution runs: a tool call the checked code makes is rejected
+        # (`_on_approval`), never shown as one of an execution's approvals.
+        async with x._lock:
+            await client.connect()  # disconnects itself when it fails
+            try:
+                return (await client.execute(code, timeout)).text or ""
+            finally:
+                await client.disconnect()
+
+    async def mcptools_dir(self) -> Path:
+        return self.x.mcptools_dir.absolute()
+
 
 class _Attached:
     """A lease on a running workspace: its kernels, MCP servers and rules (`WorkspaceSession`)."""
@@ -281,6 +318,42 @@ class _Attached:
         # The workspace's MCP servers are shared with other sessions: they keep running.
         assert self.client is not None
         await self.client.reset()
+
+    async def run_in_fresh_kernel(self, code: str, timeout: float | None) -> str:
+        from ipybox.running.attach import WorkspaceSession
+
+        x = self.x
+
+        async def reject(request: ApprovalRequest) -> None:
+            await request.reject()  # the checked code's tool calls: rules decide, nobody is asked
+
+        # A second, short lease: a fresh kernel from the workspace's pool (its sandbox, environment and
+        # rules), given back (deleted) afterwards; the session's own kernel keeps its state.
+        session = WorkspaceSession(
+            self.workspace,
+            reject,
+            lambda: lambda: None,
+            images_dir=x.images_dir,
+            output_dir=x.output_dir,
+            max_output_chars=_CHECK_OUTPUT_CHARS,
+            kernel_init_timeout=x.kernel_init_timeout,
+        )
+        await session.open()  # closes itself when it fails
+        try:
+            return (await session.kernel_client.execute(code, timeout)).text or ""
+        finally:
+            await session.close()
+
+    async def mcptools_dir(self) -> Path:
+        # The running workspace's own (fixed by the first configuration it applied), else ipybox.toml's.
+        assert self._session is not None
+        known = (await self._session.control.status()).reconciler.mcptools_dir
+        if known is not None:
+            return Path(known)
+        from ipybox.config import load_config
+
+        config = load_config(self.workspace)
+        return config.resolve(config.workspace.mcptools_dir)
 
 
 class CodeExecutor:
@@ -651,6 +724,88 @@ class CodeExecutor:
         next call."""
         _ = self.kernel_client  # raises when not running
         await self._backend.reset()
+
+    async def check_in_fresh_kernel(self, code: str, timeout: float = 60) -> str:
+        """Execute `code` in a new kernel and return its output text; the kernel is deleted afterwards.
+
+        The executor's own kernel is not used and keeps its state. The new kernel is started as the
+        executor's are: by its gateway (sandboxed when the executor is), or leased from the workspace's
+        pool. Its MCP tool calls follow the approval rules and are never asked about: with an embedded
+        gateway it runs while no execution does (it waits for one to finish) and an approval it needs is
+        rejected; a workspace's `ask` is rejected. This is the `RunCheck` of `ipybox.codeact.checks`.
+
+        Raises:
+            CodeExecutionError: The code raised an exception, or the kernel died.
+            TimeoutError: It ran past `timeout`.
+        """
+        _ = self.kernel_client  # raises when not running
+        return await self._backend.run_in_fresh_kernel(code, timeout)
+
+    async def save_code_action(
+        self, category: str, name: str, *, api: str, impl: str, overwrite: bool = False
+    ) -> SavedAction:
+        """Save a code action as `gentools/<category>/<name>/` next to the `mcptools` directory, after
+        checking it: names, syntax and layout by parsing, then an import of the new package in a fresh
+        kernel (`check_in_fresh_kernel`), never in the executor's own. Later code actions (after a
+        `reset()` in kernels that imported an earlier version) use it as `from gentools.<category>.<name>
+        import Params, run`; a workspace's MCP server also offers it as the tool `<category>__<name>`.
+
+        Args:
+            category: The action's category (a lowercase identifier, e.g. `github`).
+            name: The action's name within it (e.g. `commits_of_top_repos`).
+            api: The source of `api.py`, the interface agents read: `run()` with a docstring, `Params`
+                (a pydantic model) if it takes arguments, and its result model.
+            impl: The source of `impl.py`: what `run()` does, composing `mcptools` and other `gentools`.
+            overwrite: Replace an existing action of that name.
+
+        Returns:
+            The saved action: its module, MCP tool name, signature, schemas and the tools it may call.
+
+        Raises:
+            CodeActionError: A bad name, code that does not parse, match the layout or import (each problem
+                as `gentools/<category>/<name>/impl.py:LINE:COL: message`), or an existing action without
+                `overwrite=True`. Nothing was written.
+            SymlinkRefusedError: `gentools/`, the category or the action is a symlink.
+
+        Example:
+            ```python
+            api = '''
+            from pydantic import BaseModel
+
+            class Params(BaseModel):
+                name: str
+
+            class Result(BaseModel):
+                greeting: str
+
+            def run(params: Params) -> Result:
+                \"\"\"Greet someone.\"\"\"
+                from .impl import greet
+                return Result(greeting=greet(params.name))
+            '''
+            impl = "def greet(name: str) -> str:\\n    return f'hello {name}'\\n"
+            action = await executor.save_code_action("demo", "greet", api=api, impl=impl)
+            assert action.tool_name == "demo__greet"
+            await executor.reset()
+            result = await executor.execute(
+                "from gentools.demo.greet import Params, run\\nprint(run(Params(name='ada')).greeting)"
+            )
+            assert result.text == "hello ada"
+            ```
+        """
+        from ipybox.codeact.actions import save_code_action
+
+        _ = self.kernel_client  # raises when not running
+        return await save_code_action(
+            self.check_in_fresh_kernel,
+            await self._backend.mcptools_dir(),
+            category,
+            name,
+            api=api,
+            impl=impl,
+            root=self.working_dir,
+            overwrite=overwrite,
+        )
 
 
 def _path(value: str | Path | None) -> Path | None:

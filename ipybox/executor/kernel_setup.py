@@ -23,6 +23,7 @@ and little else, plus the above.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from dotenv import dotenv_values
 
+from ipybox.codeact.layout import gentools_dir
 from ipybox.config import WorkspaceConfig
 from ipybox.in_kernel.mcptools_refresh import MCPTOOLS_DIR_ENV
 from ipybox.in_kernel.shell_approval import SHELL_APPROVAL_ENV
@@ -37,6 +39,7 @@ from ipybox.in_kernel.tool_runner import SERVER_ENV, TOKEN_ENV
 from ipybox.in_kernel.working_dir import CWD_RESET_ENV
 from ipybox.kernels.gateway import KernelGateway
 from ipybox.kernels.kernelspec import KernelSpec, sandboxed_kernel_spec
+from ipybox.mcp_apigen.parsers import parsers_dir
 from ipybox.mcp_client.params import resolve_placeholders as _resolve_placeholders
 from ipybox.sandbox import DomainProxy, SandboxPolicy
 
@@ -147,6 +150,13 @@ class KernelSetup:
         """
         if self.sandbox is not None and self.mcptools_dir is not None:
             self.mcptools_dir.mkdir(parents=True, exist_ok=True)
+            # Agents write output parsers from kernels, and a sandboxed one can't make a top-level entry.
+            with contextlib.suppress(OSError):
+                parsers_dir(self.mcptools_dir).mkdir(exist_ok=True)
+            # Saved code actions are written by the host (`save_code_action`) after kernels started: the
+            # directory must exist before, or `import gentools...` fails in sandboxes started earlier.
+            with contextlib.suppress(OSError):
+                gentools_dir(self.mcptools_dir).mkdir(exist_ok=True)
 
 
 def embedded_kernel_setup(

@@ -10,8 +10,10 @@ Whoever generates packages (the workspace reconciler) writes a generation marker
 
 Before each cell the kernel stats the marker (one `os.stat`; the file is read only when it changed) and,
 for every server whose generation differs from the one it saw last (new, regenerated or removed), drops
-`mcptools.<server>` and its submodules from `sys.modules` and clears the import system's directory caches,
-so the next `import mcptools.<server>...` loads the files on disk. Names a cell bound earlier (`from
+`mcptools.<server>` and its submodules from `sys.modules`, and the server's output parsers
+(`mcpparse.<server>...`, which generated modules import; see `ipybox.mcp_apigen.parsers`), and clears the
+import system's directory caches, so the next `import mcptools.<server>...` loads the files on disk,
+an edited parser included. Names a cell bound earlier (`from
 mcptools.time import get_current_time`) keep the old code until imported again.
 
 This module runs inside kernels: standard library only, cheap to import. `kernel_main` loads it as an
@@ -37,6 +39,10 @@ MCPTOOLS_DIR_ENV = "IPYBOX_MCPTOOLS_DIR"
 
 GENERATION_FILE = ".ipybox-generation"
 """Name of the generation marker inside the `mcptools` directory."""
+
+PARSERS_PACKAGE = "mcpparse"
+"""The package of output parsers, a directory next to the `mcptools` directory: `mcpparse/<server>/<tool
+module>.py` (the one name `ipybox.mcp_apigen.parsers` and `ipybox.codeact.layout` use too)."""
 
 EXTENSION = __name__
 """This module as an IPython extension name (`%load_ext`, `--IPKernelApp.extra_extensions`)."""
@@ -118,13 +124,15 @@ class MCPToolsRefresher:
         return stale
 
     def _forget(self, server_name: str) -> None:
-        prefix = f"{self.package}.{server_name}"
-        for module_name in [m for m in sys.modules if m == prefix or m.startswith(prefix + ".")]:
-            del sys.modules[module_name]
-        # `from mcptools import time` takes the parent's attribute when there is one, without importing.
-        parent = sys.modules.get(self.package)
-        if parent is not None and server_name in vars(parent):
-            delattr(parent, server_name)
+        # A regenerated package imports its parsers again: an edited parser is read from disk too.
+        for package in (self.package, PARSERS_PACKAGE):
+            prefix = f"{package}.{server_name}"
+            for module_name in [m for m in sys.modules if m == prefix or m.startswith(prefix + ".")]:
+                del sys.modules[module_name]
+            # `from mcptools import time` takes the parent's attribute when there is one, without importing.
+            parent = sys.modules.get(package)
+            if parent is not None and server_name in vars(parent):
+                delattr(parent, server_name)
 
 
 def install(ip: Shell, mcptools_dir: str | Path) -> MCPToolsRefresher:

@@ -96,10 +96,12 @@ def docstring(value: str | None, indent: str = "") -> str:
 
 
 def first_line(value: str | None, limit: int = 120) -> str:
-    """The first sentence or line of a description, at most `limit` characters (unescaped)."""
+    """The first sentence of a description's first paragraph (its lines joined: docstrings wrap), at most
+    `limit` characters (unescaped)."""
     if not value:
         return ""
-    line = next((part.strip() for part in value.strip().splitlines() if part.strip()), "")
+    paragraph = re.split(r"\n\s*\n", value.strip(), maxsplit=1)[0]
+    line = " ".join(part.strip() for part in paragraph.splitlines() if part.strip())
     sentence = re.match(r"(.+?[.!?])(\s|$)", line)
     if sentence:
         line = sentence.group(1)

@@ -1,5 +1,7 @@
 """Writing a server's generated package: every module rendered first, then the package directory
-written next to its target and swapped in, so a kernel never imports a half-written package.
+written next to its target and swapped in, so a kernel never imports a half-written package. Modules
+whose tool has an output parser (`mcpparse/<server>/<module>.py`, found by `parsers.discover_parsers`
+unless the caller names them) gain `run_parsed()`.
 
 The root directory (`mcptools/`) is one a kernel may have written in. Everything is done through a
 descriptor of it, opened without following a symlink, and entries are created new (`O_EXCL`,
@@ -23,7 +25,7 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ import mcp_types as types
 from ipybox import process
 from ipybox.errors import UnsafePathError
 from ipybox.mcp_apigen.names import module_names
+from ipybox.mcp_apigen.parsers import discover_parsers
 from ipybox.mcp_apigen.render import ToolSchema, render_package_init, render_tool_module
 from ipybox.mcp_client.params import check_server_name
 from ipybox.safefs import DIR_FLAGS, NEW_FILE_FLAGS
@@ -68,8 +71,17 @@ def render_sources(
     server_name: str,
     tools: Iterable[types.Tool | ToolSchema | Mapping[str, Any]],
     root_name: str = "mcptools",
+    parsers: Collection[str] = (),
 ) -> dict[str, str]:
     """The files of a server package (file name -> source), without writing anything.
+
+    Args:
+        server_name: Package name, and the name the generated code calls the server by.
+        tools: The server's tools (as for `write_mcp_sources`).
+        root_name: The name of the directory the package goes in (for the index's usage line).
+        parsers: Module names that have an output parser (`mcpparse/<server>/<module>.py`, see
+            `ipybox.mcp_apigen.parsers`): their modules gain `ParseResult`, `run_parsed()` and
+            `arun_parsed()`. Names of no module are ignored.
 
     Raises:
         ValueError: `server_name` is not a valid package name.
@@ -80,14 +92,23 @@ def render_sources(
         schema = tool_schema(tool)
         schemas.setdefault(schema.name, schema)
     names = module_names(list(schemas))
-    files = {f"{names[name]}.py": render_tool_module(server_name, schema) for name, schema in schemas.items()}
+    parsed = set(parsers) & set(names.values())
+    files = {
+        f"{names[name]}.py": render_tool_module(
+            server_name, schema, names[name] if names[name] in parsed else None
+        )
+        for name, schema in schemas.items()
+    }
     entries = [(names[name], schema) for name, schema in schemas.items()]
-    files["__init__.py"] = render_package_init(server_name, root_name, entries)
+    files["__init__.py"] = render_package_init(server_name, root_name, entries, parsed)
     return files
 
 
 def write_mcp_sources(
-    server_name: str, tools: Iterable[types.Tool | ToolSchema | Mapping[str, Any]], root_dir: Path
+    server_name: str,
+    tools: Iterable[types.Tool | ToolSchema | Mapping[str, Any]],
+    root_dir: Path,
+    parsers: Collection[str] | None = None,
 ) -> list[str]:
     """Generate the package `root_dir/server_name` from tool schemas, without connecting to a server.
 
@@ -99,6 +120,9 @@ def write_mcp_sources(
         tools: The server's tools: `mcp` `Tool` objects, [ToolSchema][ipybox.mcp_apigen.render.ToolSchema]s,
             or dicts with `name`, `description`, `input_schema` and `output_schema`.
         root_dir: Directory the package is created in (e.g. `Path("mcptools")`).
+        parsers: Module names with an output parser (see `render_sources`); `None`: the parsers found
+            in `mcpparse/<server_name>/` next to `root_dir` (`discover_parsers`: file existence only,
+            nothing there is read or imported).
 
     Returns:
         The module names (sanitized tool names), in the order the tools were given.
@@ -114,7 +138,9 @@ def write_mcp_sources(
         ```
     """
     schemas = [tool_schema(tool) for tool in tools]
-    files = render_sources(server_name, schemas, root_dir.name or "mcptools")
+    if parsers is None:
+        parsers = discover_parsers(root_dir, server_name)
+    files = render_sources(server_name, schemas, root_dir.name or "mcptools", parsers)
     root_fd = open_directory(root_dir, create=True)
     try:
         staging = make_temp_dir(root_fd, f".{server_name}.tmp-")
@@ -127,7 +153,7 @@ def write_mcp_sources(
                         file.write(source)
             finally:
                 os.close(staging_fd)
-            _swap_in(root_fd, root_dir, staging, server_name)
+            swap_in(root_fd, root_dir, staging, server_name)
         except BaseException:
             shutil.rmtree(staging, dir_fd=root_fd, ignore_errors=True)
             raise
@@ -137,7 +163,14 @@ def write_mcp_sources(
     return list(dict.fromkeys(names[schema.name] for schema in schemas))
 
 
-def _swap_in(root_fd: int, root_dir: Path, staging: str, target: str) -> None:
+def swap_in(root_fd: int, root_dir: Path, staging: str, target: str) -> None:
+    """Put the directory `staging` (made by `make_temp_dir` in the directory `root_fd`, i.e. `root_dir`) in
+    place as `target`, replacing what is there: `target` is never half-written, and missing only for the
+    instant between two renames.
+
+    Raises:
+        SymlinkRefusedError: `target` is a symlink (nothing is replaced).
+    """
     try:
         info = os.stat(target, dir_fd=root_fd, follow_symlinks=False)
     except FileNotFoundError:

@@ -16,7 +16,7 @@ Generation and the host's server registry are kept apart:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ async def generate_sources(
     *,
     connect_timeout: float = 30,
     dotenv_path: Path | None = Path(".env"),
+    parsers: Collection[str] | None = None,
 ) -> GeneratedSources:
     """Connect to an MCP server, list its tools and write the package `root_dir/server_name`; nothing
     else (see the module). Arguments and errors as for `generate_mcp_sources`."""
@@ -66,7 +67,7 @@ async def generate_sources(
     await connection.start()
     try:
         tools = await connection.list_tools()
-        modules = write_mcp_sources(server_name, tools, Path(root_dir))
+        modules = write_mcp_sources(server_name, tools, Path(root_dir), parsers)
     except BaseException:
         await connection.stop()
         raise
@@ -82,6 +83,7 @@ async def generate_mcp_sources(
     connect_timeout: float = 30,
     dotenv_path: Path | None = Path(".env"),
     registry: ServerRegistry | None = None,
+    parsers: Collection[str] | None = None,
 ) -> list[str]:
     """Generate a typed Python tool API for an MCP server.
 
@@ -107,6 +109,8 @@ async def generate_mcp_sources(
         dotenv_path: `.env` file consulted for placeholders missing from the environment.
         registry: Where the server's parameters and tool annotations are recorded (default: the user's
             registry file).
+        parsers: Module names with an output parser, whose modules gain `run_parsed()` (default: the
+            files found in `mcpparse/<server_name>/` next to `root_dir`; see `ipybox.mcp_apigen.parsers`).
 
     Returns:
         The module names (sanitized tool names), in the order the server lists its tools.
@@ -122,7 +126,12 @@ async def generate_mcp_sources(
         ```
     """
     generated = await generate_sources(
-        server_name, server_params, root_dir, connect_timeout=connect_timeout, dotenv_path=dotenv_path
+        server_name,
+        server_params,
+        root_dir,
+        connect_timeout=connect_timeout,
+        dotenv_path=dotenv_path,
+        parsers=parsers,
     )
     (registry or ServerRegistry()).register(
         Path(root_dir), server_name, generated.params, generated.annotations

@@ -1,5 +1,6 @@
 """The ipybox MCP server: `register_mcp_server`, `execute_ipython_cell`, `install_package` and `reset`,
-for agents that act by writing code.
+for agents that act by writing code, plus code as tool (`search_tools`, `save_code_action` and each saved
+code action as a tool of its own: `ipybox.mcp_server.code_actions`).
 
 Each MCP session gets a kernel of its own from the workspace's warm pool (a `CodeExecutor` attached to the
 workspace); all sessions share the workspace's tool server and its approval rules. A session's kernel goes
@@ -36,6 +37,7 @@ from ipybox.approval.request import ApprovalRequest
 from ipybox.config import CONFIG_FILE
 from ipybox.executor.code_executor import CodeExecutor
 from ipybox.kernels.result import CodeExecutionError, CodeExecutionResult
+from ipybox.mcp_server.code_actions import WorkspaceMCPServer, add_code_action_tools
 from ipybox.mcp_server.registration import (
     ALLOW_RULE_EXAMPLE,
     Registration,
@@ -56,9 +58,13 @@ ipybox runs Python in a stateful, sandboxed IPython kernel. MCP servers register
 register_mcp_server become typed Python APIs under mcptools/<server>/: one module per tool with a
 pydantic `Params` model, a `Result` model (or str) and `run(params)` / `arun(params)`.
 Discover them in code: `import mcptools.<server> as m; print(m.__doc__)` lists the tools, and
-`help(mcptools.<server>.<tool>)` shows one. Compose many tool calls in one execute_ipython_cell
-call (loops, conditionals) and print only what you need. Tool calls are approved by the
-workspace's rules."""
+`help(mcptools.<server>.<tool>)` shows one. search_tools(query) finds tools and saved code
+actions by what they do and names the file with each interface: read only those. Where a tool has
+an output parser (mcpparse/<server>/<tool>.py: `ParseResult` + `parse(raw)`, which you may write
+for tools without an output schema), prefer its `run_parsed()`. Compose many tool calls in one
+execute_ipython_cell call (loops, conditionals) and print only what you need. Save code that
+worked with save_code_action: it becomes gentools/<category>/<name>/ (import it in later code)
+and the MCP tool <category>__<name>. Tool calls are approved by the workspace's rules."""
 
 
 class _Approval(BaseModel):
@@ -92,7 +98,7 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
     workspace = workspace.resolve()
     outputs = output_dir or workspace / ".ipybox" / "outputs"
     sessions: dict[str, _Session] = {}
-    server = MCPServer(name="ipybox", version=__version__, instructions=INSTRUCTIONS)
+    server = WorkspaceMCPServer(name="ipybox", version=__version__, instructions=INSTRUCTIONS)
     if not _tracing():
         # mcp wraps every message in a span, which costs even with no exporter to send it to.
         server.middleware[:] = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
@@ -141,6 +147,12 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
             if now - session.last_used >= idle_for and not session.lock.locked():
                 sessions.pop(key, None)
                 await session.executor.stop()
+
+    async def executor_of(ctx: Context) -> CodeExecutor:
+        return (await session_of(ctx)).executor
+
+    # search_tools, save_code_action, and each saved code action as a tool (`code_actions`).
+    add_code_action_tools(server, workspace, executor_of, lambda: [s.executor for s in sessions.values()])
 
     @server.tool()
     async def register_mcp_server(server_name: str, server_params: dict[str, Any], ctx: Context) -> str:

@@ -6,6 +6,14 @@ rules go to the rule engine, and a changed kernel environment, sandbox or warm p
 replaced (through `ReconcileHooks`, implemented by whoever runs the kernels). An edit that doesn't load
 leaves the last good configuration running.
 
+Output parsers (`mcpparse/<server>/<module>.py`, see `ipybox.mcp_apigen.parsers`) are generated into a
+server's package whenever it is generated, and checked after it is written: by `ast` on the host (never
+imported here), then, with `run_check`, by importing them in a fresh kernel (`ipybox.codeact.checks`). What
+fails is reported in the server's `parser_errors` (`mcpparse/<server>/<module>.py:LINE:COL: message`); it
+never fails the server, whose `run()`s work regardless. `watch()` also follows `mcpparse/`: a parser added,
+edited or removed regenerates its server's package from the tools listed last (no reconnect), which bumps
+the generation marker, so kernels import the package and the parser anew.
+
 Example:
     ```python
     reconciler = Reconciler(Path("my-workspace"), tool_server.servers, hooks)
@@ -21,21 +29,33 @@ import asyncio
 import dataclasses
 import logging
 import os
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from ipybox.codeact.checks import RunCheck, run_check
 from ipybox.config.changes import ConfigChanges, diff
 from ipybox.config.errors import ConfigError, ConfigProblem
 from ipybox.config.loading import CONFIG_FILE, load_config
 from ipybox.config.workspace_config import WorkspaceConfig
 from ipybox.mcp_apigen.package import write_mcp_sources
+from ipybox.mcp_apigen.parsers import (
+    ParserProblem,
+    discover_parsers,
+    parser_file,
+    parser_module,
+    parsers_dir,
+    static_problems,
+    unmatched_parsers,
+)
 from ipybox.mcp_client.placeholders import placeholder_digest
 from ipybox.reconcile.generations import Generations, delete_retired, retire_package
-from ipybox.reconcile.watch import DOTENV_FILE, Snapshot, settled_edits
+from ipybox.reconcile.watch import DOTENV_FILE, Snapshot, parser_edits, settled_edits
 
 if TYPE_CHECKING:
+    import mcp_types as types
+
     from ipybox.mcp_client.pool import MCPServers
     from ipybox.rules import ApprovalPolicy
 
@@ -45,6 +65,8 @@ ServerState = Literal["starting", "ready", "failed"]
 
 _KERNEL_ENV = "kernel.env"
 _RETRY_AFTER_WATCH_FAILURE = 1.0
+CHECK_TIMEOUT = 60.0
+"""Seconds a parser check in a fresh kernel may take (claiming the kernel included)."""
 
 
 class ReconcileHooks(Protocol):
@@ -63,17 +85,22 @@ class ServerStatus:
     """Where a server's package stands.
 
     Attributes:
-        state: `starting` (being started and generated), `ready` (package generated), or `failed` (it
-            could not be started; a package from before stays).
+        state: `starting` (being started and generated, and its parsers checked), `ready` (package
+            generated), or `failed` (it could not be started; a package from before stays).
         tools: Tools in its generated package; `None` when there is none (or it is not known).
         generation: The generation its package was written at; `None` when there is no package.
         error: Why it failed, when it did.
+        parsers: Modules of its package that have an output parser (`run_parsed()`), sorted.
+        parser_errors: Parsers that do not work, one line each: `mcpparse/<server>/<module>.py:LINE:COL:
+            message` (paths relative to the workspace). They never fail the server.
     """
 
     state: ServerState
     tools: int | None = None
     generation: int | None = None
     error: str | None = None
+    parsers: list[str] = dataclasses.field(default_factory=list)
+    parser_errors: list[str] = dataclasses.field(default_factory=list)
 
 
 class Reconciler:
@@ -85,6 +112,9 @@ class Reconciler:
         servers: The tool server's MCP servers; the reconciler registers, starts and stops them.
         hooks: Called when approval rules or kernel settings change.
         quiet_period: Seconds the files must stay unchanged after an edit before they are reloaded.
+        run_check: Executes code in a fresh kernel (see `ipybox.codeact.checks.RunCheck`): output parsers
+            are then checked by importing them there. `None`: they are checked by `ast` only.
+        check_timeout: Seconds a check in a kernel may take.
 
     Attributes:
         config: The last configuration that loaded (`None` before the first).
@@ -99,12 +129,21 @@ class Reconciler:
     """
 
     def __init__(
-        self, workspace_dir: Path, servers: MCPServers, hooks: ReconcileHooks, *, quiet_period: float = 0.15
+        self,
+        workspace_dir: Path,
+        servers: MCPServers,
+        hooks: ReconcileHooks,
+        *,
+        quiet_period: float = 0.15,
+        run_check: RunCheck | None = None,
+        check_timeout: float = CHECK_TIMEOUT,
     ) -> None:
         self.workspace_dir = Path(workspace_dir).resolve()
         self.servers = servers
         self.hooks = hooks
         self.quiet_period = quiet_period
+        self.run_check = run_check
+        self.check_timeout = check_timeout
         self.config: WorkspaceConfig | None = None
         self.error: ConfigError | None = None
         self._applied: WorkspaceConfig | None = None
@@ -115,6 +154,8 @@ class Reconciler:
         self._digests: dict[str, str] = {}  # what each server's and the kernel env's ${VAR}s resolved to
         self._hook_errors: dict[str, str] = {}
         self._loaded: Snapshot | None = None  # the files' contents at the last load
+        self._tools: dict[str, list[types.Tool]] = {}  # what each server listed when last generated
+        self._configured = asyncio.Event()  # set once a configuration was applied (mcptools_dir known)
         self._apply_lock = asyncio.Lock()
         self._reload_lock = asyncio.Lock()
 
@@ -169,6 +210,7 @@ class Reconciler:
             if self._mcptools_dir is None:
                 self._mcptools_dir = config.resolve(config.workspace.mcptools_dir)
                 self._generations = Generations.read(self._mcptools_dir)
+                self._configured.set()
             removed = list(changes.removed)
             if first:  # packages generated by an earlier run for servers gone since
                 enabled = config.enabled_servers()
@@ -196,6 +238,7 @@ class Reconciler:
     async def watch(self, stop_event: asyncio.Event | None = None) -> None:
         """Follow edits of `ipybox.toml` and `.env` until cancelled (or `stop_event` is set): reload after
         each burst of saves, once the files are quiet. Nothing raised while reloading ends the watch.
+        Edits of output parsers are followed too (`watch_parsers`).
 
         Example:
             ```python
@@ -204,6 +247,58 @@ class Reconciler:
             watcher.cancel()
             ```
         """
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._watch_config(stop_event))
+            group.create_task(self.watch_parsers(stop_event))
+
+    async def watch_parsers(self, stop_event: asyncio.Event | None = None) -> None:
+        """Follow `mcpparse/` (next to `mcptools/`, made if missing) once a configuration was applied: a
+        parser saved, added or removed regenerates its server's package from the tools it listed last and
+        checks its parsers again. Nothing raised while regenerating ends the watch."""
+        configured = asyncio.ensure_future(self._configured.wait())
+        stopped = asyncio.ensure_future(stop_event.wait()) if stop_event is not None else None
+        try:
+            await asyncio.wait(
+                [configured, *([stopped] if stopped else [])], return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            configured.cancel()
+            if stopped is not None:
+                stopped.cancel()
+        if self._mcptools_dir is None:
+            return  # stopped before a configuration was applied
+        directory = parsers_dir(self._mcptools_dir)
+        while stop_event is None or not stop_event.is_set():
+            try:
+                async for names in parser_edits(directory, quiet=self.quiet_period, stop_event=stop_event):
+                    await self.regenerate_parsed(names)
+                return
+            except Exception:
+                logger.exception(
+                    "watching %s failed: watching again in %s s", directory, _RETRY_AFTER_WATCH_FAILURE
+                )
+                await asyncio.sleep(_RETRY_AFTER_WATCH_FAILURE)
+
+    async def regenerate_parsed(self, names: Iterable[str]) -> list[str]:
+        """Regenerate the packages of `names` (servers whose parsers changed) from the tools each listed
+        when last generated, and check their parsers again. Servers that are not ready (or unknown) are
+        left alone: their next generation finds the parsers anyway.
+
+        Returns:
+            The servers regenerated.
+        """
+        done: list[str] = []
+        async with self._apply_lock:
+            for name in sorted(set(names)):
+                status = self._servers.get(name)
+                if status is None or status.state != "ready" or name not in self._tools:
+                    continue
+                logger.info("output parsers of %r changed: regenerating its package", name)
+                if await self._publish(name, self._tools[name], status.tools, status.generation):
+                    done.append(name)
+        return done
+
+    async def _watch_config(self, stop_event: asyncio.Event | None) -> None:
         while stop_event is None or not stop_event.is_set():
             try:
                 async for snapshot in settled_edits(
@@ -226,7 +321,16 @@ class Reconciler:
             ```python
             {
                 "generation": 4,
-                "servers": {"time": {"state": "ready", "tools": 2, "generation": 4, "error": None}},
+                "servers": {
+                    "time": {
+                        "state": "ready",
+                        "tools": 2,
+                        "generation": 4,
+                        "error": None,
+                        "parsers": ["get_current_time"],  # modules with an output parser
+                        "parser_errors": [],  # or "mcpparse/time/get_current_time.py:3:9: NameError: …"
+                    }
+                },
                 "error": None,  # or "…/ipybox.toml:12:1: unknown key 'comand' in [servers.time] (…)"
                 "hook_errors": {},
                 "mcptools_dir": "/work/ws/mcptools",
@@ -312,18 +416,97 @@ class Reconciler:
         self._servers[name] = ServerStatus("starting", tools, generation)
         try:
             await self.servers.connection(name)
-            modules = await asyncio.to_thread(
-                write_mcp_sources, name, self.servers.tools(name), self._mcptools_dir
-            )
         except Exception as e:
-            error = str(e) or type(e).__name__
-            self._servers[name] = ServerStatus("failed", tools, generation, error)
-            logger.error("MCP server %r: no tools generated: %s", name, error)
+            self._failed(name, e, tools, generation)
             return
+        await self._publish(name, self.servers.tools(name), tools, generation)
+
+    async def _publish(
+        self, name: str, listed: list[types.Tool], tools: int | None, generation: int | None
+    ) -> bool:
+        """Write the package of `name` from the tools it `listed` (with the parsers found now), mark the
+        change, then check the parsers; the server is `ready` once they are checked. Returns whether the
+        package was written."""
+        assert self._mcptools_dir is not None
+        root = self._mcptools_dir
+        before = self._servers.get(name)
+        self._servers[name] = dataclasses.replace(
+            before or ServerStatus("starting"), state="starting", error=None
+        )
+        try:
+            parsers = await asyncio.to_thread(discover_parsers, root, name)
+            modules = await asyncio.to_thread(write_mcp_sources, name, listed, root, parsers)
+        except Exception as e:
+            self._failed(name, e, tools, generation)
+            return False
+        self._tools[name] = listed
         generation = self._generations.bump(changed=[name])
         self._write_generations()
-        self._servers[name] = ServerStatus("ready", len(modules), generation)
-        logger.info("generated %s (%d tools)", self._mcptools_dir / name, len(modules))
+        parsed = sorted(parsers & set(modules))
+        logger.info(
+            "generated %s (%d tools%s)",
+            root / name,
+            len(modules),
+            f", parsers: {', '.join(parsed)}" if parsed else "",
+        )
+        errors = await self._check_parsers(name, parsed, unmatched_parsers(name, parsers, modules))
+        self._servers[name] = ServerStatus("ready", len(modules), generation, None, parsed, errors)
+        return True
+
+    def _failed(self, name: str, error: Exception, tools: int | None, generation: int | None) -> None:
+        reason = str(error) or type(error).__name__
+        self._servers[name] = ServerStatus("failed", tools, generation, reason)
+        logger.error("MCP server %r: no tools generated: %s", name, reason)
+
+    async def _check_parsers(self, name: str, parsed: list[str], problems: list[ParserProblem]) -> list[str]:
+        """Check the parsers of `name`'s modules `parsed`: by `ast` here, then (the ones that parse) by
+        importing them in a fresh kernel, when there is `run_check`. Returns the problems' lines."""
+        assert self._mcptools_dir is not None
+        root = self._mcptools_dir
+        errors = [self._located(p) for p in problems]
+        to_import: list[str] = []
+        for module in parsed:
+            found = await asyncio.to_thread(static_problems, root, name, module)
+            errors += [self._located(p) for p in found]
+            if not found:
+                to_import.append(module)
+        if self.run_check is None or not to_import:
+            return errors
+        modules = [parser_module(name, module) for module in to_import]
+        try:
+            report = await asyncio.wait_for(
+                run_check(self.run_check, modules, root=root.parent), self.check_timeout
+            )
+        except Exception as e:
+            reason = f"it took longer than {self.check_timeout:g} s" if isinstance(e, TimeoutError) else e
+            logger.warning("could not check the output parsers of %r in a kernel: %s", name, reason)
+            where = self._display(parsers_dir(root) / name)
+            return [*errors, f"{where}: not checked in a kernel: {reason}"]
+        for problem in report.problems[:_MAX_PROBLEMS]:
+            module = problem.module.rpartition(".")[2]
+            expected = parser_file(name, module)
+            if problem.path is None or problem.path.replace(os.sep, "/").endswith(expected):
+                # Where the kernel saw the file need not be where the host does (a sandbox's view).
+                problem = dataclasses.replace(problem, path=str(root.parent / expected))
+            # Else it is in a module the parser imports, shown where the kernel saw it. The report is the
+            # kernel's (code a parser runs can print one): its lines are kept short.
+            errors.append(_clip(problem.describe(relative_to=self.workspace_dir)))
+        for line in errors:
+            logger.warning("output parser of %r: %s", name, line)
+        return errors
+
+    def _located(self, problem: ParserProblem) -> str:
+        """`problem` with its path shown relative to the workspace (it is relative to `mcptools/`'s
+        parent)."""
+        assert self._mcptools_dir is not None
+        path = self._display(self._mcptools_dir.parent / problem.path)
+        return str(dataclasses.replace(problem, path=path))
+
+    def _display(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.workspace_dir))
+        except ValueError:
+            return str(path)
 
     def _retire_packages(self, names: list[str]) -> list[Path]:
         """Move the packages of `names` out of the import path and mark the change; returns where they
@@ -334,6 +517,7 @@ class Reconciler:
         for name in names:
             self._servers.pop(name, None)
             self._digests.pop(name, None)
+            self._tools.pop(name, None)
         if retired or any(name in self._generations.servers for name in names):
             self._generations.bump(removed=names)
             self._write_generations()
@@ -372,6 +556,15 @@ class Reconciler:
             logger.exception("the %s hook failed", name)
         else:
             self._hook_errors.pop(name, None)
+
+
+# What a kernel reports is kept within bounds: code a parser runs at import can print a report of its own.
+_MAX_PROBLEMS = 50
+_MAX_PROBLEM_CHARS = 1000
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= _MAX_PROBLEM_CHARS else line[: _MAX_PROBLEM_CHARS - 3] + "..."
 
 
 def _read_config(workspace_dir: Path) -> tuple[Snapshot, WorkspaceConfig | ConfigError]:

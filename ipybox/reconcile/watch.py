@@ -1,4 +1,5 @@
-"""Watching a workspace's `ipybox.toml` and `.env` for edits, one notice per burst of saves.
+"""Watching a workspace's `ipybox.toml` and `.env` for edits, one notice per burst of saves; and its
+output parsers (`mcpparse/<server>/<module>.py`), one notice per burst naming the servers concerned.
 
 Editors save by writing a new file and renaming it over the old one, so the directory is watched, not the
 file. A save is often several events (write, rename, chmod), and tools write in bursts: a notice comes
@@ -8,6 +9,7 @@ only once both files have stopped changing for a quiet period.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,6 +18,8 @@ from pathlib import Path
 from watchfiles import Change, awatch
 
 from ipybox.config.loading import CONFIG_FILE
+
+logger = logging.getLogger(__name__)
 
 DOTENV_FILE = ".env"
 WATCHED_FILES = frozenset({CONFIG_FILE, DOTENV_FILE})
@@ -87,6 +91,64 @@ async def wait_until_quiet(workspace_dir: Path, quiet: float) -> Snapshot:
         if current != snapshot:
             snapshot, stable_since = current, time.monotonic()
     return snapshot
+
+
+async def parser_edits(
+    directory: Path, *, quiet: float = 0.15, stop_event: asyncio.Event | None = None
+) -> AsyncIterator[set[str]]:
+    """Yield the servers whose parsers in `directory` (`<server>/<module>.py` files, or a whole `<server>`
+    directory) were added, changed or removed, after each burst of changes, once none came for `quiet`
+    seconds. Anything else there (`__pycache__`, editors' temporary files) is no edit. Ends when
+    `stop_event` is set.
+
+    `directory` is made if it is missing. If it is a symlink (or can't be made) nothing is watched, with
+    a warning: parsers are looked for without following one (`ipybox.mcp_apigen.parsers`).
+
+    Example:
+        ```python
+        async for servers in parser_edits(Path("my-workspace/mcpparse")):
+            print("parsers changed:", servers)
+        ```
+    """
+    if not await asyncio.to_thread(_watchable, directory):
+        await (stop_event or asyncio.Event()).wait()
+        return
+    async for changes in awatch(
+        directory,
+        watch_filter=lambda change, path: _parser_server(directory, path) is not None,
+        recursive=True,
+        step=max(int(quiet * 1000), _STEP_MS),  # a burst of saves is one notice
+        debounce=int(_MAX_SETTLE * 1000),
+        stop_event=stop_event,
+    ):
+        servers = {server for _, path in changes if (server := _parser_server(directory, path)) is not None}
+        if servers:
+            yield servers
+
+
+def _watchable(directory: Path) -> bool:
+    """Make `directory` if missing; whether it is a directory that is no symlink (else say why)."""
+    try:
+        directory.mkdir(exist_ok=True)
+        if directory.is_symlink():
+            raise NotADirectoryError(f"{directory} is a symlink")
+    except OSError as e:
+        logger.warning("not following edits of output parsers in %s: %s", directory, e)
+        return False
+    return True
+
+
+def _parser_server(directory: Path, path: str) -> str | None:
+    """The server a changed `path` under `directory` is a parser (or the parser directory) of."""
+    try:
+        parts = Path(path).relative_to(directory).parts
+    except ValueError:
+        return None
+    if not parts or not parts[0].isidentifier() or parts[0] == "__pycache__":
+        return None
+    if len(parts) == 1 or (len(parts) == 2 and parts[1].endswith(".py")):
+        return parts[0]
+    return None
 
 
 def _is_watched(change: Change, path: str) -> bool:

@@ -64,12 +64,18 @@ class MCPServerStatus(_Model):
         tools: Tools in its package; `None` when there is none (or it is not known).
         generation: The generation its package was written at; `None` when there is no package.
         error: Why it failed, when it did.
+        parsers: Modules of its package with an output parser (`mcpparse/<server>/<module>.py`), whose
+            `run_parsed()` returns the parser's `ParseResult`.
+        parser_errors: Parsers that do not work, one line each: `mcpparse/<server>/<module>.py:LINE:COL:
+            message` (relative to the workspace). They never fail the server: `run()` works.
     """
 
     state: ServerState
     tools: int | None = None
     generation: int | None = None
     error: str | None = None
+    parsers: list[str] = []
+    parser_errors: list[str] = []
 
 
 class ReconcilerStatus(_Model):
@@ -82,6 +88,23 @@ class ReconcilerStatus(_Model):
     mcptools_dir: str | None = None
 
 
+class ActionStatus(_Model):
+    """A saved code action (`gentools/<category>/<name>/`), found by parsing only.
+
+    Attributes:
+        name: `category.name`.
+        tool: Its MCP tool name (`category__name`).
+        calls: What it may call, one line (`ipybox.codeact.analysis.ActionCalls.summary`).
+        stale: Its `api.py` changed after it was saved: its manifest is described again when it is next
+            listed as an MCP tool.
+    """
+
+    name: str
+    tool: str
+    calls: str
+    stale: bool = False
+
+
 class WorkspaceStatus(_Model):
     """`GET /status`: what runs in the workspace.
 
@@ -90,6 +113,7 @@ class WorkspaceStatus(_Model):
             the last good configuration keeps running.
         restarts: How often the supervisor restarted `gateway` and `tool_server` after they died.
         mcp: The streamable HTTP MCP endpoint, when it is served.
+        actions: The saved code actions, with what each may call.
     """
 
     workspace: str
@@ -107,6 +131,7 @@ class WorkspaceStatus(_Model):
     reconciler: ReconcilerStatus = ReconcilerStatus()
     state_dir: str
     mcp: str | None = None
+    actions: list[ActionStatus] = []
 
 
 class Problem(_Model):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tomllib
 from pathlib import Path
 from typing import cast
 
@@ -16,7 +17,7 @@ import tomlkit
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
 
-from ipybox.config import CONFIG_FILE
+from ipybox.config import CONFIG_FILE, ConfigError, ConfigProblem
 from ipybox.mcp_server.wire import Wire, claim_wire, wire_streams
 from ipybox.mcp_server.workspace_mcp import create_server
 from ipybox.sandbox import SandboxPolicy
@@ -24,10 +25,28 @@ from ipybox.supervisor import NotRunningError, Supervisor, read_state
 
 
 def ensure_config(workspace: Path, sandbox: bool, sandbox_config: Path | None) -> None:
-    """Create `ipybox.toml` for a workspace that has none, from the command line's sandbox options."""
+    """Create `ipybox.toml` for a workspace that has none, from the command line's sandbox options.
+
+    Raises:
+        ConfigError: `--sandbox` was asked for, but the workspace's `ipybox.toml` runs kernels unsandboxed
+            (a sandbox that was asked for is never silently absent).
+    """
     path = workspace / CONFIG_FILE
     if path.exists():
         if sandbox or sandbox_config:
+            if not _sandbox_enabled(path):
+                raise ConfigError(
+                    path,
+                    [
+                        ConfigProblem(
+                            str(path),
+                            None,
+                            None,
+                            "--sandbox was given, but this file does not enable the sandbox: set "
+                            "`enabled = true` under [sandbox] (its policy applies), or leave out --sandbox",
+                        )
+                    ],
+                )
             print(f"ipybox: {path} exists: its [sandbox] table applies, not --sandbox", file=sys.stderr)
         return
     document = tomlkit.document()
@@ -40,6 +59,17 @@ def ensure_config(workspace: Path, sandbox: bool, sandbox_config: Path | None) -
             table.add(key, value)
     document.add("sandbox", table)
     path.write_text(tomlkit.dumps(document))
+
+
+def _sandbox_enabled(path: Path) -> bool:
+    """Whether `ipybox.toml` at `path` enables the sandbox (a file that doesn't parse is the supervisor's to
+    report, with its position)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return True
+    table = data.get("sandbox")
+    return isinstance(table, dict) and table.get("enabled") is True
 
 
 async def serve_stdio(workspace: Path, sandbox: bool = False, sandbox_config: Path | None = None) -> None:

@@ -33,10 +33,14 @@ from starlette.websockets import WebSocket
 from ipybox.approval.channel import ApprovalChannel
 from ipybox.approval.rule_approver import WorkspaceApprover
 from ipybox.asgi_server import EmbeddedServer
+from ipybox.codeact.actions import read_actions
+from ipybox.codeact.analysis import analyse_action
+from ipybox.codeact.layout import action_tool_name, gentools_dir
 from ipybox.config import CONFIG_FILE, WorkspaceConfig, load_config
 from ipybox.executor.kernel_setup import start_kernel_gateway, workspace_kernel_setup
 from ipybox.in_kernel.tool_runner import TOKEN_ENV
 from ipybox.kernels.gateway import KernelGateway, describe_exit
+from ipybox.kernels.kernel_client import KernelClient
 from ipybox.kernels.kernel_connection import GatewayError, GatewayUnreachableError, log_tail
 from ipybox.kernels.pool import KernelPool, PoolStoppedError
 from ipybox.mcp_apigen.package import remove_stale_work_dirs
@@ -53,6 +57,7 @@ from ipybox.running.state import (
     write_state,
 )
 from ipybox.running.status import (
+    ActionStatus,
     CallerId,
     CallerToken,
     GatewayStatus,
@@ -78,6 +83,8 @@ logger = logging.getLogger("ipybox.supervisor")
 WORKSPACE_ENV = "IPYBOX_WORKSPACE"
 # Claims a lease makes across gateway restarts before it gives up (each waits for one restart).
 _LEASE_ATTEMPTS = 3
+# Seconds code run by `run_in_fresh_kernel` (a check of agent-written modules) may run.
+_CHECK_TIMEOUT = 60
 
 
 class Supervisor:
@@ -171,7 +178,9 @@ class Supervisor:
         parts.push_async_callback(self._stop_tool_server)
         await self._start_tool_server()
         assert self.tool_server is not None
-        self.reconciler = Reconciler(self.workspace, self.tool_server.servers, self)
+        self.reconciler = Reconciler(
+            self.workspace, self.tool_server.servers, self, run_check=self.run_in_fresh_kernel
+        )
         parts.push_async_callback(self._stop_kernels, end_leases=True)
         await self._start_kernels()
         control = EmbeddedServer(control_app(self, self._control_token), "ipybox-control")
@@ -258,6 +267,7 @@ class Supervisor:
             reconciler=_reconciler_status(reconciler),
             state_dir=str(self.paths.dir),
             mcp=self.mcp_url,
+            actions=_action_statuses(reconciler),
         )
 
     async def apply_server(self, name: str) -> ServerOutcome:
@@ -317,6 +327,37 @@ class Supervisor:
             if attempt == _LEASE_ATTEMPTS - 1 or not await self._gateway_replaced(gateway):
                 raise failure
         raise AssertionError("unreachable")
+
+    async def run_in_fresh_kernel(self, code: str) -> str:
+        """Execute `code` in a fresh kernel of the warm pool (sandboxed as every kernel of the workspace)
+        and return its output; the kernel is deleted afterwards. It is how agent-written modules (output
+        parsers) are checked (`ipybox.codeact.checks.RunCheck`): the kernel runs under a lease of its own,
+        whose `ask`s nobody answers, and nothing it imported outlives the check.
+
+        Raises:
+            CodeExecutionError: The code raised.
+            GatewayError: No kernel could be had (the gateway is down or restarting).
+        """
+        lease = self.leases.new_lease()
+        try:
+            gateway = self.gateway
+            if gateway is None:
+                raise GatewayError(f"the kernel gateway is not running: {self._gateway_failure or 'stopped'}")
+
+            async def kernel_source() -> str:
+                return (await self.lease_kernel(lease)).kernel_id
+
+            client = KernelClient(gateway.endpoint, kernel_source=kernel_source, spare_kernel=False)
+            await client.connect()
+            try:
+                result = await client.execute(code, timeout=_CHECK_TIMEOUT)
+            finally:
+                await client.disconnect()
+            return result.text or ""
+        finally:
+            # Also when cancelled (a check that took too long): the lease's kernel is deleted.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.release_lease(lease))
 
     async def release_lease(self, lease: LeaseId) -> None:
         released = self.leases.release(lease)
@@ -552,6 +593,29 @@ def _reconciler_status(reconciler: Reconciler | None) -> ReconcilerStatus:
     return (
         ReconcilerStatus.model_validate(reconciler.status()) if reconciler is not None else ReconcilerStatus()
     )
+
+
+def _action_statuses(reconciler: Reconciler | None) -> list[ActionStatus]:
+    """The saved code actions and what each may call: manifests and `ast` only (cheap; their code is
+    agent-written and never imported here)."""
+    mcptools = reconciler.mcptools_dir if reconciler is not None else None
+    if mcptools is None:
+        return []
+    gentools = gentools_dir(mcptools)
+    try:
+        listing = read_actions(gentools)
+        statuses = [
+            ActionStatus(name=f"{a.category}.{a.name}", tool=a.tool_name, calls=a.calls.summary())
+            for a in listing.actions
+        ]
+        for category, name in listing.stale:
+            calls = analyse_action(gentools, category, name).summary()
+            tool = action_tool_name(category, name)
+            statuses.append(ActionStatus(name=f"{category}.{name}", tool=tool, calls=calls, stale=True))
+    except Exception as e:  # status reports what runs: a broken gentools/ is logged, never fatal
+        logger.warning("saved code actions could not be listed: %s", e)
+        return []
+    return sorted(statuses, key=lambda status: status.name)
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@ the `mcptools_refresh` extension that `kernel_main` loads when `IPYBOX_MCPTOOLS_
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ipybox import CodeExecutor
-from ipybox.in_kernel.mcptools_refresh import MCPTOOLS_DIR_ENV, MCPToolsRefresher
+from ipybox.in_kernel.mcptools_refresh import MCPTOOLS_DIR_ENV, PARSERS_PACKAGE, MCPToolsRefresher
 from ipybox.reconcile.generations import Generations, delete_retired, retire_package
 
 pytestmark = pytest.mark.integration
@@ -200,3 +201,35 @@ def test_a_missing_or_broken_marker_never_fails_a_cell(package_root: Path) -> No
     Generations(1, {"a": 1}).write(package_root)
     assert refresher.refresh() == ["a"]
     assert "mcptools.a" not in sys.modules
+
+
+def test_a_regenerated_package_takes_its_parsers_with_it(package_root: Path) -> None:
+    # Generated modules import `mcpparse.<server>.<module>`: after a regeneration (a parser saved, in a
+    # workspace) the next import reads the parser from disk too; other servers' parsers stay.
+    parsers = package_root.parent / PARSERS_PACKAGE
+    for server in ("a", "b"):
+        (parsers / server).mkdir(parents=True)
+        (parsers / server / "tool.py").write_text("VALUE = 1\n")
+    generations = Generations()
+    write_package(package_root, "a", 1)
+    write_package(package_root, "b", 1)
+    mark(package_root, generations, changed=["a", "b"])
+    refresher = MCPToolsRefresher(package_root)
+    try:
+        importlib.import_module("mcpparse.a.tool")
+        kept = importlib.import_module("mcpparse.b.tool")
+        (parsers / "a" / "tool.py").write_text("VALUE = 22\n")  # another size: no stale bytecode
+        mark(package_root, generations, changed=["a"])
+        assert refresher.refresh() == ["a"]
+        assert "mcpparse.a.tool" not in sys.modules and "mcpparse.a" not in sys.modules
+        assert sys.modules["mcpparse.b.tool"] is kept
+        from mcpparse.a import tool  # type: ignore[import-not-found]
+
+        assert tool.VALUE == 22
+
+        mark(package_root, generations, removed=["b"])
+        assert refresher.refresh() == ["b"]
+        assert not [name for name in sys.modules if name.startswith("mcpparse.b")]
+    finally:
+        for name in [m for m in sys.modules if m == PARSERS_PACKAGE or m.startswith(f"{PARSERS_PACKAGE}.")]:
+            del sys.modules[name]

@@ -26,7 +26,14 @@ pytestmark = pytest.mark.integration
 
 NODE_MODULES = CACHE / "npm-clients" / "node_modules"
 SESSION_SCRIPT = Path(__file__).resolve().parent / "node" / "session.mjs"
-TOOLS = ["execute_ipython_cell", "install_package", "register_mcp_server", "reset"]
+TOOLS = [
+    "execute_ipython_cell",
+    "install_package",
+    "register_mcp_server",
+    "reset",
+    "save_code_action",
+    "search_tools",
+]
 
 
 def _require(path: Path, what: str) -> Path:

@@ -58,7 +58,14 @@ async def session(workspace: Path) -> AsyncIterator[ClientSession]:
 
 async def test_tools_and_instructions(session: ClientSession) -> None:
     names = {tool.name for tool in (await session.list_tools()).tools}
-    assert names == {"register_mcp_server", "execute_ipython_cell", "install_package", "reset"}
+    assert names == {
+        "register_mcp_server",
+        "execute_ipython_cell",
+        "install_package",
+        "reset",
+        "search_tools",
+        "save_code_action",
+    }
 
 
 async def test_register_then_use_the_generated_api(session: ClientSession, workspace: Path) -> None:

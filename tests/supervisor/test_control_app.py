@@ -46,7 +46,7 @@ SERVER = '[servers.{name}]\ncommand = "python"\nargs = ["-m", "server"]\n'
 # What `ipybox status --json` printed before the status was typed: scripts read these keys.
 STATUS_KEYS = {
     "workspace", "pid", "started_at", "uptime_s", "sandbox", "gateway", "tool_server", "pool", "leases",
-    "kernel_generation", "restarts", "config_error", "reconciler", "state_dir", "mcp",
+    "kernel_generation", "restarts", "config_error", "reconciler", "state_dir", "mcp", "actions",
 }  # fmt: skip
 
 
@@ -141,6 +141,8 @@ def test_the_status_is_served_as_its_model_with_the_keys_scripts_read(
         "tools": 2,
         "generation": 3,
         "error": None,
+        "parsers": [],
+        "parser_errors": [],
     }
 
 

@@ -1,0 +1,568 @@
+"""Code as tool in the workspace MCP server: `search_tools`, `save_code_action`, and every saved code action
+(`gentools/<category>/<name>/`) as an MCP tool of its own, named `<category>__<name>`.
+
+Contracts:
+
+- `WorkspaceMCPServer` is mcp 2.x's `MCPServer` with a dynamic part in its tool list. `MCPServer` derives
+  a tool's schema from a Python signature when the tool is registered; saved actions come and go while
+  it runs and carry their schemas in their manifests, so the subclass overrides the two public methods
+  its `tools/list` and `tools/call` handlers call (`list_tools`, `call_tool`). A name of a built-in tool
+  always means the built-in tool (action names contain `__`, built-in names never do; checked anyway).
+- Listing reads the actions from disk each time (`read_actions`: manifests and `ast` only, never an
+  import). A stale action (its `api.py` edited after it was saved) is described again in ONE fresh kernel
+  for all of them, through an open MCP session's executor or, with none open, a short-lived executor of
+  the workspace; one that does not import is left out (logged) until its `api.py` changes again.
+- A call runs in the calling session's kernel through `execute_ipython_cell` itself (so `ask` rules become
+  elicitations, a denied call says which rule denied it, progress and cancellation work). The generated
+  cell gets the names and the arguments only inside one `repr`'d JSON string: argument text never becomes
+  code. It drops the action's modules from `sys.modules` (the file on disk is what runs), validates the
+  arguments with the action's `Params`, awaits `run()` if it is a coroutine, and prints the result after
+  a marker unique to the call: the tool returns the result and, apart from it, what the action printed.
+- `save_code_action` saves through the session's `CodeExecutor.save_code_action` (checked in a fresh
+  kernel, atomic), syncs the search index and tells the client that the tool list changed (the request's
+  own stream on handshake-era protocol versions, `subscriptions/listen` on 2026-07-28). The server
+  declares `tools.listChanged`, without which clients ignore the notification.
+- `search_tools` ranks with `ipybox.codeact.index.ToolIndex` (SQLite FTS5), one index per server instance
+  in the workspace's state directory, synced before every search (only changed files are parsed again),
+  so what the reconciler regenerates is found without a hook. SQLite connections belong to the thread that
+  opened them, so every index call runs on one worker thread of its own.
+
+Everything under `gentools/` is agent-written and kernel-writable: manifests are capped and checked before
+they become tool schemas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import mcp_types as types
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.models import InitializationOptions
+from mcp_types import Tool as MCPTool
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from ipybox.codeact.actions import CodeActionError, SavedAction, describe_actions, read_actions
+from ipybox.codeact.checks import RunCheck
+from ipybox.codeact.index import ToolHit, ToolIndex
+from ipybox.codeact.layout import (
+    API_MODULE,
+    GENTOOLS,
+    TOOL_NAME_SEPARATOR,
+    action_module,
+    action_tool_name,
+    gentools_dir,
+    name_problem,
+)
+from ipybox.errors import IpyboxError
+from ipybox.executor.code_executor import CodeExecutor
+from ipybox.mcp_server.registration import load_workspace_config
+from ipybox.running.state import StatePaths
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+ACTION_TIMEOUT = 600.0
+"""Seconds a saved action called as an MCP tool may run (its tool calls' approvals not counted)."""
+INDEX_FILE = "tool-index.sqlite"
+"""The search index, in the workspace's state directory."""
+MAX_LIMIT = 50
+_MAX_ARGUMENTS = 1_000_000  # characters of JSON arguments an action call takes
+_MAX_RESULT = 200_000  # characters of output an action call returns (execute_ipython_cell's cap)
+_MAX_DESCRIPTION = 8_000  # characters of a manifest's description listed as a tool's description
+_MAX_SCHEMA = 200_000  # characters of a manifest's schema (as JSON) listed as a tool's schema
+_MAX_QUERY = 1_000
+_CELL_TOOL = "execute_ipython_cell"  # the built-in tool an action call runs through
+
+ExecutorOf = Callable[[Context], Awaitable[CodeExecutor]]
+"""The executor (kernel) of the MCP session a request belongs to, opened on first use."""
+OpenExecutors = Callable[[], Sequence[CodeExecutor]]
+"""The executors of the MCP sessions open now."""
+
+
+class WorkspaceMCPServer(MCPServer[Any]):
+    """`MCPServer` whose tool list also holds the workspace's saved code actions (`code_actions`, set by
+    `add_code_action_tools`), and which declares `tools.listChanged`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.code_actions: CodeActions | None = None
+        # mcp 2.x builds the `initialize` answer from `create_initialization_options()` of its low-level
+        # server on every transport (stdio, streamable HTTP, ipybox's own stdio wire) and passes no
+        # NotificationOptions, so `tools.listChanged` is false and MCPServer has no parameter for it.
+        lowlevel = self._lowlevel_server
+        original = lowlevel.create_initialization_options
+
+        def with_list_changed(
+            notification_options: NotificationOptions | None = None, *args: Any, **kwargs: Any
+        ) -> InitializationOptions:
+            options = notification_options or NotificationOptions(tools_changed=True)
+            return original(options, *args, **kwargs)
+
+        lowlevel.create_initialization_options = with_list_changed  # type: ignore[method-assign]
+
+    async def list_tools(self) -> list[MCPTool]:
+        tools = await super().list_tools()
+        if self.code_actions is None:
+            return tools
+        builtin = {tool.name for tool in tools}
+        return tools + [tool for tool in await self.code_actions.tools() if tool.name not in builtin]
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        if self.code_actions is not None and TOOL_NAME_SEPARATOR in name:
+            builtin = {tool.name for tool in await super().list_tools()}
+            if name not in builtin:
+                if context is None:
+                    raise ToolError(f"{name} runs in an MCP session's kernel; it was called outside one")
+                return await self.code_actions.call(name, arguments, context)
+        return await super().call_tool(name, arguments, context)
+
+
+@dataclass(frozen=True)
+class _Paths:
+    mcptools: Path
+    gentools: Path
+    index: Path
+
+
+class CodeActions:
+    """The code-as-tool side of one workspace MCP server (see the module docstring)."""
+
+    def __init__(
+        self,
+        server: WorkspaceMCPServer,
+        workspace: Path,
+        executor_of: ExecutorOf,
+        open_executors: OpenExecutors,
+    ) -> None:
+        self.server = server
+        self.workspace = workspace
+        self._executor_of = executor_of
+        self._open_executors = open_executors
+        self._paths: _Paths | None = None
+        self._index: ToolIndex | None = None
+        # SQLite objects may only be used in the thread that created them: one thread for the index.
+        self._index_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ipybox-tool-index")
+        self._describing = asyncio.Lock()
+        # Stale actions whose description failed, by the `api.py` (mtime, size) it failed for.
+        self._undescribable: dict[tuple[str, str], tuple[int, int] | None] = {}
+
+    # -- paths and index -----------------------------------------------------------------------------
+
+    async def paths(self) -> _Paths:
+        """Where the workspace keeps its tools: fixed at first use, as the reconciler fixes its
+        `mcptools_dir` once (a later edit of `[workspace]` takes effect when the workspace restarts)."""
+        if self._paths is None:
+            try:
+                config = await asyncio.to_thread(load_workspace_config, self.workspace)
+                mcptools = config.resolve(config.workspace.mcptools_dir)
+                state_dir = StatePaths(config.resolve(config.workspace.state_dir)).dir
+            except ValueError as e:
+                raise ToolError(str(e)) from None
+            self._paths = _Paths(mcptools, gentools_dir(mcptools), state_dir / INDEX_FILE)
+        return self._paths
+
+    async def _in_index_thread(self, fn: Callable[[ToolIndex], T]) -> T:
+        paths = await self.paths()
+
+        def run() -> T:
+            if self._index is None:
+                paths.index.parent.mkdir(parents=True, exist_ok=True)
+                self._index = ToolIndex(paths.mcptools, paths.index)
+            return fn(self._index)
+
+        return await asyncio.get_running_loop().run_in_executor(self._index_thread, run)
+
+    async def sync_index(self) -> None:
+        """Bring the search index up to date (logged, never raised: the index is an aid)."""
+        try:
+            changed = await self._in_index_thread(lambda index: index.sync())
+        except Exception as e:  # searching later reports what is wrong
+            logger.warning("the tool index could not be synced: %s", e)
+            return
+        logger.debug("tool index synced: %d entries changed", changed)
+
+    def close(self) -> None:
+        """Close the index and its thread (idempotent)."""
+        index, self._index = self._index, None
+        if index is not None:
+            self._index_thread.submit(index.close)
+        self._index_thread.shutdown(wait=False)
+
+    # -- search_tools --------------------------------------------------------------------------------
+
+    async def search(self, query: str, limit: int) -> str:
+        if not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+            raise ToolError(f"limit must be a number from 1 to {MAX_LIMIT}, not {limit!r}")
+        if not query.strip():
+            raise ToolError("query must say what you look for, e.g. 'list commits of a repository'")
+        if len(query) > _MAX_QUERY:
+            raise ToolError(f"query is {len(query)} characters long; use a few words (at most {_MAX_QUERY})")
+
+        def search(index: ToolIndex) -> list[ToolHit]:
+            index.sync()
+            return index.search(query, limit)
+
+        try:
+            hits = await self._in_index_thread(search)
+        except ToolError:
+            raise
+        except Exception as e:  # one clear error instead of a traceback
+            raise ToolError(f"the tool index could not be searched: {e}") from None
+        if not hits:
+            return (
+                f"no generated tool or saved code action matches {query!r}. Try other words, or read the "
+                "indexes: mcptools/<server>/__init__.py and gentools/<category>/__init__.py"
+            )
+        lines = [f"{len(hits)} best match{'es' if len(hits) > 1 else ''} (read the file for the interface):"]
+        lines += [format_hit(hit) for hit in hits]
+        return "\n".join(lines)
+
+    # -- save_code_action ----------------------------------------------------------------------------
+
+    async def save(self, ctx: Context, category: str, name: str, api: str, impl: str, overwrite: bool) -> str:
+        executor = await self._executor_of(ctx)
+        try:
+            saved = await executor.save_code_action(category, name, api=api, impl=impl, overwrite=overwrite)
+        except CodeActionError as e:
+            raise ToolError(str(e)) from None
+        except IpyboxError as e:  # a symlink where it would be written, no kernel to check it in, ...
+            raise ToolError(f"the code action was not saved: {e}") from None
+        await self.sync_index()
+        await notify_tools_changed(ctx)
+        return describe_saved(saved, self.workspace)
+
+    # -- saved actions as MCP tools ------------------------------------------------------------------
+
+    async def tools(self) -> list[MCPTool]:
+        """The saved actions as MCP tools (stale ones described again first)."""
+        try:
+            paths = await self.paths()
+            listing = await asyncio.to_thread(read_actions, paths.gentools)
+        except Exception as e:  # a broken gentools/ must not break the built-in tools
+            logger.warning("saved code actions could not be listed: %s", e)
+            return []
+        actions = list(listing.actions)
+        if listing.stale:
+            actions += await self._describe_stale(paths, listing.stale)
+        tools: list[MCPTool] = []
+        for action in sorted(actions, key=lambda a: a.tool_name):
+            tool = action_tool(action)
+            if tool is None:
+                logger.warning("saved code action %s has a manifest that can't be listed", action.tool_name)
+            else:
+                tools.append(tool)
+        return tools
+
+    async def _describe_stale(self, paths: _Paths, stale: list[tuple[str, str]]) -> list[SavedAction]:
+        async with self._describing:
+            # Another listing may have described them while this one waited.
+            listing = await asyncio.to_thread(read_actions, paths.gentools)
+            described = {(a.category, a.name): a for a in listing.actions if (a.category, a.name) in stale}
+            todo = []
+            for key in listing.stale:
+                stamp = await asyncio.to_thread(_api_stamp, paths.gentools, *key)
+                if key in self._undescribable and self._undescribable[key] == stamp:
+                    continue
+                todo.append((key, stamp))
+            if not todo:
+                return list(described.values())
+            try:
+                async with self._fresh_kernel() as run:
+                    fresh = await describe_actions(
+                        run, paths.mcptools, [k for k, _ in todo], root=self.workspace
+                    )
+            except Exception as e:  # listed without them; tried again when they change
+                logger.warning("stale code actions could not be described (%s): they are not listed", e)
+                fresh = []
+            found = {(a.category, a.name): a for a in fresh}
+            for key, stamp in todo:
+                if key in found:
+                    self._undescribable.pop(key, None)
+                    described[key] = found[key]
+                else:
+                    logger.warning(
+                        "saved code action %s does not import: it is not listed until its api.py changes",
+                        action_tool_name(*key),
+                    )
+                    self._undescribable[key] = stamp
+            return list(described.values())
+
+    @asynccontextmanager
+    async def _fresh_kernel(self) -> AsyncIterator[RunCheck]:
+        """Something that runs a check in a fresh kernel: an open session's executor, else one of the
+        workspace started for it (listing happens before a client's first call opens its session)."""
+        open_now = list(self._open_executors())
+        if open_now:
+            logger.info("describing stale code actions in a fresh kernel, through an MCP session's executor")
+            yield open_now[0].check_in_fresh_kernel
+            return
+        logger.info("describing stale code actions in a fresh kernel, through an executor started for it")
+        async with CodeExecutor(workspace=self.workspace) as executor:
+            yield executor.check_in_fresh_kernel
+
+    async def call(self, tool_name: str, arguments: dict[str, Any], ctx: Context) -> types.CallToolResult:
+        """Run the saved action `tool_name` in the session's kernel (see the module docstring)."""
+        category, _, name = tool_name.partition(TOOL_NAME_SEPARATOR)
+        paths = await self.paths()
+        if (
+            name_problem(category, "category") is not None
+            or name_problem(name, "name") is not None
+            or not await asyncio.to_thread((paths.gentools / category / name / f"{API_MODULE}.py").is_file)
+        ):
+            raise ToolError(f"unknown tool {tool_name!r}: no saved code action has that name")
+        try:
+            payload = json.dumps(arguments)
+        except (TypeError, ValueError) as e:
+            raise ToolError(f"the arguments of {tool_name} are not JSON: {e}") from None
+        if len(payload) > _MAX_ARGUMENTS:
+            raise ToolError(
+                f"the arguments of {tool_name} are {len(payload)} characters of JSON; at most "
+                f"{_MAX_ARGUMENTS} are taken (pass large data as a file path)"
+            )
+        marker = f"<<ipybox-action-result {secrets.token_hex(12)}>>"
+        code = action_call_code(action_module(category, name), payload, marker)
+        cell = {"code": code, "timeout": ACTION_TIMEOUT, "max_output_chars": _MAX_RESULT}
+        try:
+            ran = await self.server.call_tool(_CELL_TOOL, cell, ctx)
+        except ToolError as e:
+            # mcp prefixes what a tool raises with "Error executing tool <name>: ", here not the action's.
+            error = str(e).removeprefix(f"Error executing tool {_CELL_TOOL}: ")
+            raise ToolError(f"{tool_name} failed:\n{error}") from None
+        if not isinstance(ran, types.CallToolResult):  # a multi-round result execute_ipython_cell never gives
+            raise ToolError(f"{tool_name} got no result from its kernel")
+        return action_result(tool_name, ran, marker)
+
+
+def add_code_action_tools(
+    server: WorkspaceMCPServer, workspace: Path, executor_of: ExecutorOf, open_executors: OpenExecutors
+) -> CodeActions:
+    """Register `search_tools` and `save_code_action` on `server` and list its saved actions as tools."""
+    actions = CodeActions(server, workspace, executor_of, open_executors)
+    server.code_actions = actions
+
+    @server.tool()
+    async def search_tools(query: str, limit: int = 10) -> str:
+        """Search the generated MCP tool modules (mcptools/) and the saved code actions (gentools/) of this
+        workspace, ranked by relevance (BM25 over names, descriptions and parameter names). Returns one
+        line per match: the module to import, its signature, its description and the file to read for
+        its interface. Read only the interfaces you need, then compose them in one execute_ipython_cell.
+
+        Args:
+            query: Words describing what the tool should do, e.g. "list commits of a repository".
+            limit: How many matches to return (1 to 50).
+        """
+        return await actions.search(query, limit)
+
+    @server.tool()
+    async def save_code_action(
+        category: str, name: str, api: str, impl: str, ctx: Context, overwrite: bool = False
+    ) -> str:
+        """Save code that worked as a reusable code action: the package gentools/<category>/<name>/,
+        importable in later code (`from gentools.<category>.<name> import run, Params`) and listed as the
+        MCP tool <category>__<name>. It is imported in a fresh kernel before it is accepted; its tool
+        calls stay subject to the workspace's approval rules.
+
+        Args:
+            category: Lowercase identifier grouping actions, e.g. "github".
+            name: Lowercase identifier of the action, e.g. "commits_of_top_repos".
+            api: Source of api.py, the interface: a pydantic result model, `class Params(BaseModel)` if
+                it takes arguments, and `run(params: Params) -> Result` (or `async def run`) with a
+                docstring (the tool's description). It calls into impl.py (`from . import impl`).
+            impl: Source of impl.py: the composition of `mcptools` and other `gentools` modules.
+            overwrite: Replace an action saved under the same name.
+        """
+        return await actions.save(ctx, category, name, api, impl, overwrite)
+
+    return actions
+
+
+async def notify_tools_changed(ctx: Context) -> None:
+    """Tell the client of `ctx` that the tool list changed (never fails the request)."""
+    request = ctx.request_context
+    try:
+        if request.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            # 2026-07-28: change notifications reach only clients listening on `subscriptions/listen`.
+            await ctx.notify_tools_changed()
+        else:
+            # On this request's own stream: a client reads it with the response, whether or not it
+            # keeps a standalone stream open (streamable HTTP).
+            await request.session.send_notification(
+                types.ToolListChangedNotification(), related_request_id=request.request_id
+            )
+    except Exception as e:  # the action is saved; the client lists tools again later
+        logger.warning("the client could not be told that the tool list changed: %s", e)
+
+
+def action_tool(action: SavedAction) -> MCPTool | None:
+    """The MCP tool of a saved action; `None` if its manifest's schemas can't be listed (kernel-writable
+    files: checked, capped)."""
+    input_schema = _object_schema(action.input_schema)
+    if input_schema is None:
+        return None
+    output_schema = _object_schema(action.output_schema) if action.output_schema is not None else None
+    description = (action.description or "").strip()
+    if len(description) > _MAX_DESCRIPTION:
+        description = description[:_MAX_DESCRIPTION] + " [...]"
+    description += (
+        f"\n\nMay call: {action.calls.summary()}; tool calls are approved by the workspace's rules. "
+        f"Its code: {action.module} ({GENTOOLS}/{action.category}/{action.name}/{API_MODULE}.py)."
+    )
+    return MCPTool(
+        name=action.tool_name,
+        description=description,
+        input_schema=input_schema,
+        output_schema=output_schema,
+    )
+
+
+def _object_schema(schema: object) -> dict[str, Any] | None:
+    """`schema` if it is a JSON object schema of a sane size (tool schemas must have `type: object`)."""
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        return None
+    try:
+        size = len(json.dumps(schema))
+    except (TypeError, ValueError):
+        return None
+    if size > _MAX_SCHEMA:
+        return None
+    return {"type": "object", **schema}
+
+
+def _api_stamp(gentools: Path, category: str, name: str) -> tuple[int, int] | None:
+    try:
+        stat = (gentools / category / name / f"{API_MODULE}.py").stat()
+    except OSError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size)
+
+
+def format_hit(hit: ToolHit) -> str:
+    """One line of `search_tools`: `module  signature  — description  (path)`, and the MCP tool of an
+    action."""
+    line = f"{hit.module}  {hit.signature}  — {hit.description}  ({hit.path})"
+    parts = hit.module.split(".")
+    if hit.kind == "code_action" and len(parts) == 3:
+        line += f"  [MCP tool {action_tool_name(parts[1], parts[2])}]"
+    return line
+
+
+def describe_saved(saved: SavedAction, workspace: Path) -> str:
+    """What `save_code_action` answers: where it is, what to import, its tool name, what it may call."""
+    try:
+        where = saved.path.relative_to(workspace)
+    except ValueError:
+        where = saved.path
+    names = "run, Params" if saved.takes_params else "run"
+    return "\n".join(
+        [
+            f"saved {where}/ as the MCP tool {saved.tool_name}",
+            f"import: from {saved.module} import {names}",
+            f"signature: {'async ' if saved.is_async else ''}{saved.signature}",
+            f"may call: {saved.calls.summary()} (tool calls are approved by the workspace's rules)",
+        ]
+    )
+
+
+# The cell that runs a saved action. Everything it gets from the caller is inside one JSON document in a
+# str literal (`repr`), so neither names nor argument text can become code.
+_CALL_CELL = """\
+async def _ipybox_action(spec):
+    import importlib, inspect, json, sys
+    from pydantic import ValidationError
+    spec = json.loads(spec)
+    package, marker = spec["module"], spec["marker"]
+    # The files on disk are what runs: an earlier call, or the agent's own imports, may have cached them.
+    for loaded in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        del sys.modules[loaded]
+    importlib.invalidate_caches()
+    api = importlib.import_module(package + ".api")
+    arguments = json.loads(spec["arguments"])
+    Params = getattr(api, "Params", None)
+    if Params is not None:
+        try:
+            params = Params.model_validate(arguments)
+        except ValidationError as e:
+            print(marker + " invalid-arguments")
+            print(e)
+            print(marker + " end")
+            return
+        result = api.run(params)
+    elif arguments:
+        print(marker + " invalid-arguments")
+        print("it takes no arguments, but got " + ", ".join(sorted(arguments)))
+        print(marker + " end")
+        return
+    else:
+        result = api.run()
+    if inspect.isawaitable(result):
+        result = await result
+    if hasattr(result, "model_dump_json"):
+        kind, text = "model", result.model_dump_json(by_alias=True)
+    elif isinstance(result, str):
+        kind, text = "text", result
+    else:
+        try:
+            kind, text = "json", json.dumps(result)
+        except (TypeError, ValueError):
+            kind, text = "text", str(result)
+    print(marker + " " + kind)
+    print(text)
+    print(marker + " end")
+try:
+    await _ipybox_action({spec})
+finally:
+    del _ipybox_action
+"""
+
+
+def action_call_code(module: str, arguments_json: str, marker: str) -> str:
+    """The cell that imports the action package `module` afresh, validates `arguments_json` with its
+    `Params` and prints `marker`, the kind of result, and the result."""
+    spec = json.dumps({"module": module, "arguments": arguments_json, "marker": marker})
+    return _CALL_CELL.replace("{spec}", repr(spec))
+
+
+def action_result(tool_name: str, ran: types.CallToolResult, marker: str) -> types.CallToolResult:
+    """The action's result from its cell's output: between the marker lines the result; before them what
+    the action printed and after them what ipybox noted about the cell (denied calls), each as a text
+    block of its own; images as they came."""
+    text = "\n".join(block.text for block in ran.content if isinstance(block, types.TextContent))
+    images = [block for block in ran.content if not isinstance(block, types.TextContent)]
+    start = text.rfind(marker + " ", 0, text.rfind(f"{marker} end"))
+    end = text.rfind(f"\n{marker} end")
+    if start < 0 or end < start:
+        shown = text if len(text) <= 4000 else "[...]\n" + text[-4000:]
+        raise ToolError(f"{tool_name} printed no result (its output was cut, or it exited early):\n{shown}")
+    kind, _, result = text[start + len(marker) + 1 : end].partition("\n")
+    printed = text[:start].removesuffix("\n")
+    notes = text[end + len(marker) + 5 :].strip()
+    if kind == "invalid-arguments":
+        raise ToolError(f"invalid arguments for {tool_name}: {result}")
+    content: list[types.ContentBlock] = [types.TextContent(type="text", text=result)]
+    if printed.strip():
+        content.append(types.TextContent(type="text", text=f"[printed by {tool_name}]\n{printed}"))
+    if notes:
+        content.append(types.TextContent(type="text", text=notes))
+    content += images
+    structured: dict[str, Any] | None = None
+    if kind == "model":
+        try:
+            value = json.loads(result)
+        except ValueError:
+            value = None
+        structured = value if isinstance(value, dict) else None
+    return types.CallToolResult(content=content, structured_content=structured)

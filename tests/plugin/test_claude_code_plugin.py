@@ -1,0 +1,353 @@
+"""The Claude Code plugins of this repository (`.claude-plugin/marketplace.json`, `plugins/<plugin>/`), read
+as files and used by the real Claude Code CLI.
+
+The file tests are fast and start nothing. The others run `claude` from npm (`@anthropic-ai/claude-code`,
+which `bash scripts/setup` installs into `.cache/npm-clients`) the way a user does, offline and without an
+account: with a throwaway `HOME` it adds a copy of this repository's plugin files as a local marketplace
+(a directory: Claude Code takes git marketplaces only from https URLs or GitHub), installs a plugin, and
+`claude mcp list` in a project directory health-checks the plugin's MCP server, which is `ipybox mcp` from
+this venv (first on `PATH`). Measured here: `claude mcp list` connects in 2.2-2.7 s (the workspace starts
+its gateway before answering), `plugin marketplace add` and `plugin install` take 0.3-0.6 s each.
+
+How Claude Code stops a stdio server after the health check (measured, 2.1.330): SIGINT, SIGTERM 100 ms
+later, SIGKILL 400 ms after that, to the server's pid only. The tests wait until no process of the
+project is left (ipybox's gateway and kernels included).
+
+Without npm (so no CLI could be installed) the CLI tests skip with that reason; with npm but no CLI they
+fail: run `bash scripts/setup`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp.server.mcpserver import MCPServer
+
+import ipybox
+from ipybox.codeact.layout import GENTOOLS, MCPPARSE, action_tool_name
+from ipybox.mcp_server.workspace_mcp import create_server
+from ipybox.running.state import StatePaths, remove_leftovers
+from ipybox.sandbox.doctor import run_checks, sandbox_ready
+from tests.servers.params import CACHE
+
+ROOT = Path(__file__).resolve().parents[2]
+MARKETPLACE = ROOT / ".claude-plugin" / "marketplace.json"
+PLUGINS = ROOT / "plugins"
+CLAUDE = CACHE / "npm-clients" / "node_modules" / ".bin" / "claude"
+# Each plugin and the options it gives `ipybox mcp` after `--workspace <project dir>`.
+PLUGIN_OPTIONS = {"codeact-default": [], "codeact-sandbox": ["--sandbox"]}
+SKILL = Path("skills") / "codeact" / "SKILL.md"
+# The tools the skill is about; the rest of the server's tools must be named in it too.
+CODEACT_TOOLS = ["execute_ipython_cell", "register_mcp_server", "save_code_action", "search_tools"]
+MARKER_ENV = "IPYBOX_PLUGIN_TEST"
+
+
+# -- the files ------------------------------------------------------------------------------------------
+
+
+def read_json(path: Path) -> Any:
+    assert path.is_file() and not path.is_symlink(), f"{path.relative_to(ROOT)} must be a regular file"
+    return json.loads(path.read_text())
+
+
+def marketplace_plugins() -> dict[str, Path]:
+    """The marketplace's plugins by name, with their directories."""
+    return {entry["name"]: ROOT / entry["source"] for entry in read_json(MARKETPLACE)["plugins"]}
+
+
+def front_matter(path: Path) -> dict[str, str]:
+    """The `key: value` lines between the `---` lines that open a SKILL.md."""
+    lines = path.read_text().splitlines()
+    assert lines[0] == "---", f"{path} must start with YAML front matter"
+    end = lines.index("---", 1)
+    return dict(line.split(": ", 1) for line in lines[1:end])
+
+
+def test_the_marketplace_lists_the_default_and_sandbox_plugins_each_with_its_directory() -> None:
+    marketplace = read_json(MARKETPLACE)
+    assert marketplace["name"] == "ipybox"
+    assert marketplace["owner"]["name"]
+    plugins = marketplace_plugins()
+    # No codeact-docker until there is a container image to run.
+    assert list(plugins) == list(PLUGIN_OPTIONS)
+    for entry in marketplace["plugins"]:
+        assert entry["source"].startswith("./plugins/") and entry["description"]
+        assert "ipybox" in entry["description"] and "PATH" in entry["description"]
+    for name, directory in plugins.items():
+        manifest = read_json(directory / ".claude-plugin" / "plugin.json")
+        assert manifest["name"] == name
+        assert "pip install ipybox" in manifest["description"]
+        assert (directory / "README.md").is_file()
+
+
+def test_each_plugin_runs_ipybox_mcp_on_the_project_directory() -> None:
+    for name, directory in marketplace_plugins().items():
+        servers = read_json(directory / ".mcp.json")["mcpServers"]
+        # The installed `ipybox` command, never a download at run time (`uvx ipybox`).
+        assert servers == {
+            "ipybox": {
+                "command": "ipybox",
+                "args": ["mcp", "--workspace", "${CLAUDE_PROJECT_DIR}", *PLUGIN_OPTIONS[name]],
+            }
+        }, name
+
+
+def test_the_plugins_carry_the_version_of_the_ipybox_they_describe() -> None:
+    # Claude Code caches an installed plugin by its version: a new ipybox needs a new plugin version.
+    semver = ipybox.__version__.replace(".dev", "-dev")  # PEP 440 0.10.0.dev0 -> semver 0.10.0-dev0
+    for name, directory in marketplace_plugins().items():
+        version = read_json(directory / ".claude-plugin" / "plugin.json")["version"]
+        assert version == semver, (
+            f"plugins/{name}: set its version to {semver} (ipybox's {ipybox.__version__})"
+        )
+
+
+def test_each_plugin_has_the_codeact_skill_as_a_file_of_its_own() -> None:
+    skills = {name: directory / SKILL for name, directory in marketplace_plugins().items()}
+    for name, skill in skills.items():
+        # A copy, not a link: an installed plugin loads a symlink only if it points inside the plugin.
+        assert (
+            not (skill.parents[1]).is_symlink() and not skill.parent.is_symlink() and not skill.is_symlink()
+        )
+        meta = front_matter(skill)
+        assert meta["name"] == "codeact", name
+        assert len(meta["description"]) > 40, name
+    texts = {skill.read_text() for skill in skills.values()}
+    assert len(texts) == 1, (
+        "plugins/codeact-sandbox/skills/codeact/SKILL.md must be a copy of codeact-default's"
+    )
+
+
+async def test_the_skill_names_every_tool_of_the_ipybox_mcp_server(tmp_path: Path) -> None:
+    # The server's built-in tools, as a client lists them (no saved actions in an empty workspace).
+    server = create_server(tmp_path).server
+    tools = {tool.name for tool in await MCPServer.list_tools(server)}
+    assert set(CODEACT_TOOLS) <= tools
+    text = (PLUGINS / "codeact-default" / SKILL).read_text()
+    assert [tool for tool in sorted(tools) if f"`{tool}(" not in text] == []
+
+
+def test_the_skill_uses_the_layout_ipybox_generates() -> None:
+    text = (PLUGINS / "codeact-default" / SKILL).read_text()
+    for name in (
+        "mcptools/<server>/<tool>.py",
+        f"{MCPPARSE}/<server>/<tool>.py",
+        f"{GENTOOLS}/<category>/<name>/api.py",
+        f"from {GENTOOLS}.<category>.<name> import run, Params",
+        f"`{action_tool_name('<category>', '<name>')}`",
+        "class ParseResult(BaseModel)",
+        "def parse(raw: str) -> ParseResult",
+        "run_parsed()",
+        "search_tools(",
+    ):
+        assert name in text, name
+
+
+# -- the real Claude Code CLI ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def claude() -> Path:
+    if not CLAUDE.exists():
+        if shutil.which("npm") is None:
+            pytest.skip("npm is not installed, so `bash scripts/setup` could not install Claude Code (npm)")
+        pytest.fail(
+            f"Claude Code is not installed ({CLAUDE} is missing): run `bash scripts/setup`", pytrace=False
+        )
+    return CLAUDE
+
+
+@pytest.fixture(scope="module")
+def marketplace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of this repository's marketplace and plugins, as a user's checkout has them."""
+    directory = tmp_path_factory.mktemp("marketplace")
+    for name in (".claude-plugin", "plugins"):
+        shutil.copytree(ROOT / name, directory / name, symlinks=True)
+    return directory
+
+
+@dataclass
+class ClaudeCode:
+    """The `claude` command line with a home of its own and this venv's `ipybox` first on `PATH`."""
+
+    cli: Path
+    home: Path
+    marker: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            # Nothing of a Claude Code session these tests may run in, nor the user's directories.
+            if not key.startswith(("CLAUDE", "ANTHROPIC", "XDG_"))
+        }
+        env.update(
+            HOME=str(self.home),
+            PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)]),
+            DISABLE_TELEMETRY="1",
+            DISABLE_ERROR_REPORTING="1",
+            DISABLE_AUTOUPDATER="1",
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        )
+        env[MARKER_ENV] = self.marker
+        return env
+
+    def run(self, *args: str, cwd: Path) -> str:
+        done = subprocess.run(
+            [str(self.cli), *args],
+            cwd=cwd,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, f"claude {' '.join(args)} exited with {done.returncode}:\n{output}"
+        return output
+
+
+def install(
+    claude: Path, marketplace: Path, plugin: str, tmp_path_factory: pytest.TempPathFactory
+) -> ClaudeCode:
+    home = tmp_path_factory.mktemp("claude-home")
+    home.chmod(0o700)
+    cli = ClaudeCode(claude, home, marker=uuid.uuid4().hex)
+    added = cli.run("plugin", "marketplace", "add", str(marketplace), cwd=home)
+    assert "Successfully added marketplace: ipybox" in added, added
+    installed = cli.run("plugin", "install", f"{plugin}@ipybox", cwd=home)
+    assert f"Successfully installed plugin: {plugin}@ipybox" in installed, installed
+    return cli
+
+
+def processes_of(project: Path, marker: str) -> dict[int, str]:
+    """Processes (but this one) started for `project`: with the marker in their environment (claude,
+    `ipybox mcp`), working in the project (the gateway, kernels) or naming it (bubblewrap)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:  # gone, or not ours to read
+            continue
+        if (
+            f"{MARKER_ENV}={marker}".encode() in environ
+            or Path(cwd).is_relative_to(project)
+            or str(project) in cmdline
+        ):
+            found[int(entry.name)] = cmdline
+    return found
+
+
+@pytest.fixture
+def no_process_left() -> Iterator[list[tuple[Path, str]]]:
+    """Projects (with their markers) whose processes must all be gone after the test; they get 30 s to
+    stop (ipybox's gateway stops its kernels when `ipybox mcp` is killed), then are killed and reported."""
+    projects: list[tuple[Path, str]] = []
+    yield projects
+    for project, marker in projects:
+        deadline = time.monotonic() + 30
+        while (left := processes_of(project, marker)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in left:
+            with contextlib.suppress(OSError):  # gone meanwhile
+                os.kill(pid, signal.SIGKILL)
+        assert not left, f"processes of {project} were left behind: {left}"
+        # Claude Code kills `ipybox mcp` (SIGTERM 100 ms after SIGINT) before its supervisor has stopped,
+        # which leaves its private directories in /tmp until the workspace starts again: remove them as
+        # that start would (no supervisor of the project is alive, checked above).
+        remove_leftovers(StatePaths(project / ".ipybox"))
+
+
+def mcp_list(cli: ClaudeCode, project: Path, no_process_left: list[tuple[Path, str]]) -> str:
+    no_process_left.append((project, cli.marker))
+    return cli.run("mcp", "list", cwd=project)
+
+
+@pytest.mark.integration
+def test_claude_code_validates_the_marketplace_and_the_plugins_strictly(
+    claude: Path, marketplace: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    home = tmp_path_factory.mktemp("claude-home")
+    home.chmod(0o700)
+    cli = ClaudeCode(claude, home, marker=uuid.uuid4().hex)
+    for target in [marketplace, *(marketplace / "plugins" / name for name in PLUGIN_OPTIONS)]:
+        report = json.loads(cli.run("plugin", "validate", "--strict", "--json", str(target), cwd=home))
+        assert report["success"], report
+    # What Claude Code reads from each plugin: the ipybox server and the codeact skill.
+    for name, options in PLUGIN_OPTIONS.items():
+        report = json.loads(
+            cli.run("plugin", "validate", "--json", str(marketplace / "plugins" / name), cwd=home)
+        )
+        provides = report["provides"]
+        assert provides["skills"] == [f"{name}:codeact"]
+        [server] = provides["mcpServers"]
+        assert (server["name"], server["type"], server["target"]) == ("ipybox", "stdio", "ipybox")
+        assert server["args"] == ["mcp", "--workspace", "${CLAUDE_PROJECT_DIR}", *options]
+
+
+@pytest.mark.integration
+def test_codeact_default_installed_in_claude_code_connects_to_the_project_workspace(
+    claude: Path,
+    marketplace: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    no_process_left: list[tuple[Path, str]],
+) -> None:
+    cli = install(claude, marketplace, "codeact-default", tmp_path_factory)
+    project = tmp_path_factory.mktemp("project").resolve()
+    (project / "ipybox.toml").write_text('[workspace]\nname = "plugin-test"\n\n[sandbox]\nenabled = false\n')
+
+    listing = mcp_list(cli, project, no_process_left)
+
+    line = f"plugin:codeact-default:ipybox: ipybox mcp --workspace {project} - ✔ Connected"
+    assert line in listing.splitlines(), listing
+    assert "Failed" not in listing, listing
+    # The server ran on the project: the workspace it started is there (and stopped: no_process_left).
+    assert (project / ".ipybox" / "logs" / "supervisor.log").is_file()
+
+
+@pytest.mark.integration
+def test_codeact_sandbox_installed_in_claude_code_connects_with_sandboxed_kernels(
+    claude: Path,
+    marketplace: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    no_process_left: list[tuple[Path, str]],
+) -> None:
+    checks = run_checks()
+    if not sandbox_ready(checks):
+        pytest.fail(
+            "this machine can't sandbox (see `ipybox doctor`): "
+            + "; ".join(
+                f"{check.name}: {check.detail}" for check in checks if check.required and not check.ok
+            ),
+            pytrace=False,
+        )
+    cli = install(claude, marketplace, "codeact-sandbox", tmp_path_factory)
+    project = tmp_path_factory.mktemp("project").resolve()  # no ipybox.toml: `--sandbox` makes one
+
+    listing = mcp_list(cli, project, no_process_left)
+
+    line = f"plugin:codeact-sandbox:ipybox: ipybox mcp --workspace {project} --sandbox - ✔ Connected"
+    assert line in listing.splitlines(), listing
+    assert "Failed" not in listing, listing
+    config = tomllib.loads((project / "ipybox.toml").read_text())
+    assert config["sandbox"]["enabled"] is True
