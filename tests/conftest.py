@@ -16,8 +16,10 @@ from ipybox import CodeExecutor, generate_mcp_sources
 from tests.servers import params
 from tests.servers.processes import tagged
 
-# Registrations made by generate_mcp_sources during the tests go to a private state dir, not the user's.
-os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="ipybox-test-state-")
+# Registrations made by generate_mcp_sources during the tests go to a private state dir, not the user's,
+# removed when the run ends.
+_STATE_HOME = tempfile.TemporaryDirectory(prefix="ipybox-test-state-", ignore_cleanup_errors=True)
+os.environ["XDG_STATE_HOME"] = _STATE_HOME.name
 
 
 @pytest.fixture(scope="session")

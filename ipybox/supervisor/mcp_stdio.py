@@ -6,9 +6,13 @@ itself for as long as the MCP client keeps it. Nothing but MCP goes to stdout.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import signal
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
@@ -19,7 +23,7 @@ from mcp.server.stdio import stdio_server
 
 from ipybox.config import CONFIG_FILE, ConfigError, ConfigProblem
 from ipybox.mcp_server.wire import Wire, claim_wire, wire_streams
-from ipybox.mcp_server.workspace_mcp import create_server
+from ipybox.mcp_server.workspace_mcp import WorkspaceMCP, create_server
 from ipybox.sandbox import SandboxPolicy
 from ipybox.supervisor import NotRunningError, Supervisor, read_state
 
@@ -72,23 +76,71 @@ def _sandbox_enabled(path: Path) -> bool:
     return isinstance(table, dict) and table.get("enabled") is True
 
 
-async def serve_stdio(workspace: Path, sandbox: bool = False, sandbox_config: Path | None = None) -> None:
-    """Serve MCP on stdin/stdout until the client closes them."""
+async def serve_stdio(
+    workspace: Path, sandbox: bool = False, sandbox_config: Path | None = None
+) -> int | None:
+    """Serve MCP on stdin/stdout until the client closes them, or a signal (SIGINT, SIGTERM, SIGHUP) asks
+    this process to stop: then what it runs is stopped (later signals are ignored while it stops).
+
+    Claude Code, for one, ends an MCP server with SIGINT, SIGTERM 100 ms later and SIGKILL 400 ms after that;
+    killed by the SIGTERM, the process left its workspace's `state.json` and run directory behind until the
+    workspace next started.
+
+    Returns:
+        The signal that stopped it, if one did (`None`: the client closed stdin).
+    """
     wire = claim_wire()  # before any child process starts, so none inherits the client's pipes
     ensure_config(workspace, sandbox, sandbox_config)
-    supervisor: Supervisor | None = None
+    serving = asyncio.current_task()
+    assert serving is not None
+    with _stopping_on_signals(serving) as signalled:
+        supervisor: Supervisor | None = None
+        mcp: WorkspaceMCP | None = None
+        try:
+            try:
+                read_state(workspace)
+            except NotRunningError:
+                supervisor = Supervisor(workspace, serve_mcp=False)
+                await supervisor.start()
+            mcp = create_server(workspace)
+            await _serve(mcp.server, wire)
+        except asyncio.CancelledError:
+            if not signalled:
+                raise
+            serving.uncancel()  # the signal's cancellation ends serving, not the stop that follows
+        finally:
+            if mcp is not None:
+                await mcp.close_sessions(0)
+            if supervisor is not None:
+                await supervisor.stop()
+    return signalled[0] if signalled else None
+
+
+@contextlib.contextmanager
+def _stopping_on_signals(task: asyncio.Task[None]) -> Iterator[list[int]]:
+    """While open, the first SIGINT, SIGTERM or SIGHUP cancels `task` and is added to the list yielded;
+    later ones are ignored. Without signal handlers (not the main thread, no Unix), nothing changes."""
+    loop = asyncio.get_running_loop()
+    received: list[int] = []
+    signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def on_signal(signum: int) -> None:
+        if not received:
+            received.append(signum)
+            task.cancel()
+
+    installed: list[int] = []
     try:
-        read_state(workspace)
-    except NotRunningError:
-        supervisor = Supervisor(workspace, serve_mcp=False)
-        await supervisor.start()
-    mcp = create_server(workspace)
+        for signum in signals:
+            loop.add_signal_handler(signum, on_signal, signum)
+            installed.append(signum)
+    except (ValueError, RuntimeError, NotImplementedError):
+        pass  # not the main thread's loop: the caller's signal handling applies
     try:
-        await _serve(mcp.server, wire)
+        yield received
     finally:
-        await mcp.close_sessions(0)
-        if supervisor is not None:
-            await supervisor.stop()
+        for signum in installed:
+            loop.remove_signal_handler(signum)
 
 
 async def _serve(server: MCPServer, wire: Wire | None) -> None:

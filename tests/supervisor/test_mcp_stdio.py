@@ -1,12 +1,19 @@
-"""`ipybox mcp`'s sandbox options against a workspace's own `ipybox.toml` (no processes)."""
+"""`ipybox mcp`: its sandbox options against a workspace's own `ipybox.toml` (no processes), and its stop when
+the client signals."""
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from ipybox.config import ConfigError, load_config
+from ipybox.supervisor import read_state
 from ipybox.supervisor.mcp_stdio import ensure_config
 
 
@@ -30,3 +37,43 @@ def test_sandbox_asked_for_in_a_sandboxed_workspace_uses_its_file(tmp_path: Path
 def test_a_workspace_without_a_file_gets_one_with_the_sandbox_asked_for(tmp_path: Path) -> None:
     ensure_config(tmp_path, sandbox=True, sandbox_config=None)
     assert load_config(tmp_path / "ipybox.toml").sandbox.enabled is True
+
+
+@pytest.mark.integration
+def test_ipybox_mcp_stops_cleanly_when_its_client_sends_sigint_then_sigterm(tmp_path: Path) -> None:
+    """As Claude Code ends an MCP server: SIGINT, then SIGTERM 100 ms later. The second signal must not kill
+    the process half-way through its stop: it exits 0, and the workspace's state and run directory are gone."""
+    (tmp_path / "ipybox.toml").write_text("[kernel]\nwarm_pool = 1\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ipybox.cli", "mcp", "--workspace", str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        initialize = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+        process.stdin.write((json.dumps(initialize) + "\n").encode())
+        process.stdin.flush()
+        assert json.loads(process.stdout.readline())["id"] == 1
+        run_dir = Path(read_state(tmp_path).control_socket).parent
+        assert run_dir.is_dir()
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert not (tmp_path / ".ipybox" / "state.json").exists()
+    assert not run_dir.exists()
