@@ -746,9 +746,10 @@ class CodeExecutor:
     ) -> SavedAction:
         """Save a code action as `gentools/<category>/<name>/` next to the `mcptools` directory, after
         checking it: names, syntax and layout by parsing, then an import of the new package in a fresh
-        kernel (`check_in_fresh_kernel`), never in the executor's own. Later code actions (after a
-        `reset()` in kernels that imported an earlier version) use it as `from gentools.<category>.<name>
-        import Params, run`; a workspace's MCP server also offers it as the tool `<category>__<name>`.
+        kernel (`check_in_fresh_kernel`), never in the executor's own. Later code actions of this executor
+        (and of other kernels after a `reset()`, if they imported an earlier version) use it as `from
+        gentools.<category>.<name> import Params, run`; a workspace's MCP server also offers it as the tool
+        `<category>__<name>`.
 
         Args:
             category: The action's category (a lowercase identifier, e.g. `github`).
@@ -796,7 +797,7 @@ class CodeExecutor:
         from ipybox.codeact.actions import save_code_action
 
         _ = self.kernel_client  # raises when not running
-        return await save_code_action(
+        saved = await save_code_action(
             self.check_in_fresh_kernel,
             await self._backend.mcptools_dir(),
             category,
@@ -806,6 +807,22 @@ class CodeExecutor:
             root=self.working_dir,
             overwrite=overwrite,
         )
+        # This executor's kernel may have imported an earlier version (or looked for the package before it
+        # existed): its next import reads the saved files.
+        forget = (
+            "def _ipybox_forget(module):\n"
+            "    import importlib, sys\n"
+            "    for name in [n for n in sys.modules if n == module or n.startswith(module + '.')]:\n"
+            "        del sys.modules[name]\n"
+            "    importlib.invalidate_caches()\n"
+            f"_ipybox_forget({saved.module!r})\n"
+            "del _ipybox_forget\n"
+        )
+        try:
+            await self.execute(forget, timeout=30)
+        except Exception as e:  # the action is saved: a kernel that can't forget imports it after a reset
+            logger.warning("the kernel could not forget the earlier version of %s: %s", saved.module, e)
+        return saved
 
 
 def _path(value: str | Path | None) -> Path | None:

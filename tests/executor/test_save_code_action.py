@@ -307,3 +307,12 @@ async def test_a_sandboxed_executor_checks_in_a_sandbox_and_its_next_kernel_impo
             "from gentools.boxed.greet import Params, run\nprint(run(Params(name='bo')))"
         )
         assert result.text == "greeting='hello bo'"
+
+
+async def test_the_saving_executor_imports_the_new_version_without_a_reset(saver: CodeExecutor) -> None:
+    use = "from gentools.revised.greet import Params, run\nprint(run(Params(name='ada')))"
+    await saver.save_code_action("revised", "greet", api=GREET_API, impl=GREET_IMPL)
+    assert (await saver.execute(use)).text == "greeting='hello ada'"
+    impl_v2 = GREET_IMPL.replace("hello", "good day")
+    await saver.save_code_action("revised", "greet", api=GREET_API, impl=impl_v2, overwrite=True)
+    assert (await saver.execute(use)).text == "greeting='good day ada'"
