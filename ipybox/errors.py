@@ -10,6 +10,7 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
 
     IpyboxError                          ipybox.errors
     ├── ConfigError                      ipybox.config                       ValueError
+    ├── RuleWriteError                   ipybox.config.rule_writer           ValueError
     ├── SandboxUnavailableError          ipybox.sandbox                      RuntimeError
     ├── SandboxPolicyError               ipybox.sandbox.policy               ValueError
     ├── KernelError                      ipybox.errors

@@ -180,6 +180,15 @@ PUBLIC: list[tuple[str, dict[str, str]]] = [
         "ipybox.mcp_server",
         {"create_server": "ipybox.mcp_server.workspace_mcp", "MCPServer": "ipybox.cli.mcp_compat"},
     ),
+    (
+        "ipybox.config",
+        {
+            "RuleWriteError": "ipybox.config.rule_writer",
+            "WrittenRule": "ipybox.config.rule_writer",
+            "write_answer_rule": "ipybox.config.rule_writer",
+        },
+    ),
+    ("ipybox.rules", {"AuditFilter": "ipybox.rules.audit", "AuditPage": "ipybox.rules.audit"}),
     # ipybox 0.9's paths, thin classes over the above.
     ("ipybox.kernel_mgr.server", {"KernelGateway": "ipybox.kernel_mgr.server"}),
     (

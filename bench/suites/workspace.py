@@ -5,7 +5,7 @@ from bench.registry import Job, Metric, Side, Suite, Target, register
 register(
     Suite(
         name="workspace",
-        description="ipybox up: attach to the warm pool, reconcile an added server",
+        description="ipybox up: attach to the warm pool, reconcile an added server, answer an ask at the console",
         jobs=(
             Job(
                 "workspace.py",
@@ -19,6 +19,15 @@ register(
                         "saved edit -> import works in a running kernel, minus server start",
                         Target(max_ms=1500),
                     ),
+                ),
+            ),
+            Job(
+                "console.py",
+                (Side.OURS,),
+                runs=20,
+                metrics=(
+                    Metric("console.ask_shown", "a kernel's tool call -> its ask shown in the web console"),
+                    Metric("console.click_to_run", "a click on Allow once -> the call has run in the kernel"),
                 ),
             ),
         ),

@@ -2,13 +2,18 @@
 
 It speaks the [wire format][ipybox.approval.wire]: each `approve` request becomes an `ApprovalRequest` for
 the callback, each decision goes back as an answer; a malformed request is answered with an error (the
-server refuses that call) and never reaches the callback.
+server refuses that call) and never reaches the callback. A `withdrawn` notice takes a request back (it was
+settled elsewhere first: `ApprovalRequest.withdraw`); while a `waiting` notice is open, `on_waiting`'s pause
+holds (someone else is being asked about a call of this application's kernel). A `refused` notice (sent
+only to an application that answers nothing itself) reaches the callback as a request decided already:
+rejected, `withdrawn_by` saying why nobody was asked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -16,8 +21,16 @@ from typing import Self
 
 import aiohttp
 
+from ipybox.approval.channel import Answers, PauseTimer
 from ipybox.approval.request import ApprovalRequest
-from ipybox.approval.wire import ApprovalAnswer, ApprovalError, ApprovalMessageError, Decision, parse_ask
+from ipybox.approval.wire import (
+    ApprovalAnswer,
+    ApprovalError,
+    ApprovalMessageError,
+    AskNotice,
+    Decision,
+    parse_server_frame,
+)
 
 __all__ = ["ApprovalCallback", "ApprovalClient", "ApprovalRequest"]
 
@@ -39,6 +52,11 @@ class ApprovalClient:
         address: The tool server's address, `unix:/path/to.sock` or `http://127.0.0.1:PORT`.
         token: The tool server's application token (`ToolServer.token`); a kernel's call token is refused.
         path: The websocket's path (a workspace supervisor serves one per kernel).
+        answers: What this application does with requests, for a workspace routing `ask`s (`application`:
+            the callback decides; `elicitation`: it asks an MCP client; `none`: it gets no requests, only
+            `waiting` notices).
+        on_waiting: Pauses the application's execution clock while someone else is asked about one of its
+            calls; returns the function that resumes it.
 
     Example:
         ```python
@@ -59,11 +77,17 @@ class ApprovalClient:
         address: str | None = None,
         token: str = "",
         path: str = "/approval",
+        answers: Answers = "application",
+        on_waiting: PauseTimer | None = None,
     ) -> None:
         self.callback = callback
         self.address = address or f"http://{host}:{port}"
         self.token = token
         self.path = path
+        self.answers: Answers = answers
+        self.on_waiting = on_waiting
+        self._requests: dict[int, ApprovalRequest] = {}  # undecided, by request id
+        self._waits: dict[int, Callable[[], None]] = {}  # open `waiting` notices: their resume
         self._http: aiohttp.ClientSession | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -86,6 +110,8 @@ class ApprovalClient:
         else:
             connector = aiohttp.TCPConnector()
             url = f"{self.address.rstrip('/')}{self.path}"
+        if self.answers != "application":
+            url += f"?answers={self.answers}"
         self._http = aiohttp.ClientSession(connector=connector)
         try:
             self._ws = await self._http.ws_connect(url, headers={"Authorization": f"Bearer {self.token}"})
@@ -96,16 +122,25 @@ class ApprovalClient:
         self._reader = asyncio.create_task(self._read(self._ws))
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        try:
+            await self._read_frames(ws)
+        finally:
+            self._resume_all()  # the server is gone: nobody is being asked for us any more
+
+    async def _read_frames(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         async for frame in ws:
             if frame.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
                 continue
             try:
-                ask = parse_ask(frame.data)
+                ask = parse_server_frame(frame.data)
             except ApprovalMessageError as e:
                 # Answered with an error, which the server takes as a refusal of that call.
                 logger.warning("the tool server sent a malformed approval request: %s", e)
                 with contextlib.suppress(Exception):
                     await ws.send_str(ApprovalError.of(e).to_json())
+                continue
+            if isinstance(ask, AskNotice):
+                self._notice(ask)
                 continue
 
             async def respond(accepted: bool, request_id: int = ask.id) -> None:
@@ -113,9 +148,40 @@ class ApprovalClient:
                 await ws.send_str(answer.to_json())
 
             request = ApprovalRequest.of(ask.params.to_call(), respond)
+            self._requests[ask.id] = request
+            request.add_done_callback(functools.partial(self._forget, ask.id))
             task = asyncio.create_task(self._handle(request))
             self._handlers.add(task)
             task.add_done_callback(self._handlers.discard)
+
+    def _forget(self, request_id: int, accepted: bool) -> None:
+        self._requests.pop(request_id, None)
+
+    def _notice(self, notice: AskNotice) -> None:
+        params = notice.params
+        if notice.method == "refused":
+            if params.call is not None:  # for the callback to see, already decided: nobody was asked
+                refused = ApprovalRequest.of(params.call.to_call(), _nobody_answers)
+                refused.withdraw(False, params.reason)
+                task = asyncio.create_task(self._handle(refused))
+                self._handlers.add(task)
+                task.add_done_callback(self._handlers.discard)
+            return
+        if notice.method == "waiting":
+            if self.on_waiting is not None and params.id not in self._waits:
+                self._waits[params.id] = self.on_waiting()
+            return
+        resume = self._waits.pop(params.id, None)
+        if resume is not None:
+            resume()
+        request = self._requests.pop(params.id, None)
+        if request is not None:
+            request.withdraw(params.accept, params.by)
+
+    def _resume_all(self) -> None:
+        waits, self._waits = self._waits, {}
+        for resume in waits.values():
+            resume()
 
     async def _handle(self, request: ApprovalRequest) -> None:
         try:
@@ -128,6 +194,7 @@ class ApprovalClient:
 
     async def disconnect(self) -> None:
         """Disconnect; the server rejects every call still waiting for this client."""
+        self._resume_all()
         for task in list(self._handlers):
             task.cancel()
         if self._ws is not None:
@@ -141,3 +208,7 @@ class ApprovalClient:
         if self._http is not None:
             await self._http.close()
             self._http = None
+
+
+async def _nobody_answers(accepted: bool) -> None:
+    """A refused call's request has nobody to answer to (it is decided already)."""

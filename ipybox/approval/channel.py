@@ -17,6 +17,11 @@ Contracts:
   called when the wait starts and returns the function that resumes the clock, called when the wait ends
   however it ends. `CodeExecutor` passes its kernel client's timer this way; this package never sees it.
 - One websocket client at a time; a second one is refused (close code 4409).
+- A workspace also asks people (the console, `ipybox approve`) besides the application: `answers` says
+  what the connected application can do (`application`: it decides; `elicitation`: it asks its MCP
+  client; `none`: it only needs to know, to stop its clock). A question put to someone else is announced
+  (`waiting()`), and an `approve` request answered elsewhere first is taken back: cancelling `decide()`
+  sends the client a `withdrawn` notice, so it drops the question (an MCP client's dialog included).
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Literal
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -36,13 +41,18 @@ from ipybox.approval.wire import (
     ApprovalAsk,
     ApprovalError,
     ApprovalMessageError,
+    AskNotice,
     CallParams,
+    NoticeParams,
     parse_reply,
 )
 from ipybox.errors import ApprovalFailedError
 from ipybox.rules.calls import ToolCall
 
-__all__ = ["ApprovalChannel", "ApprovalHandler", "ApprovalRejected", "PauseTimer"]
+__all__ = ["Answers", "ApprovalChannel", "ApprovalHandler", "ApprovalRejected", "PauseTimer"]
+
+Answers = Literal["application", "elicitation", "none"]
+"""What the application on a channel does with an `approve` request (see the module's contracts)."""
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +61,11 @@ ApprovalHandler = Callable[[ApprovalRequest], Awaitable[None]]
 
 PauseTimer = Callable[[], Callable[[], None]]
 """Pauses the clock of the execution waiting for a decision; returns the function that resumes it."""
+
+SETTLED_ELSEWHERE = "the question was settled elsewhere first"
+
+Settled = asyncio.Future[tuple[bool | None, str]]
+"""How a question was settled elsewhere first: `(accept, by)`; `accept` is `None` when nobody answered."""
 
 NO_CLIENT = "no approval client is connected to decide on this tool call"
 CLIENT_LEFT = "the approval client disconnected before deciding"
@@ -70,6 +85,7 @@ class ApprovalChannel:
             kernel going away, or the application disconnecting.
         handler: Decides in process; takes precedence over a websocket client.
         pause: Pauses the calling execution's clock while a call waits (see the module's contracts).
+        answers: What the application does with a request (a workspace routes `ask`s by it).
     """
 
     def __init__(
@@ -79,11 +95,13 @@ class ApprovalChannel:
         *,
         handler: ApprovalHandler | None = None,
         pause: PauseTimer | None = None,
+        answers: Answers = "application",
     ) -> None:
         self.approval_required = approval_required
         self.approval_timeout = approval_timeout
         self.handler = handler
         self.pause = pause
+        self.answers: Answers = answers
         self._websocket: WebSocket | None = None
         self._pending: dict[int, asyncio.Future[Approval]] = {}
         self._ids = itertools.count(1)
@@ -94,9 +112,17 @@ class ApprovalChannel:
         """Whether someone is connected to decide (an in-process handler or a websocket client)."""
         return self.handler is not None or self._websocket is not None
 
-    async def decide(self, call: ToolCall, *, timeout: float | None = None) -> Approval:
+    async def decide(
+        self, call: ToolCall, *, timeout: float | None = None, settled: Settled | None = None
+    ) -> Approval:
         """Ask the connected application about `call` and wait up to `timeout` seconds (default:
-        `approval_timeout`, which may be `None`: no limit) for its answer."""
+        `approval_timeout`, which may be `None`: no limit) for its answer.
+
+        Args:
+            settled: Done when the question was settled elsewhere first (a person answered): the
+                application is told to drop it, and the outcome returned is `Rejected` (not the decision:
+                whoever settled it acts on it).
+        """
         if not self.approval_required:
             return Approved()
         handler, websocket = self.handler, self._websocket
@@ -106,9 +132,9 @@ class ApprovalChannel:
         resume = self.pause() if self.pause is not None else None
         try:
             if handler is not None:
-                return await self._ask_handler(handler, call, seconds)
+                return await self._ask_handler(handler, call, seconds, settled)
             assert websocket is not None
-            return await self._ask_client(websocket, call, seconds)
+            return await self._ask_client(websocket, call, seconds, settled)
         finally:
             if resume is not None:
                 resume()
@@ -137,23 +163,30 @@ class ApprovalChannel:
             case NoOneToAsk(reason):
                 raise RuntimeError(reason)
 
-    async def _ask_handler(self, handler: ApprovalHandler, call: ToolCall, timeout: float | None) -> Approval:
+    async def _ask_handler(
+        self, handler: ApprovalHandler, call: ToolCall, timeout: float | None, settled: Settled | None
+    ) -> Approval:
         decided: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
         async def respond(accepted: bool) -> None:
             if not decided.done():
                 decided.set_result(accepted)
 
-        await handler(ApprovalRequest.of(call, respond))
-        if not decided.done():  # else decided right away (auto-approval): no timer needed
-            try:
-                await asyncio.wait_for(decided, timeout)
-            except TimeoutError:
-                assert timeout is not None  # wait_for(..., None) never times out
-                return TimedOut(timeout)
+        request = ApprovalRequest.of(call, respond)
+        await handler(request)
+        # Decided right away (auto-approval): no timer needed.
+        if not decided.done() and not await _first(decided, settled, timeout):
+            accept, by = _settlement(settled)
+            request.withdraw(accept, by)
+            if settled is not None and settled.done():
+                return Rejected(SETTLED_ELSEWHERE)
+            assert timeout is not None  # no settlement and no answer: only a timeout ends the wait
+            return TimedOut(timeout)
         return Approved() if decided.result() else Rejected()
 
-    async def _ask_client(self, websocket: WebSocket, call: ToolCall, timeout: float | None) -> Approval:
+    async def _ask_client(
+        self, websocket: WebSocket, call: ToolCall, timeout: float | None, settled: Settled | None
+    ) -> Approval:
         request_id = next(self._ids)
         decided: asyncio.Future[Approval] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = decided
@@ -166,12 +199,60 @@ class ApprovalChannel:
                 logger.debug("approval client gone before it was asked: %s", e)
                 return NoOneToAsk(CLIENT_LEFT)
             try:
-                return await asyncio.wait_for(decided, timeout)
-            except TimeoutError:
-                assert timeout is not None  # wait_for(..., None) never times out
-                return TimedOut(timeout)
+                answered = await _first(decided, settled, timeout)
+            except asyncio.CancelledError:  # the call went away: the client drops its question
+                await asyncio.shield(self._notify(websocket, "withdrawn", request_id))
+                raise
+            if answered:
+                return decided.result()
+            # Settled elsewhere first, or nobody answered in time: the client drops its question.
+            await self._notify(websocket, "withdrawn", request_id, *_settlement(settled))
+            if settled is not None and settled.done():
+                return Rejected(SETTLED_ELSEWHERE)
+            assert timeout is not None
+            return TimedOut(timeout)
         finally:
             self._pending.pop(request_id, None)
+
+    @contextlib.asynccontextmanager
+    async def waiting(self, settled: Settled | None = None) -> AsyncIterator[None]:
+        """While open, someone else is being asked about a call of this channel's application: its clock
+        stops (in process through `pause`; over the websocket by a `waiting` notice, and a `withdrawn`
+        notice on exit saying how `settled` ended, if it did)."""
+        resume = self.pause() if self.pause is not None and self.handler is not None else None
+        websocket = self._websocket if self.handler is None else None
+        notice_id = next(self._ids)
+        if websocket is not None:
+            await self._notify(websocket, "waiting", notice_id)
+        try:
+            yield
+        finally:
+            if resume is not None:
+                resume()
+            if websocket is not None:
+                await asyncio.shield(self._notify(websocket, "withdrawn", notice_id, *_settlement(settled)))
+
+    async def refused(self, call: ToolCall, reason: str) -> None:
+        """Tell an application that answers nothing itself (`answers="none"`) that nobody could be asked
+        about `call` of its kernel, and why (it says so beside the cell's output)."""
+        websocket = self._websocket
+        if websocket is None or self.answers != "none":
+            return
+        params = NoticeParams(id=next(self._ids), call=CallParams.of(call), reason=reason)
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            await websocket.send_text(AskNotice(method="refused", params=params).to_json())
+
+    async def _notify(
+        self,
+        websocket: WebSocket,
+        method: Literal["waiting", "withdrawn"],
+        request_id: int,
+        accept: bool | None = None,
+        by: str = "",
+    ) -> None:
+        notice = AskNotice(method=method, params=NoticeParams(id=request_id, accept=accept, by=by))
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            await websocket.send_text(notice.to_json())
 
     async def connect(self, websocket: WebSocket) -> None:
         """Serve an approval client on `websocket` until it disconnects (one client at a time)."""
@@ -236,3 +317,16 @@ class ApprovalChannel:
         """Wait for the connected approval client to go away."""
         if self._websocket is not None:
             await asyncio.wait_for(self._closed.wait(), timeout)
+
+
+async def _first(decided: asyncio.Future[Any], settled: Settled | None, timeout: float | None) -> bool:
+    """Wait for `decided`, `settled` or the timeout, whichever comes first; `True` when it was `decided`."""
+    waiting: set[asyncio.Future[Any]] = {decided} if settled is None else {decided, settled}
+    done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    return decided in done
+
+
+def _settlement(settled: Settled | None) -> tuple[bool | None, str]:
+    if settled is None or not settled.done() or settled.cancelled():
+        return None, ""
+    return settled.result()

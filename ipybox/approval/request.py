@@ -48,6 +48,7 @@ class ApprovalRequest:
         self.call = ToolCall(server_name, tool_name, self._tool_args, self._annotations)
         self._respond = respond
         self._decided: bool | None = None
+        self._withdrawn_by: str | None = None
         self._done_callbacks: list[Callable[[bool], None]] = []
 
     @classmethod
@@ -76,6 +77,23 @@ class ApprovalRequest:
         """`True` once accepted, `False` once rejected, `None` while undecided."""
         return self._decided
 
+    @property
+    def withdrawn_by(self) -> str | None:
+        """Who settled the call instead, when it was taken back (`withdraw`); "" when nobody answered in
+        time; `None` while it is this request's to decide."""
+        return self._withdrawn_by
+
+    def withdraw(self, accepted: bool | None, by: str = "") -> None:
+        """The call was settled elsewhere first (a person answered at the console or in `ipybox approve`),
+        or its time ran out (`accepted` is `None`). The request counts as decided (`decision`), and a later
+        `accept()` or `reject()` does nothing: the one who settled it has acted on it."""
+        if self._decided is not None:
+            return
+        self._decided = bool(accepted)
+        self._withdrawn_by = by
+        for callback in self._done_callbacks:
+            callback(self._decided)
+
     def add_done_callback(self, callback: Callable[[bool], None]) -> None:
         """Call `callback(accepted)` once the request is decided."""
         self._done_callbacks.append(callback)
@@ -89,6 +107,8 @@ class ApprovalRequest:
         await self._decide(False)
 
     async def _decide(self, accepted: bool) -> None:
+        if self._withdrawn_by is not None:
+            return  # settled elsewhere first (see `withdraw`)
         if self._decided is not None:
             if self._decided != accepted:
                 raise RuntimeError(

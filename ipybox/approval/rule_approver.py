@@ -1,18 +1,29 @@
 """`WorkspaceApprover`: the rule-based approver of a workspace's tool calls.
 
-For each call: the `[approval]` rules decide; `allow` and `deny` stand at once; `ask` goes to the
+For each call: the `[approval]` rules decide; `allow` and `deny` stand at once; `ask` is first checked
+against the answers a person gave for the calling session ([grants][ipybox.approval.grants]), then put on
+the workspace's [AskBoard][ipybox.approval.asks.AskBoard] and routed as `[approval] ask` says: to the
 application attached to the calling kernel (its [ApprovalChannel][ipybox.approval.channel.ApprovalChannel],
-whose websocket the supervisor serves, so `ApprovalClient` connects to it); then the decision
-is appended to the audit log, before the call can run.
+whose websocket the supervisor serves, so `ApprovalClient` connects to it) when it decides itself or asks
+its MCP client (elicitation), else to the people at the web console or in `ipybox approve`; the people
+listed see every pending ask and may answer first. Then the decision is appended to the audit log, with
+its scope and who answered, before the call can run.
 
 Contracts:
 
 - The approver owns no channel: `answerer` (the supervisor's `LeaseTable.answerer`) says which
-  application answers a caller's `ask`, so one table holds leases, kernels, callers and channels.
+  application answers a caller's `ask`, and `session_of` which lease (session) the caller belongs to, so
+  one table holds leases, kernels, callers and channels.
+- The first answer wins (`AskBoard.answer`); the others are withdrawn: the application's request is taken
+  back (`withdrawn` notice), and people's screens drop it. An answer `for this session` becomes a grant of
+  the session; `always` writes a rule into `ipybox.toml` first (`write_rule`) and is refused, with the
+  reason, when that rule would not load, leaving the ask pending.
 - The rules' word on an unanswered `ask` is "deny": an `ask` that times out is `Rejected` (audited as
   decided by `timeout`), not `TimedOut`, so the calling code gets a rejection naming the rule.
-- An `ask` with nobody attached to the caller's lease (or whose application leaves mid-question) is
-  `NoOneToAsk`, with the allow rule to add; it is audited as unanswered.
+- An `ask` nobody can answer (no route of `[approval] ask` has anyone: no application attached, an MCP
+  client without elicitation, no console page or `ipybox approve` open), or whose application leaves
+  mid-question with no person present, is `NoOneToAsk`, with the allow rule to add; it is audited as
+  unanswered.
 - A decision that can't be audited is not acted on: the `OSError` propagates and the call fails.
 - A kernel's question about a shell command (`ipybox.shell` / `ipybox.shell_magic`) is split into the
   commands it runs ([shell_commands][ipybox.rules.shell_commands]), each decided by the rules as
@@ -37,17 +48,28 @@ Contracts:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from ipybox.approval.approver import Approval, Approved, NoOneToAsk, Rejected, TimedOut
-from ipybox.approval.channel import ApprovalChannel
+from ipybox.approval.asks import PEOPLE, AskAnswer, AskBoard, PendingAsk
+from ipybox.approval.channel import ApprovalChannel, Settled
+from ipybox.approval.grants import SessionGrants
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
-from ipybox.rules.shell_commands import SHELL_SERVER, ShellSyntaxError, is_shell_question, shell_calls
+from ipybox.rules.audit import DecidedBy, Scope
+from ipybox.rules.calls import AskRoute
+from ipybox.rules.shell_commands import (
+    KERNEL_SHELL_SERVER,
+    SHELL_SERVER,
+    ShellSyntaxError,
+    is_shell_question,
+    shell_calls,
+)
 
 __all__ = ["LARGE_ARGUMENTS", "LARGE_SHELL_COMMAND", "WorkspaceApprover"]
 
@@ -111,8 +133,12 @@ class WorkspaceApprover:
     Args:
         policy: The `[approval]` table (swapped on reload through `policy`).
         audit: Where decisions are recorded.
-        answerer: The open approval channel of the application attached to a caller's kernel, if any;
-            asked on each `ask`.
+        answerer: The open approval channel of the application attached to a caller's kernel, if any.
+        board: Where pending asks wait, and who is present to answer them (a new one if not given).
+        session_of: The session (lease) a caller's kernel belongs to, if any.
+        write_rule: Writes the rule an `always` answer makes (and has the workspace load it); raises
+            `ValueError` (e.g. `RuleWriteError`) with the reason when it must not be written.
+        console: Where the web console is, for the message when nobody can answer.
     """
 
     def __init__(
@@ -120,10 +146,21 @@ class WorkspaceApprover:
         policy: ApprovalPolicy,
         audit: AuditLog,
         answerer: Callable[[str], ApprovalChannel | None],
+        *,
+        board: AskBoard | None = None,
+        session_of: Callable[[str], str | None] = lambda caller: None,
+        write_rule: Callable[[PendingAsk, bool, str], Awaitable[object]] | None = None,
+        console: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.policy = policy
         self.audit = audit
         self.answerer = answerer
+        self.board = board if board is not None else AskBoard()
+        self.session_of = session_of
+        self.write_rule = write_rule
+        self.console = console
+        self.grants = SessionGrants()
+        self._writing = asyncio.Lock()  # one `always` rule written at a time
         self._shell_policy: tuple[ApprovalPolicy, ApprovalPolicy] | None = None  # (policy, its shell view)
 
     async def decide(self, call: ToolCall) -> Approval:
@@ -184,31 +221,216 @@ class WorkspaceApprover:
     async def _ask(
         self, call: ToolCall, verdict: Verdict, timeout: float | None, subject: str | None = None
     ) -> tuple[Approval, _Record]:
-        """Ask the application attached to the caller about a call a rule answers `ask`: the outcome for
-        the calling code (the rules' word on no answer is "deny") and the audit record of the decision.
+        """Put a call a rule answers `ask` to whoever can answer (see the module's contracts): the outcome
+        for the calling code (the rules' word on no answer is "deny") and the audit record of the decision.
         `subject` names the command of a shell line in the messages."""
         source = _source(verdict.rule_id)
-        channel = self.answerer(call.caller)
-        if channel is None or not channel.open:
-            answer: Approval = NoOneToAsk(f"{source} asks, but no application is attached to answer")
-        else:
-            answer = await channel.decide(call, timeout=timeout)
         on = f" on {subject}" if subject is not None else ""
+        what = subject if subject is not None else f"the call {call.server}.{call.tool}"
+        session = self.session_of(call.caller) if call.caller else None
+        grant = self.grants.lookup(session, call)
+        if grant is not None:
+            verb = "allowed" if grant.accept else "denied"
+            reason = f"{verdict.reason}; {verb} for this session by {grant.by}"
+            record = _Record(call, verdict, _answer(grant.accept), "session", "session", grant.by, reason)
+            if grant.accept:
+                return Approved(), record
+            return Rejected(f"{what} was {verb} for this session by {grant.by}"), record
+        routes = tuple(self.policy.ask)
+        channel = self.answerer(call.caller)
+        asked_of = self._first_route(routes, channel)
+        if asked_of is None:
+            reason = f"{source} asks, but {self._nobody(routes)}{on}; {_allow_rule_hint(call)}"
+            if channel is not None:
+                await channel.refused(call, reason)
+            return NoOneToAsk(reason), _Record(call, verdict, timed_out=True, reason=reason)
+        people = tuple(route for route in routes if route in PEOPLE)
+        answerable = (asked_of, *(route for route in people if route != asked_of))
+        ask = self.board.open(
+            call,
+            verdict,
+            asked_of=asked_of,
+            routes=answerable,
+            session=session,
+            subject=subject,
+            timeout=timeout,
+        )
+        loop = asyncio.get_running_loop()
+        settled: Settled = loop.create_future()
+        app_reason: list[str] = []  # an application's reason for refusing, when it gave one
+        app_task: asyncio.Task[None] | None = None
+        try:
+            if asked_of in ("application", "elicitation"):
+                assert channel is not None
+                app_task = asyncio.create_task(
+                    self._ask_application(ask, channel, asked_of, settled, app_reason)
+                )
+                answer = await self._answer_of(ask, timeout)
+                _settle(settled, answer)  # the application drops its question if someone else answered
+            else:
+                async with channel.waiting(settled) if channel is not None else contextlib.nullcontext():
+                    answer = await self._answer_of(ask, timeout)
+                    _settle(settled, answer)
+        finally:
+            _settle(settled, None)
+            self.board.close(ask, why="the calling code went away")
+            if app_task is not None:
+                with contextlib.suppress(Exception):
+                    await app_task
         match answer:
-            case Approved():
-                return answer, _Record(call, verdict, answer="allow")
-            case Rejected(why):
-                if subject is None:
-                    reason = why or "rejected by the application"
+            case AskAnswer(accept=True):
+                if answer.scope == "session" and session is not None:
+                    self.grants.grant(session, call, True, answer.by)
+                return Approved(), _Record(call, verdict, "allow", answer.route, answer.scope, answer.by)
+            case AskAnswer(accept=False):
+                if answer.scope == "session" and session is not None:
+                    self.grants.grant(session, call, False, answer.by)
+                if answer.route in ("application", "elicitation") and subject is None:
+                    reason = (app_reason[0] if app_reason else "") or f"rejected by {answer.by}"
+                elif answer.route in ("application", "elicitation"):
+                    why = app_reason[0] if app_reason else ""
+                    reason = f"{subject} was rejected by {answer.by}" + (f": {why}" if why else "")
                 else:
-                    reason = f"{subject} was rejected by the application" + (f": {why}" if why else "")
-                return Rejected(reason), _Record(call, verdict, answer="deny")
-            case TimedOut(seconds):
-                reason = f"no answer{on} within {seconds:g} s ({source} asks)"
+                    reason = f"{what} was {answer.describe()}"
+                return Rejected(reason), _Record(call, verdict, "deny", answer.route, answer.scope, answer.by)
+            case "timeout":
+                reason = f"no answer{on} within {timeout:g} s ({source} asks)"
                 return Rejected(reason), _Record(call, verdict, timed_out=True, reason=reason)
-            case NoOneToAsk(why):
-                reason = f"{why}{on}; add an allow rule for {call.server}.{call.tool} to ipybox.toml"
+            case _:  # withdrawn: the application asked left, and no person is there
+                why = app_reason[0] if app_reason else "the application left before answering"
+                reason = f"{source} asks, but {why}{on}; {_allow_rule_hint(call)}"
                 return NoOneToAsk(reason), _Record(call, verdict, timed_out=True, reason=reason)
+
+    def _first_route(self, routes: tuple[AskRoute, ...], channel: ApprovalChannel | None) -> AskRoute | None:
+        """The first route of `routes` that can answer now."""
+        answers = channel.answers if channel is not None and channel.open else None
+        for route in routes:
+            if route in PEOPLE:
+                if self.board.people(route) > 0:
+                    return route
+            elif answers == route:
+                return route
+        return None
+
+    def open_question(self, call: ToolCall, verdict: Verdict, *, elicitation: bool) -> PendingAsk | str:
+        """Put a question that comes from outside a kernel (an MCP client's `register_mcp_server`) on the
+        board, routed as `[approval] ask` says, `application` aside (there is none): the asker's MCP client
+        (`elicitation`, if it can) or the people present. Returns the pending ask (the asker waits for it
+        and may answer it as `elicitation` when that is `asked_of`), or why nobody can answer. The asker
+        closes it (`board.close`) when it stops waiting."""
+        routes = tuple(route for route in self.policy.ask if route != "application")
+        people = tuple(route for route in routes if route in PEOPLE)
+        asked_of: AskRoute | None = None
+        for route in routes:
+            if (route == "elicitation" and elicitation) or (route in PEOPLE and self.board.people(route) > 0):
+                asked_of = route
+                break
+        if asked_of is None:
+            return f"{_source(verdict.rule_id)} asks, but {self._nobody(routes)}"
+        answerable = (asked_of, *(route for route in people if route != asked_of))
+        return self.board.open(
+            call, verdict, asked_of=asked_of, routes=answerable, timeout=self.policy.ask_timeout
+        )
+
+    def _nobody(self, routes: tuple[AskRoute, ...]) -> str:
+        """Who was missing, route by route, for the refusal's message."""
+        console = self.console()
+        missing = {
+            "application": "no attached application",
+            "elicitation": "no MCP client with elicitation",
+            "console": f"no open web console{f' ({console})' if console else ''}",
+            "terminal": "no `ipybox approve`",
+        }
+        return f"nobody is connected to answer ({', '.join(missing[route] for route in routes)})"
+
+    async def _ask_application(
+        self,
+        ask: PendingAsk,
+        channel: ApprovalChannel,
+        route: AskRoute,
+        settled: Settled,
+        reason: list[str],
+    ) -> None:
+        """Ask the application (or, through it, its MCP client) and put its answer on the board. One that
+        leaves without answering hands the question to the people present, if any, else withdraws it."""
+        by = "the application" if route == "application" else "the MCP client"
+        outcome = await channel.decide(ask.call, timeout=ask.timeout, settled=settled)
+        if settled.done():
+            return  # answered elsewhere first: the application was told to drop it
+        match outcome:
+            case Approved():
+                self.board.answer(ask.id, AskAnswer(True, "once", route, by))
+            case Rejected(why):
+                reason.append(why)
+                self.board.answer(ask.id, AskAnswer(False, "once", route, by))
+            case TimedOut():
+                pass  # the ask's own timeout ends the wait
+            case NoOneToAsk(why):
+                if not any(self.board.people(person) for person in ask.routes if person in PEOPLE):
+                    reason.append(why)
+                    self.board.close(ask, why=why)
+
+    async def _answer_of(self, ask: PendingAsk, timeout: float | None) -> AskAnswer | str | None:
+        """The answer that closed `ask`; "timeout" when none came in time; `None` when it was withdrawn."""
+        done, _ = await asyncio.wait({ask.answered}, timeout=timeout)
+        if not done:
+            self.board.close(ask, why=f"no answer within {timeout:g} s")
+            return "timeout"
+        return None if ask.answered.cancelled() else ask.answered.result()
+
+    async def answer(self, ask_id: str, answer: AskAnswer) -> str | None:
+        """A person's answer to a pending ask (the console, `ipybox approve`). `None` when it took; else
+        why not, for the person (see `ipybox.console.target.ConsoleTarget.answer`)."""
+        ask = self.board.get(ask_id)
+        if ask is None:
+            return self._gone(ask_id)
+        if answer.route not in ask.routes:
+            routes = ", ".join(f'"{route}"' for route in self.policy.ask)
+            return f"the {answer.route} does not answer this question ([approval] ask = [{routes}])"
+        if answer.scope == "session" and ask.session is None:
+            return "this call comes from a kernel that no session holds: answer once or always"
+        if answer.scope == "always" and ask.call.server == KERNEL_SHELL_SERVER:
+            # Registering MCP servers (`ipybox.register_mcp_server`): "always" would let any MCP client
+            # make the host run any command; a rule naming the server is for a person to write.
+            return "always is not offered for this question: answer once, or add a rule to ipybox.toml"
+        if answer.scope == "always":
+            if self.write_rule is None:
+                return "this workspace cannot write rules: answer once or for this session"
+            async with self._writing:
+                if self.board.get(ask_id) is None:
+                    return self._gone(ask_id)
+                try:
+                    await self.write_rule(ask, answer.accept, answer.by)
+                except ValueError as e:
+                    return str(e)
+        if not self.board.answer(ask_id, answer):
+            return self._gone(ask_id)
+        return None
+
+    def _gone(self, ask_id: str) -> str:
+        closed, first = self.board.closed_answer(ask_id)
+        if closed and first is not None:
+            return f"already {first.describe()}"
+        if closed:
+            return "this question is no longer pending: its time ran out, or the calling code went away"
+        return "no such question is pending"
+
+    def forget_session(self, session: str) -> None:
+        """The session (lease) ended: its `for this session` answers go with it."""
+        self.grants.forget(session)
+
+    def explain(self, call: ToolCall) -> list[tuple[ToolCall, Verdict]]:
+        """What the rules in effect decide for `call` (one pair), or for a shell line (`server` "shell" or
+        `ipybox.shell`, `args` `{"cmd": ...}`), for each command it runs (shell rules as for kernels).
+
+        Raises:
+            ValueError: A shell line that cannot be read.
+        """
+        policy = self.policy
+        if call.server == SHELL_SERVER or is_shell_question(call):
+            question = call if is_shell_question(call) else ToolCall(KERNEL_SHELL_SERVER, "shell", call.args)
+            return _decide_parts(_for_shell(policy), question)
+        return [(call, policy.decide(call))]
 
     def _record(self, record: _Record) -> None:
         self.audit.record(
@@ -217,6 +439,9 @@ class WorkspaceApprover:
             answer=record.answer,
             timed_out=record.timed_out,
             reason=record.reason,
+            decided_by=record.decided_by,
+            scope=record.scope,
+            by=record.by,
         )
 
     def _record_shell(self, records: list[_Record], refusal: str | None) -> None:
@@ -227,7 +452,14 @@ class WorkspaceApprover:
             if refusal is not None and (record.answer == "allow" or record.verdict.decision == "allow"):
                 reason = f"{record.verdict.reason}; not run: {refusal}"
             self.audit.record(
-                record.call, record.verdict, answer=record.answer, timed_out=record.timed_out, reason=reason
+                record.call,
+                record.verdict,
+                answer=record.answer,
+                timed_out=record.timed_out,
+                reason=reason,
+                decided_by=record.decided_by,
+                scope=record.scope,
+                by=record.by,
             )
 
 
@@ -242,8 +474,19 @@ class _Record:
     call: ToolCall
     verdict: Verdict
     answer: Literal["allow", "deny"] | None = None
-    timed_out: bool = False
+    decided_by: DecidedBy | None = None
+    scope: Scope | None = None
+    by: str | None = None
     reason: str | None = None
+    timed_out: bool = False
+
+
+def _answer(accept: bool) -> Literal["allow", "deny"]:
+    return "allow" if accept else "deny"
+
+
+def _allow_rule_hint(call: ToolCall) -> str:
+    return f"add an allow rule for {call.server}.{call.tool} to ipybox.toml"
 
 
 def _for_shell(policy: ApprovalPolicy) -> ApprovalPolicy:
@@ -257,7 +500,9 @@ def _for_shell(policy: ApprovalPolicy) -> ApprovalPolicy:
         for rule in policy.rules
     ]
     # Not validated again: the rules were, and the copies' examples would no longer hold.
-    return ApprovalPolicy.model_construct(default=policy.default, ask_timeout=policy.ask_timeout, rules=rules)
+    return ApprovalPolicy.model_construct(
+        default=policy.default, ask_timeout=policy.ask_timeout, ask=policy.ask, rules=rules
+    )
 
 
 def _decide_parts(policy: ApprovalPolicy, call: ToolCall) -> list[tuple[ToolCall, Verdict]]:
@@ -266,6 +511,11 @@ def _decide_parts(policy: ApprovalPolicy, call: ToolCall) -> list[tuple[ToolCall
 
 def _command(part: ToolCall) -> str:
     return f"`{part.args.get('cmd', '')}`" if "magic" not in part.args else f"the {part.tool} cell"
+
+
+def _settle(settled: Settled, answer: AskAnswer | str | None) -> None:
+    if not settled.done():
+        settled.set_result((answer.accept, answer.by) if isinstance(answer, AskAnswer) else (None, ""))
 
 
 def _reason(outcome: Approval) -> str:

@@ -15,6 +15,20 @@ Client to server, the decision on request `id` (`ApprovalAnswer`), `accept` a JS
 {"jsonrpc": "2.0", "id": 7, "result": {"accept": true}}
 ```
 
+While a workspace asks someone else about a call of the client's kernel (a person at the console or in
+`ipybox approve`), the client is told so that it stops its execution's clock (`AskNotice`, a JSON-RPC
+notification: no `id` of its own), and told again when the question is settled. The same `withdrawn` notice
+takes back an `approve` request that was answered elsewhere first (its `id` is the request's):
+
+```json
+{"jsonrpc": "2.0", "method": "waiting", "params": {"id": 8}}
+{"jsonrpc": "2.0", "method": "withdrawn", "params": {"id": 8, "accept": false, "by": "console (root)"}}
+```
+
+A client that answers nothing itself (`answers=none`: an MCP session whose client can't elicit) is told
+of each call of its kernel that nobody could be asked about (`refused`, with the call and the reason), so
+it can say so next to the cell's output.
+
 Either way, a message that can't be used is answered with a JSON-RPC error (`ApprovalError`), its `id`
 that of the message when one could be read, else `null`:
 
@@ -47,11 +61,13 @@ __all__ = [
     "ApprovalAsk",
     "ApprovalError",
     "ApprovalMessageError",
+    "AskNotice",
     "CallParams",
     "Decision",
     "ErrorDetail",
     "parse_ask",
     "parse_reply",
+    "parse_server_frame",
 ]
 
 PARSE_ERROR: Final = -32700
@@ -116,6 +132,27 @@ class ApprovalAsk(_Message):
     params: CallParams
 
 
+class NoticeParams(_Message):
+    """`id`: the question (an `approve` request's id, or a `waiting` notice's); `accept` and `by`: how it was
+    settled (`withdrawn` only; `accept` is `None` when nobody answered: the time ran out); `call` and
+    `reason`: a call nobody could be asked about (`refused` only)."""
+
+    id: StrictInt
+    accept: StrictBool | None = None
+    by: StrictStr = ""
+    call: CallParams | None = None
+    reason: StrictStr = ""
+
+
+class AskNotice(_Message):
+    """Server to client: someone else is being asked about a call of this client's kernel (`waiting`), or a
+    question was settled elsewhere (`withdrawn`)."""
+
+    jsonrpc: Literal["2.0"] = "2.0"
+    method: Literal["waiting", "withdrawn", "refused"]
+    params: NoticeParams
+
+
 class Decision(_Message):
     """The client's decision: `accept` is `True` to let the call run."""
 
@@ -169,6 +206,21 @@ def parse_ask(frame: str | bytes) -> ApprovalAsk:
         raise ApprovalMessageError(
             f"malformed approval request: {_explain(e)}", message_id=message_id, code=code
         ) from None
+
+
+def parse_server_frame(frame: str | bytes) -> ApprovalAsk | AskNotice:
+    """Parse any frame the server sends: an `approve` request or a notice.
+
+    Raises:
+        ApprovalMessageError: It is neither.
+    """
+    data = _object(frame, "approval request")
+    if data.get("method") in ("waiting", "withdrawn", "refused") and "id" not in data:
+        try:
+            return AskNotice.model_validate(data)
+        except ValidationError as e:
+            raise ApprovalMessageError(f"malformed approval notice: {_explain(e)}") from None
+    return parse_ask(frame)
 
 
 def parse_reply(frame: str | bytes) -> ApprovalAnswer | ApprovalError:

@@ -182,8 +182,9 @@ def _workspace_command(parser: argparse.ArgumentParser, args: argparse.Namespace
         parser.error(f"{args.dir}: no such directory")
     if args.command == "validate":
         return workspace.validate(directory)
-    # `status` and `down` need only the run state: a running workspace's file may be gone.
-    keeps_running = args.command in ("status", "down") and workspace.is_running(directory)
+    # These need only the run state: a running workspace's file may be gone.
+    only_running = ("status", "down", "approve", "console")
+    keeps_running = args.command in only_running and workspace.is_running(directory)
     if not (directory / "ipybox.toml").is_file() and not keeps_running:
         parser.error(f"{args.dir} is not a workspace: it has no ipybox.toml (see ipybox.toml.example)")
     if args.command == "up":
@@ -192,6 +193,12 @@ def _workspace_command(parser: argparse.ArgumentParser, args: argparse.Namespace
         return workspace.status(directory, as_json=args.json)
     if args.command == "down":
         return workspace.down(directory)
+    if args.command in ("approve", "console"):
+        from ipybox.cli import approve
+
+        if args.command == "console":
+            return approve.console(directory, as_json=args.json)
+        return approve.approve(directory)
     return workspace.logs(directory, follow=args.follow)
 
 
@@ -278,12 +285,15 @@ def _main(argv: list[str] | None) -> int:
         "down": "stop the workspace",
         "logs": "print the workspace's log",
         "validate": "check the workspace's ipybox.toml",
+        "approve": "answer the running workspace's asks in this terminal (y/s/a allow, n/d/D deny, ? help)",
+        "console": "print a new one-time login link for the running workspace's web console",
     }
     verbs = {verb: commands.add_parser(verb, help=text) for verb, text in workspace_commands.items()}
     for verb in verbs.values():
         verb.add_argument("dir", nargs="?", type=Path, default=Path("."), help="the workspace (default: .)")
     verbs["up"].add_argument("-d", "--detach", action="store_true", help="run in the background")
     verbs["status"].add_argument("--json", action="store_true", help="machine-readable output")
+    verbs["console"].add_argument("--json", action="store_true", help="machine-readable output")
     verbs["logs"].add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     serve = commands.add_parser("mcp", help="serve the workspace to an MCP client over stdio")
     for target in (serve, parser):  # `ipybox --workspace DIR` is ipybox 0.9's form of `ipybox mcp`

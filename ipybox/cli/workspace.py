@@ -92,7 +92,8 @@ async def _up(workspace: Path) -> int:
         except IpyboxError as e:
             return _fail(str(e))
         try:
-            _print_endpoints(supervisor.status(), supervisor.paths.log)
+            login = supervisor.console_login() if supervisor.console_url is not None else None
+            _print_endpoints(supervisor.status(), supervisor.paths.log, login)
             print("Ctrl-C or `ipybox down` stops it.", flush=True)
             await supervisor.wait()
         finally:
@@ -139,7 +140,7 @@ def _wait_until_up(workspace: Path, process: subprocess.Popen[bytes], out: IO[by
             continue
         status = _reachable(workspace) if state.pid == process.pid and state.ready else None
         if status is not None:
-            _print_endpoints(status, Path(state.log_file))
+            _print_endpoints(status, Path(state.log_file), _console_login(workspace, status))
             print("`ipybox down` stops it.")
             return 0
         time.sleep(0.1)
@@ -162,7 +163,24 @@ async def _status(workspace: Path) -> WorkspaceStatus:
         return await control.status()
 
 
-def _print_endpoints(status: WorkspaceStatus, log: Path) -> None:
+def _console_login(workspace: Path, status: WorkspaceStatus) -> str | None:
+    """A one-time login link for the web console of the running workspace, if it serves one."""
+    if status.console is None:
+        return None
+
+    async def login() -> str:
+        from ipybox.supervisor import ControlClient
+
+        async with ControlClient.of(workspace) as control:
+            return (await control.console_login()).url
+
+    try:
+        return asyncio.run(login())
+    except Exception:  # printed without a link then; `ipybox console` gets one
+        return None
+
+
+def _print_endpoints(status: WorkspaceStatus, log: Path, console_login: str | None = None) -> None:
     from ipybox.running.state import read_state
 
     state = read_state(Path(status.workspace))
@@ -171,6 +189,9 @@ def _print_endpoints(status: WorkspaceStatus, log: Path) -> None:
     print(f"  gateway:  unix:{state.gateway_socket}")
     if state.mcp_url:
         print(f"  mcp:      {state.mcp_url}  (streamable HTTP; bearer token in state.json)")
+    if status.console is not None:
+        link = console_login or status.console
+        print(f"  console:  {link}  (one-time login link; `ipybox console` prints a new one)")
     print(f"  kernels:  warm pool of {status.pool.size}, sandbox {'on' if status.sandbox else 'off'}")
     servers = status.reconciler.servers
     if servers:
@@ -219,6 +240,10 @@ def status(workspace: Path, as_json: bool) -> int:
     print(f"  gateway: {'running' if info.gateway.running else 'DOWN'}, restarts: {info.restarts}")
     pool = info.pool
     print(f"  kernels: {pool.idle} idle of {pool.size}, {pool.leased} leased ({info.leases} leases)")
+    if info.console is not None:
+        print(f"  console: {info.console}  ({info.pending_asks} pending asks; `ipybox console` to log in)")
+    elif info.pending_asks:
+        print(f"  pending asks: {info.pending_asks} (`ipybox approve` answers them)")
     for name, server in sorted(info.reconciler.servers.items()):
         print(f"  server {name}: {_server_line(server)}")
         for problem in server.parser_errors:
@@ -235,8 +260,9 @@ def status(workspace: Path, as_json: bool) -> int:
 
 def _server_line(server: MCPServerStatus) -> str:
     if server.error:
-        return f"error: {server.error}"
-    fields = server.model_dump(exclude={"parsers", "parser_errors"})
+        where = f" ({server.location})" if server.location else ""
+        return f"error{where}: {server.error}"
+    fields = server.model_dump(exclude={"parsers", "parser_errors", "location"})
     line = ", ".join(f"{key} {value}" for key, value in fields.items() if value is not None)
     return line + (f", parsers {', '.join(server.parsers)}" if server.parsers else "")
 

@@ -14,6 +14,7 @@ Example:
 
 from ipybox.config.errors import ConfigError, ConfigProblem
 from ipybox.config.loading import CONFIG_FILE, load_config
+from ipybox.config.rule_writer import RuleWriteError, WrittenRule, write_answer_rule
 from ipybox.config.sections import EndpointsSection, KernelSection, SandboxSection, WorkspaceSection
 from ipybox.config.servers import (
     RemoteServerSection,
@@ -31,12 +32,15 @@ __all__ = [
     "EndpointsSection",
     "KernelSection",
     "RemoteServerSection",
+    "RuleWriteError",
     "SandboxSection",
     "ServerSection",
     "StdioServerSection",
     "WorkspaceConfig",
     "WorkspaceSection",
+    "WrittenRule",
     "check_server_name",
     "load_config",
     "suggest_server_name",
+    "write_answer_rule",
 ]

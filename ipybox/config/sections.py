@@ -128,12 +128,17 @@ class EndpointsSection(_Table):
         port: TCP port; 0 picks a free one (reported when `ipybox up` starts).
         unix_socket: Also listen on a Unix socket in the state directory, which only users who can open
             that directory can reach.
+        console: Serve the web console (where a person answers `ask`s and watches the workspace) on
+            `host`, behind a one-time login link that `ipybox up` and `ipybox console` print.
+        console_port: The console's TCP port; 0 picks a free one.
     """
 
     mcp: bool = True
     host: str = Field(default=LOOPBACK_HOSTS[0], json_schema_extra={"enum": list(LOOPBACK_HOSTS)})
     port: int = Field(default=0, ge=0, le=65535)
     unix_socket: bool = False
+    console: bool = True
+    console_port: int = Field(default=0, ge=0, le=65535)
 
     @field_validator("host")
     @classmethod

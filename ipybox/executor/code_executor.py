@@ -38,6 +38,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from ipybox.approval.approver import ApproveAll
+from ipybox.approval.channel import Answers
 from ipybox.approval.request import ApprovalRequest
 from ipybox.executor.arguments import UNSET, Unset, check_arguments
 from ipybox.executor.kernel_setup import StartedKernels, embedded_kernel_setup, start_kernel_gateway
@@ -305,6 +306,7 @@ class _Attached:
             output_dir=x.output_dir,
             max_output_chars=x.max_output_chars,
             kernel_init_timeout=x.kernel_init_timeout,
+            answers=x._ask_answers,
         )
         await session.open()  # closes itself when it fails
         self._session, self.client = session, session.kernel_client
@@ -515,6 +517,9 @@ class CodeExecutor:
         self.kernel_init_timeout: float | None = _given(kernel_init_timeout, 60)
         self.approve_tool_calls: bool = _given(approve_tool_calls, True)
         self.approve_shell_cmds: bool = _given(approve_shell_cmds, False)
+        # Attached to a workspace: what this application does with its kernel's `ask`s (`stream()` decides
+        # them). The MCP server sets "elicitation" or "none" for its sessions, by what the client can do.
+        self._ask_answers: Answers = "application"
         self.require_shell_escape: bool = _given(require_shell_escape, False)
         # As in ipybox 0.9.2: only a working_dir the caller names is restored before each cell.
         self.reset_cwd: bool = self.workspace is None and _given(working_dir, None) is not None

@@ -446,6 +446,13 @@ class SchemaTranslator:
                     parts.append(part)
         if "Any" in parts:
             return TypeExpr("Any")
+        if "_datetime.datetime" in parts and "_datetime.date" in parts:
+            # Either parses as the other ('2024-05-01' as a datetime at midnight, a midnight datetime as a
+            # date), so the value would not come back as it was given: keep the text.
+            at = parts.index("_datetime.datetime")
+            parts = [p for p in parts if p not in ("_datetime.datetime", "_datetime.date", "str")]
+            parts.insert(min(at, len(parts)), "str")
+            self._comments.append("date or date-time alternatives: kept as text")
         if "None" in parts:
             parts.remove("None")
             parts.append("None")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -33,6 +34,7 @@ from opentelemetry import trace
 from pydantic import BaseModel, Field
 
 from ipybox import __version__
+from ipybox.approval.ask_events import AskQuestion
 from ipybox.approval.request import ApprovalRequest
 from ipybox.config import CONFIG_FILE
 from ipybox.executor.code_executor import CodeExecutor
@@ -48,7 +50,8 @@ from ipybox.mcp_server.registration import (
 )
 from ipybox.rules import ApprovalPolicy, AuditLog
 from ipybox.running.control_client import ControlClient
-from ipybox.running.state import StatePaths, read_state
+from ipybox.running.questions import ask_question
+from ipybox.running.state import NotRunningError, StatePaths, read_state
 from ipybox.running.status import ServerOutcome
 
 logger = logging.getLogger(__name__)
@@ -121,6 +124,9 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
 
     async def open_session(key: str, ctx: Context) -> _Session:
         executor = CodeExecutor(workspace=workspace, output_dir=outputs, images_dir=workspace / "images")
+        # A client that can't elicit gets no questions: the workspace asks people (console, `ipybox
+        # approve`) instead, and tells the session only so that its cell's clock stops meanwhile.
+        executor._ask_answers = "elicitation" if _can_elicit(ctx) else "none"
         await executor.start()
         session = sessions.setdefault(key, _Session(executor))
         if session.executor is not executor:  # another request of the session won the race
@@ -179,7 +185,7 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
         # The supervisor's audit log (it finds its state directory the same way).
         audit = AuditLog(StatePaths(config.resolve(config.workspace.state_dir)).audit)
         try:
-            denied = await _approve_registration(ctx, config.approval, audit, registration)
+            denied = await _approve_registration(ctx, workspace, config.approval, audit, registration)
         except OSError as e:  # the decision could not be recorded: never act on an unrecorded decision
             raise ToolError(f"the audit log could not be written ({e}); nothing was registered") from None
         if denied is not None:
@@ -248,8 +254,10 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
             text += f"\n[the complete output is in {result.output_file}]"
         if denied and not _can_elicit(ctx):
             text += (
-                "\n[ipybox: this client cannot answer approval questions, so these calls were denied: "
-                f"{'; '.join(denied)}. Add an allow rule for them under [[approval.rules]] in ipybox.toml]"
+                "\n[ipybox: nobody could answer the approval questions of these calls, so they were denied: "
+                f"{'; '.join(denied)}. This client cannot answer them; a person can, at the workspace's web "
+                "console (`ipybox console` prints its login link) or with `ipybox approve`. Add an allow "
+                "rule for them under [[approval.rules]] in ipybox.toml to run them without asking]"
             )
         content.append(types.TextContent(type="text", text=text))
         for image in result.images if result is not None else []:
@@ -322,12 +330,27 @@ def _can_elicit(ctx: Context) -> bool:
 
 
 async def _ask(ctx: Context, request: ApprovalRequest) -> bool:
-    """Ask the MCP client about a tool call (elicitation); `False` when it can't answer."""
+    """Ask the MCP client about a tool call (elicitation); `False` when it can't answer. A person may
+    answer first (the console, `ipybox approve`): the request is then withdrawn and the dialog dropped."""
     if not _can_elicit(ctx):
         await request.reject()
         return False
+    settled = asyncio.Event()
+    request.add_done_callback(lambda accepted: settled.set())
+    eliciting = asyncio.ensure_future(ctx.elicit(f"ipybox: allow the tool call {request}?", _Approval))
+    waiting = asyncio.ensure_future(settled.wait())
     try:
-        answer = await ctx.elicit(f"ipybox: allow the tool call {request}?", _Approval)
+        await asyncio.wait({eliciting, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+        if not eliciting.done():  # settled elsewhere first: the client's dialog is no longer wanted
+            eliciting.cancel()
+            with contextlib.suppress(BaseException):
+                await eliciting
+    if request.withdrawn_by is not None or eliciting.cancelled():
+        return bool(request.decision)
+    try:
+        answer = eliciting.result()
     except Exception as e:  # the client broke off: never approve what nobody approved
         logger.warning("elicitation failed (%s): denying %s", e, request)
         await request.reject()
@@ -338,9 +361,10 @@ async def _ask(ctx: Context, request: ApprovalRequest) -> bool:
 
 
 async def _approve_registration(
-    ctx: Context, policy: ApprovalPolicy, audit: AuditLog, registration: Registration
+    ctx: Context, workspace: Path, policy: ApprovalPolicy, audit: AuditLog, registration: Registration
 ) -> str | None:
-    """Decide a registration by the workspace's rules, asking the MCP client when they say `ask`, as for
+    """Decide a registration by the workspace's rules; when they say `ask`, the running workspace routes
+    the question (the MCP client's elicitation, the people at its console or in `ipybox approve`), as for
     the tool calls of its code. `None` when it may go ahead, else why not. The decision is audited.
 
     Raises:
@@ -353,27 +377,48 @@ async def _approve_registration(
     if verdict.decision != "ask":
         await asyncio.to_thread(audit.record, call, verdict)
         return None if verdict.decision == "allow" else f"denied by {source}"
-    if not _can_elicit(ctx):
-        reason = (
-            f"{source} asks, but this client cannot answer approval questions. To let MCP clients "
-            f"register servers, add to {CONFIG_FILE}:\n{ALLOW_RULE_EXAMPLE}"
-        )
-        await asyncio.to_thread(audit.record, call, verdict, timed_out=True, reason=reason)
-        return reason
-    try:
-        with anyio.fail_after(policy.ask_timeout):
+    # Routed by the workspace as `[approval] ask` says: this client (elicitation) or the people at the
+    # console or in `ipybox approve`; the first answer wins and the other question is withdrawn.
+    question = AskQuestion(
+        server=call.server,
+        tool=call.tool,
+        args=dict(call.args),
+        annotations=dict(call.annotations),
+        rule_id=verdict.rule_id,
+        reason=verdict.reason,
+        elicitation=_can_elicit(ctx),
+    )
+
+    async def elicit() -> bool:
+        try:
             answer = await ctx.elicit(f"ipybox: {registration}. Allow?", _Approval)
-    except TimeoutError:
-        reason = f"no answer within {policy.ask_timeout:g} s ({source} asks)"
+        except Exception as e:  # the client broke off: never approve what nobody approved
+            logger.warning("elicitation failed (%s): denying the registration", e)
+            return False
+        return bool(
+            answer.action == "accept" and getattr(answer, "data", None) is not None and answer.data.allow
+        )
+
+    try:
+        answered = await ask_question(read_state(workspace), question, elicit)
+    except NotRunningError as e:
+        answered = f"{source} asks, but the workspace cannot be reached ({e})"
+    if isinstance(answered, str):
+        reason = answered
+        if "nobody is connected" in reason:
+            reason += f". To let MCP clients register servers, add to {CONFIG_FILE}:\n{ALLOW_RULE_EXAMPLE}"
         await asyncio.to_thread(audit.record, call, verdict, timed_out=True, reason=reason)
         return reason
-    except Exception as e:  # the client broke off: never approve what nobody approved
-        reason = f"the client could not be asked ({e}; {source} asks)"
-        await asyncio.to_thread(audit.record, call, verdict, timed_out=True, reason=reason)
-        return reason
-    allowed = answer.action == "accept" and getattr(answer, "data", None) is not None and answer.data.allow
-    await asyncio.to_thread(audit.record, call, verdict, answer="allow" if allowed else "deny")
-    return None if allowed else "rejected by the application"
+    await asyncio.to_thread(
+        audit.record,
+        call,
+        verdict,
+        answer="allow" if answered.accept else "deny",
+        decided_by=answered.route,
+        scope=answered.scope,
+        by=answered.by,
+    )
+    return None if answered.accept else f"rejected by {answered.by or answered.route}"
 
 
 async def _progress(ctx: Context, timeout: float) -> None:

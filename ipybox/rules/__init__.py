@@ -1,6 +1,6 @@
 """Rule-based approval of tool calls: `allow`, `deny` or `ask`, decided on the host before a call runs."""
 
-from ipybox.rules.audit import AuditEntry, AuditLog, AuditLogContents, DecidedBy
+from ipybox.rules.audit import AuditEntry, AuditFilter, AuditLog, AuditLogContents, AuditPage, DecidedBy
 from ipybox.rules.calls import Decision, ToolCall, Verdict
 from ipybox.rules.models import ApprovalPolicy, ArgCondition, ExampleCall, Rule
 from ipybox.rules.shell_commands import (
@@ -18,8 +18,10 @@ __all__ = [
     "ApprovalPolicy",
     "ArgCondition",
     "AuditEntry",
+    "AuditFilter",
     "AuditLog",
     "AuditLogContents",
+    "AuditPage",
     "DecidedBy",
     "Decision",
     "ExampleCall",

@@ -14,6 +14,10 @@ from typing import Any, Literal
 Decision = Literal["allow", "deny", "ask"]
 """What happens to a tool call: run it, refuse it, or ask the connected application."""
 
+AskRoute = Literal["application", "elicitation", "console", "terminal"]
+"""Where an `ask` can be answered: the application attached to the calling kernel, the MCP client's
+elicitation, the web console, `ipybox approve` (see `ipybox.approval.asks`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import (
     BaseModel,
@@ -46,7 +46,7 @@ from pydantic import (
     model_validator,
 )
 
-from ipybox.rules.calls import Decision, ToolCall, Verdict
+from ipybox.rules.calls import AskRoute, Decision, ToolCall, Verdict
 from ipybox.rules.engine import RuleEngine
 from ipybox.rules.linear_regex import LinearRegex
 from ipybox.rules.matching import show
@@ -290,7 +290,12 @@ class ApprovalPolicy(_Strict):
 
     Attributes:
         default: The decision when no rule applies.
-        ask_timeout: Seconds an `ask` waits for the application's answer; then the call is denied.
+        ask_timeout: Seconds an `ask` waits for an answer; then the call is denied.
+        ask: Where an `ask` is put, in order: the first route that can answer is asked (`application`:
+            the application attached to the calling kernel; `elicitation`: the calling MCP session's
+            client, if it supports elicitation; `console`: an open web console; `terminal`: a running
+            `ipybox approve`). People (`console`, `terminal`) listed here also see every pending ask and
+            may answer it; the first answer wins.
         rules: The rules, in file order.
 
     Example:
@@ -301,7 +306,16 @@ class ApprovalPolicy(_Strict):
 
     default: Decision = "ask"
     ask_timeout: float = Field(default=60, gt=0)
+    ask: list[AskRoute] = Field(default_factory=lambda: list(get_args(AskRoute)), min_length=1)
     rules: list[Rule] = Field(default_factory=list)
+
+    @field_validator("ask")
+    @classmethod
+    def _routes_once(cls, value: list[AskRoute]) -> list[AskRoute]:
+        repeated = sorted({route for route in value if value.count(route) > 1})
+        if repeated:
+            raise ValueError(f"each route is listed once; repeated: {', '.join(map(repr, repeated))}")
+        return value
 
     _engine: RuleEngine | None = PrivateAttr(default=None)
 

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from ipybox.approval.approval_client import ApprovalClient
+from ipybox.approval.channel import Answers
 from ipybox.approval.request import ApprovalRequest
 from ipybox.kernels.gateway import GatewayEndpoint
 from ipybox.kernels.kernel_client import KernelClient
@@ -29,6 +30,9 @@ class WorkspaceSession:
         images_dir, output_dir, max_output_chars: As for `KernelClient`.
         kernel_init_timeout: Seconds a kernel from the pool gets to answer (`KernelClient`'s
             `ready_timeout`; `None`: no limit).
+        answers: What the application does with `ask`s: decides them (`application`), asks its MCP
+            client (`elicitation`), or neither (`none`: the workspace asks people instead, and only tells
+            it, so the execution's clock stops while they decide).
     """
 
     def __init__(
@@ -41,8 +45,10 @@ class WorkspaceSession:
         output_dir: Path | None = None,
         max_output_chars: int,
         kernel_init_timeout: float | None = 60,
+        answers: Answers = "application",
     ) -> None:
         self.workspace = workspace
+        self.answers: Answers = answers
         self.on_approval = on_approval
         self.pause_timer = pause_timer
         self.state = read_state(workspace)
@@ -78,6 +84,8 @@ class WorkspaceSession:
                 address=f"unix:{self.state.control_socket}",
                 token=self.state.control_token,
                 path=f"/leases/{self.lease}/approval",
+                answers=self.answers,
+                on_waiting=self.pause_timer,
             )
             await self._approvals.connect()
             await self.kernel_client.connect()

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from ipybox.errors import WorkspaceError
 from ipybox.running.state import NotRunningError, SupervisorState, read_state
 from ipybox.running.status import (
+    ConsoleLogin,
     ControlError,
     KernelId,
     KernelLeased,
@@ -102,6 +103,14 @@ class ControlClient:
         """Have the workspace apply its current `ipybox.toml` now; returns server `name`'s outcome once it
         has one (started and generated, failed, a configuration problem, or absent)."""
         return await self._call("POST", f"/servers/{name}/apply", ServerOutcome)
+
+    async def console_login(self) -> ConsoleLogin:
+        """A new one-time login link for the workspace's web console (`ipybox console`).
+
+        Raises:
+            ControlRequestError: The console is off (`[endpoints] console = false`).
+        """
+        return await self._call("POST", "/console/login", ConsoleLogin)
 
     async def _call(self, method: str, path: str, answer: type[_Answer]) -> _Answer:
         if self._http is None:

@@ -68,6 +68,7 @@ class MCPServerStatus(_Model):
             `run_parsed()` returns the parser's `ParseResult`.
         parser_errors: Parsers that do not work, one line each: `mcpparse/<server>/<module>.py:LINE:COL:
             message` (relative to the workspace). They never fail the server: `run()` works.
+        location: Where its table starts, `ipybox.toml:LINE:COL` (`None` when not known).
     """
 
     state: ServerState
@@ -76,6 +77,7 @@ class MCPServerStatus(_Model):
     error: str | None = None
     parsers: list[str] = []
     parser_errors: list[str] = []
+    location: str | None = None
 
 
 class ReconcilerStatus(_Model):
@@ -113,6 +115,8 @@ class WorkspaceStatus(_Model):
             the last good configuration keeps running.
         restarts: How often the supervisor restarted `gateway` and `tool_server` after they died.
         mcp: The streamable HTTP MCP endpoint, when it is served.
+        console: The web console's address (without a login token), when it is served.
+        pending_asks: `ask`s waiting for an answer now.
         actions: The saved code actions, with what each may call.
     """
 
@@ -131,6 +135,8 @@ class WorkspaceStatus(_Model):
     reconciler: ReconcilerStatus = ReconcilerStatus()
     state_dir: str
     mcp: str | None = None
+    console: str | None = None
+    pending_asks: int = 0
     actions: list[ActionStatus] = []
 
 
@@ -198,6 +204,12 @@ class LeaseReleased(_Model):
 
 class ShutdownAccepted(_Model):
     stopping: Literal[True] = True
+
+
+class ConsoleLogin(_Model):
+    """`POST /console/login`: a new one-time login link for the web console (`ipybox console`)."""
+
+    url: str
 
 
 class ControlError(_Model):

@@ -8,6 +8,11 @@ warm pool for attached applications, their approval websockets, applying a serve
 - `WS /leases/{lease}/approval`: where the lease's application answers `ask` decisions.
 - `POST /servers/{name}/apply`: apply the current `ipybox.toml` now and answer with server `name`'s
   outcome (`ServerOutcome`) once it has one: no polling.
+- `WS /approvers?who=...`: where `ipybox approve` waits for `ask`s and answers them (the protocol of
+  `ipybox.approval.ask_events`).
+- `WS /asks`: a question put to the workspace's people by another process (the MCP server, about a
+  `register_mcp_server` call), as `ipybox.approval.ask_events` describes.
+- `POST /console/login`: a new one-time login link for the web console (`ConsoleLogin`).
 - `POST /shutdown`: stop the workspace (`ShutdownAccepted`).
 
 Contract: every answer is a model of `ipybox.running.status`, as JSON (`model_dump(mode="json")`). An
@@ -31,6 +36,7 @@ from starlette.websockets import WebSocket
 
 from ipybox.asgi_server import BearerAuth
 from ipybox.running.status import (
+    ConsoleLogin,
     ControlError,
     KernelLeased,
     LeaseCreated,
@@ -53,6 +59,9 @@ class Controlled(Protocol):
     async def release_lease(self, lease: LeaseId) -> None: ...
     async def serve_approvals(self, lease: LeaseId, websocket: WebSocket) -> None: ...
     async def apply_server(self, name: str) -> ServerOutcome: ...
+    async def serve_approver(self, websocket: WebSocket, who: str) -> None: ...
+    async def serve_asker(self, websocket: WebSocket) -> None: ...
+    def console_login(self) -> str: ...
     def request_shutdown(self) -> None: ...
 
 
@@ -98,12 +107,30 @@ def control_app(target: Controlled, token: str) -> ASGIApp:
     async def approvals(websocket: WebSocket) -> None:
         await target.serve_approvals(LeaseId(websocket.path_params["lease"]), websocket)
 
+    async def approvers(websocket: WebSocket) -> None:
+        who = websocket.query_params.get("who", "")
+        # Shown to other people and written to the audit log: one short printable line.
+        who = "".join(c for c in who if c.isprintable())[:80]
+        await target.serve_approver(websocket, who)
+
+    async def asks(websocket: WebSocket) -> None:
+        await target.serve_asker(websocket)
+
+    async def console_login(request: Request) -> Response:
+        try:
+            return _json(ConsoleLogin(url=target.console_login()), 200)
+        except RuntimeError as e:  # the console is off: the one line says where to turn it on
+            return _json(ControlError(error=str(e)), 409)
+
     routes = [
         Route("/status", endpoint(status)),
         Route("/leases", endpoint(new_lease), methods=["POST"]),
         Route("/leases/{lease}", endpoint(release), methods=["DELETE"]),
         Route("/leases/{lease}/kernels", endpoint(kernel), methods=["POST"]),
         WebSocketRoute("/leases/{lease}/approval", approvals),
+        WebSocketRoute("/approvers", approvers),
+        WebSocketRoute("/asks", asks),
+        Route("/console/login", console_login, methods=["POST"]),
         Route("/servers/{name}/apply", endpoint(apply_server), methods=["POST"]),
         Route("/shutdown", endpoint(shutdown), methods=["POST"]),
     ]

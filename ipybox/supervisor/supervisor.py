@@ -2,8 +2,8 @@
 
 It runs the tool server (approving every call with the workspace's rules), the kernel gateway with
 sandboxed kernels and a warm pool of them, the filtering proxy when the sandbox allows domains, the
-reconciler that applies edits of `ipybox.toml`, and the control endpoint through which the CLI and
-attached applications reach it. It restarts a gateway or tool server that dies, and on SIGTERM, Ctrl-C
+reconciler that applies edits of `ipybox.toml`, the control endpoint through which the CLI, attached
+applications and `ipybox approve` reach it, and the web console where a person answers `ask`s. It restarts a gateway or tool server that dies, and on SIGTERM, Ctrl-C
 or `ipybox down` stops everything it started.
 
 Composition: `start()` enters each part once into one `contextlib.AsyncExitStack` (the lock, the log,
@@ -18,25 +18,43 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import logging
 import os
 import secrets
 import signal
 import tempfile
 import time
+import tomllib
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ipybox.approval.channel import ApprovalChannel
+from ipybox.approval.ask_events import (
+    AnswerMessage,
+    AnswerResult,
+    AnswerView,
+    AskClosedMessage,
+    AskOpenedMessage,
+    AskQuestion,
+    AskView,
+    message_of,
+)
+from ipybox.approval.asks import AskAnswer, AskBoard, AskEvent, AskOpened, PendingAsk, Subscription
+from ipybox.approval.channel import Answers, ApprovalChannel
 from ipybox.approval.rule_approver import WorkspaceApprover
 from ipybox.asgi_server import EmbeddedServer
 from ipybox.codeact.actions import read_actions
 from ipybox.codeact.analysis import analyse_action
 from ipybox.codeact.layout import action_tool_name, gentools_dir
 from ipybox.config import CONFIG_FILE, WorkspaceConfig, load_config
+from ipybox.config.loading import MAX_NESTING
+from ipybox.config.positions import KeyPath, Position, key_positions, too_deep
+from ipybox.config.rule_writer import write_answer_rule
+from ipybox.console.endpoint import ConsoleEndpoint
 from ipybox.executor.kernel_setup import start_kernel_gateway, workspace_kernel_setup
 from ipybox.in_kernel.tool_runner import TOKEN_ENV
 from ipybox.kernels.gateway import KernelGateway, describe_exit
@@ -45,7 +63,7 @@ from ipybox.kernels.kernel_connection import GatewayError, GatewayUnreachableErr
 from ipybox.kernels.pool import KernelPool, PoolStoppedError
 from ipybox.mcp_apigen.package import remove_stale_work_dirs
 from ipybox.reconcile.reconciler import Reconciler
-from ipybox.rules import ApprovalPolicy, AuditLog
+from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
 from ipybox.running.state import (
     StateLogHandler,
     StatePaths,
@@ -118,6 +136,9 @@ class Supervisor:
         self._control_token = secrets.token_urlsafe(32)
         self._gateway_token = secrets.token_urlsafe(32)
         self._mcp: MCPEndpoint | None = None
+        self._console: ConsoleEndpoint | None = None
+        self._positions: tuple[tuple[int, int], dict[KeyPath, Position]] | None = None  # ipybox.toml's keys
+        self.board = AskBoard()
         self._shutdown = asyncio.Event()
         self._parts: contextlib.AsyncExitStack | None = None  # what start() entered, closed by stop()
         self._watchers = Watchers(on_failure=self.request_shutdown)
@@ -173,7 +194,13 @@ class Supervisor:
         self._run_dir = Path(run_dir)
         self._record_run_dirs()
         self.approver = WorkspaceApprover(
-            self.config.approval, AuditLog(self.paths.audit), self.leases.answerer
+            self.config.approval,
+            AuditLog(self.paths.audit),
+            self.leases.answerer,
+            board=self.board,
+            session_of=lambda caller: self.leases.lease_of(CallerId(caller)),
+            write_rule=self._write_answer_rule,
+            console=lambda: self.console_url,
         )
         parts.push_async_callback(self._stop_tool_server)
         await self._start_tool_server()
@@ -188,6 +215,10 @@ class Supervisor:
         await control.start(unix_socket=self.run_dir / "control.sock")
         self._write_state()
         watchers: list[Watcher] = []
+        endpoints = self.config.endpoints
+        if endpoints.console:
+            console = ConsoleEndpoint(self, endpoints.host, endpoints.console_port, user=getpass.getuser())
+            self._console = await parts.enter_async_context(console)
         if self.serve_mcp and self.config.endpoints.mcp:
             mcp = MCPEndpoint(self.workspace, self.config.endpoints, self.paths.outputs)
             self._mcp = await parts.enter_async_context(mcp)
@@ -264,11 +295,35 @@ class Supervisor:
             kernel_generation=self.kernel_generation,
             restarts=dict(self.restarts),
             config_error=str(reconciler.error) if reconciler is not None and reconciler.error else None,
-            reconciler=_reconciler_status(reconciler),
+            reconciler=self._located(_reconciler_status(reconciler)),
             state_dir=str(self.paths.dir),
             mcp=self.mcp_url,
+            console=self.console_url,
+            pending_asks=len(self.board.pending),
             actions=_action_statuses(reconciler),
         )
+
+    def _located(self, status: ReconcilerStatus) -> ReconcilerStatus:
+        """`status` with each server's place in `ipybox.toml` (`ipybox.toml:LINE:COL` of its table)."""
+        if not status.servers:
+            return status
+        try:
+            info = self.config_path.stat()
+            key = (info.st_mtime_ns, info.st_size)
+            if self._positions is None or self._positions[0] != key:
+                source = self.config_path.read_text(encoding="utf-8")
+                # Positions of a file TOML accepts only: the scanner recurses on what it cannot read.
+                loads = too_deep(source, MAX_NESTING) is None and _parses(source)
+                self._positions = (key, key_positions(source) if loads else {})
+            positions = self._positions[1]
+        except (OSError, UnicodeDecodeError):
+            return status
+        servers = {}
+        for name, server in status.servers.items():
+            where = positions.get(("servers", name))
+            location = f"{CONFIG_FILE}:{where[0]}:{where[1]}" if where is not None else None
+            servers[name] = server.model_copy(update={"location": location})
+        return status.model_copy(update={"servers": servers})
 
     async def apply_server(self, name: str) -> ServerOutcome:
         """Apply the current `ipybox.toml` now (as the watcher would after an edit) and return server
@@ -361,6 +416,8 @@ class Supervisor:
 
     async def release_lease(self, lease: LeaseId) -> None:
         released = self.leases.release(lease)
+        if self.approver is not None:
+            self.approver.forget_session(lease)  # its answers "for this session" end with it
         if released.channel is not None:
             await released.channel.disconnect()  # its pending asks are not approved
         self._revoke(released.tokens)
@@ -372,14 +429,173 @@ class Supervisor:
         if lease not in self.leases:
             await websocket.close(code=4404, reason="unknown lease")
             return
+        answers = websocket.query_params.get("answers", "application")
+        if answers not in _ANSWERS:
+            await websocket.close(code=4400, reason=f"answers must be one of {', '.join(_ANSWERS)}")
+            return
         channel = self.leases.open_channel(
-            LeaseId(lease), ApprovalChannel(True, self.config.approval.ask_timeout)
+            LeaseId(lease),
+            ApprovalChannel(True, self.config.approval.ask_timeout, answers=_ANSWERS[answers]),
         )
         try:
             await channel.connect(websocket)
         finally:
             if not channel.open:
                 self.leases.close_channel(LeaseId(lease), channel)
+
+    # -- people answering asks (the console's target, `ipybox approve`)
+
+    @property
+    def policy(self) -> ApprovalPolicy:
+        return self.approver.policy if self.approver is not None else self.config.approval
+
+    @property
+    def audit(self) -> AuditLog:
+        assert self.approver is not None
+        return self.approver.audit
+
+    @property
+    def config_path(self) -> Path:
+        return self.workspace / CONFIG_FILE
+
+    def explain(self, call: ToolCall) -> list[tuple[ToolCall, Verdict]]:
+        assert self.approver is not None
+        return self.approver.explain(call)
+
+    async def answer(self, ask_id: str, answer: AskAnswer) -> str | None:
+        assert self.approver is not None
+        return await self.approver.answer(ask_id, answer)
+
+    @property
+    def console_url(self) -> str | None:
+        """The web console's address (`None` unless `[endpoints] console` and running)."""
+        return self._console.url if self._console is not None else None
+
+    def console_login(self) -> str:
+        """A new one-time login link for the web console.
+
+        Raises:
+            RuntimeError: The console is off (`[endpoints] console = false`).
+        """
+        if self._console is None or self._console.url is None:
+            raise RuntimeError("the web console is off in this workspace ([endpoints] console = false)")
+        return self._console.login_url()
+
+    async def serve_approver(self, websocket: WebSocket, who: str) -> None:
+        """Serve `ipybox approve` on `websocket` (the protocol of `ipybox.approval.ask_events`) until it
+        leaves; while it is connected, the terminal is a route that can answer."""
+        await websocket.accept()
+        by = f"terminal ({who})" if who else "terminal"
+        sending = asyncio.Lock()
+
+        async def send(text: str) -> None:
+            async with sending:
+                await websocket.send_text(text)
+
+        async def receive() -> None:
+            while True:
+                frame = await websocket.receive_text()
+                try:
+                    message = AnswerMessage.model_validate_json(frame)
+                except ValueError as e:
+                    await send(AnswerResult(id="", ok=False, error=f"not an answer: {e}").to_json())
+                    continue
+                why = await self.answer(message.id, AskAnswer(message.accept, message.scope, "terminal", by))
+                await send(AnswerResult(id=message.id, ok=why is None, error=why).to_json())
+
+        with self.board.present("terminal"), self.board.subscribe() as subscription:
+            reader = asyncio.create_task(receive())
+            try:
+                for ask in subscription.pending:
+                    await send(message_of(AskOpened(ask)).to_json())
+                while not reader.done():
+                    event = await _next_event(subscription, reader)
+                    if event is None:
+                        if not reader.done():  # cut off for not reading: it may connect again
+                            await websocket.close(code=4408, reason="the approver fell behind: connect again")
+                        break
+                    await send(message_of(event).to_json())
+            except (WebSocketDisconnect, RuntimeError, OSError) as e:
+                logger.debug("an approver left: %s", e)
+            finally:
+                reader.cancel()
+                with contextlib.suppress(BaseException):
+                    await reader
+                with contextlib.suppress(Exception):
+                    await websocket.close()
+
+    async def serve_asker(self, websocket: WebSocket) -> None:
+        """Serve a question from another process (`AskQuestion`: the MCP server, about a client's
+        `register_mcp_server`) on `websocket`: route it, take the asker's elicitation answer if it was
+        asked, and send the answer that won (`closed`). The asker leaving withdraws the question."""
+        assert self.approver is not None
+        approver = self.approver
+        await websocket.accept()
+        try:
+            question = AskQuestion.model_validate_json(await websocket.receive_text())
+        except (ValueError, WebSocketDisconnect) as e:
+            with contextlib.suppress(Exception):
+                await websocket.close(code=4400, reason=f"not a question: {e}"[:120])
+            return
+        call = ToolCall(question.server, question.tool, question.args, question.annotations)
+        opened = approver.open_question(
+            call, Verdict("ask", question.rule_id, question.reason), elicitation=question.elicitation
+        )
+        if isinstance(opened, str):  # nobody can answer
+            with contextlib.suppress(Exception):
+                await websocket.send_text(AskClosedMessage(id="", why=opened).to_json())
+                await websocket.close()
+            return
+        ask = opened
+
+        async def elicitation_answers() -> None:
+            while True:
+                message = AnswerMessage.model_validate_json(await websocket.receive_text())
+                if message.id == ask.id and ask.asked_of == "elicitation":
+                    answer = AskAnswer(message.accept, "once", "elicitation", "the MCP client")
+                    self.board.answer(ask.id, answer)
+
+        reader = asyncio.create_task(elicitation_answers())
+        why = "the asker went away"
+        try:
+            await websocket.send_text(AskOpenedMessage(ask=AskView.of(ask)).to_json())
+            waiting: list[asyncio.Future[Any]] = [ask.answered, reader]
+            done, _ = await asyncio.wait(waiting, timeout=ask.timeout)
+            if ask.answered in done and not ask.answered.cancelled():
+                answer = AnswerView.of(ask.answered.result())
+                await websocket.send_text(AskClosedMessage(id=ask.id, answer=answer).to_json())
+            elif not done:
+                why = f"no answer within {ask.timeout:g} s"
+                await websocket.send_text(AskClosedMessage(id=ask.id, why=why).to_json())
+        except (WebSocketDisconnect, RuntimeError, OSError) as e:
+            logger.debug("an asker left: %s", e)
+        finally:
+            self.board.close(ask, why=why)
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+            with contextlib.suppress(Exception):
+                await websocket.close()
+
+    async def _write_answer_rule(self, ask: PendingAsk, accept: bool, by: str) -> None:
+        """An `always` answer: the rule it makes goes into `ipybox.toml` (refused with the reason when it
+        would not load), and the workspace loads it now, as it would any edit."""
+        assert self.approver is not None and self.reconciler is not None
+        written = await asyncio.to_thread(
+            write_answer_rule,
+            self.config_path,
+            ask.call,
+            accept=accept,
+            asked_by=ask.rule_id,
+            by=by,
+            redact=self.approver.audit.redact,
+        )
+        logger.info("%s added rule %r to %s:%d", by, written.id, CONFIG_FILE, written.line)
+        await self.reconciler.reload()
+        if self.reconciler.error is not None:  # checked before writing: only a concurrent edit gets here
+            logger.warning(
+                "%s does not load after rule %r was added: %s", CONFIG_FILE, written.id, self.reconciler.error
+            )
 
     # -- reconciler hooks
 
@@ -582,6 +798,27 @@ class Supervisor:
             logger.warning("not cleaning %s: %s", mcptools, e)
         if removed:
             logger.info("removed what a supervisor killed before it could stop left: %s", ", ".join(removed))
+
+
+_ANSWERS: dict[str, Answers] = {"application": "application", "elicitation": "elicitation", "none": "none"}
+
+
+async def _next_event(subscription: Subscription, reader: asyncio.Task[None]) -> AskEvent | None:
+    """The subscription's next event; `None` when it was cut off or `reader` ended (the approver left)."""
+    getting = asyncio.ensure_future(subscription.events.get())
+    done, _ = await asyncio.wait({getting, reader}, return_when=asyncio.FIRST_COMPLETED)
+    if getting not in done:
+        getting.cancel()
+        return None
+    return getting.result()
+
+
+def _parses(source: str) -> bool:
+    try:
+        tomllib.loads(source)
+    except tomllib.TOMLDecodeError:
+        return False
+    return True
 
 
 def _remove_state(paths: StatePaths) -> None:

@@ -123,7 +123,8 @@ async def test_an_ask_with_no_application_attached_has_no_one_to_ask_and_names_t
 ) -> None:
     outcome = await approver.decide(ToolCall("fs", "write_file", caller="k1"))
     assert outcome == NoOneToAsk(
-        "rule 'writes' asks, but no application is attached to answer; "
+        "rule 'writes' asks, but nobody is connected to answer (no attached application, no MCP client with "
+        "elicitation, no open web console, no `ipybox approve`); "
         "add an allow rule for fs.write_file to ipybox.toml"
     )
     assert last(approver) == ("deny", "writes", "timeout")

@@ -149,7 +149,8 @@ async def test_an_ask_with_nobody_attached_names_the_command_and_the_rule_to_add
 ) -> None:
     outcome = await approver.decide(shell("pip install a"))
     assert outcome == NoOneToAsk(
-        "rule 'pip' asks, but no application is attached to answer on `pip install a`; "
+        "rule 'pip' asks, but nobody is connected to answer (no attached application, no MCP client with "
+        "elicitation, no open web console, no `ipybox approve`) on `pip install a`; "
         "add an allow rule for shell.pip to ipybox.toml"
     )
     assert audited(approver) == [("shell", "pip", "pip install a", "deny", "pip", "timeout")]

@@ -18,11 +18,14 @@ from ipybox.approval.wire import (
     ApprovalAsk,
     ApprovalError,
     ApprovalMessageError,
+    AskNotice,
     CallParams,
     Decision,
     ErrorDetail,
+    NoticeParams,
     parse_ask,
     parse_reply,
+    parse_server_frame,
 )
 from ipybox.rules import ToolCall
 
@@ -166,3 +169,28 @@ def test_no_frame_makes_either_parser_fail_other_than_with_a_message_error(frame
             parse(frame)
         except ApprovalMessageError as e:
             assert str(e)
+
+
+def test_notices_parse_from_any_server_frame_and_requests_still_do() -> None:
+    waiting = parse_server_frame('{"jsonrpc": "2.0", "method": "waiting", "params": {"id": 8}}')
+    assert isinstance(waiting, AskNotice) and (waiting.method, waiting.params.id) == ("waiting", 8)
+    withdrawn = parse_server_frame(
+        '{"jsonrpc": "2.0", "method": "withdrawn", "params": {"id": 8, "accept": false, "by": "console (root)"}}'
+    )
+    assert isinstance(withdrawn, AskNotice) and withdrawn.params.accept is False
+    refused = AskNotice(
+        method="refused",
+        params=NoticeParams(
+            id=9, call=CallParams.of(ToolCall("fs", "write_file", {"path": "a"})), reason="why"
+        ),
+    )
+    back = parse_server_frame(refused.to_json())
+    assert isinstance(back, AskNotice) and back.params.call is not None
+    assert back.params.call.to_call() == ToolCall("fs", "write_file", {"path": "a"})
+    ask = ApprovalAsk(id=7, params=CallParams.of(ToolCall("fs", "read_file")))
+    assert parse_server_frame(ask.to_json()) == ask
+
+
+def test_a_malformed_notice_is_a_message_error_not_a_crash() -> None:
+    with pytest.raises(ApprovalMessageError, match=r"malformed approval notice: params\.accept"):
+        parse_server_frame('{"jsonrpc": "2.0", "method": "withdrawn", "params": {"id": 8, "accept": "yes"}}')

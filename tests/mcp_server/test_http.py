@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any
@@ -13,6 +14,7 @@ from mcp import ClientSession
 from mcp.client.session import ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 
+from ipybox.approval.asks import AskAnswer
 from ipybox.supervisor import Supervisor, read_state
 from tests.mcp_server.sessions import check_cancellation_frees_the_kernel, check_progress, owned_session, text
 from tests.supervisor.workspaces import make_workspace
@@ -105,3 +107,60 @@ async def test_progress_and_cancellation_over_http(supervisor: Supervisor) -> No
     async with client(state.mcp_url, state.mcp_token) as session:
         await check_progress(session)
         await check_cancellation_frees_the_kernel(session)
+
+
+async def _answer_when_asked(supervisor: Supervisor, accept: bool, scope: str = "once") -> str:
+    """Answer the first ask to reach the workspace's board as a person at the console would."""
+    for _ in range(1000):
+        if supervisor.board.pending:
+            ask = supervisor.board.pending[0]
+            answer = AskAnswer(accept, scope, "console", "console (test)")  # type: ignore[arg-type]
+            why = await supervisor.answer(ask.id, answer)
+            assert why is None, why
+            return f"{ask.call.server}.{ask.call.tool}"
+        await asyncio.sleep(0.01)
+    raise AssertionError("no ask reached the console")
+
+
+async def test_a_client_without_elicitation_gets_its_ask_answered_by_a_person_at_the_console(
+    supervisor: Supervisor,
+) -> None:
+    state = read_state(supervisor.workspace)
+    assert state.mcp_url is not None and state.mcp_token is not None
+    code = "from mcptools.edge import weather\nprint(weather.run(weather.Params(city='Linz')).city)"
+    async with client(state.mcp_url, state.mcp_token) as session:
+        with supervisor.board.present("console"):  # a console page is open
+            person = asyncio.create_task(_answer_when_asked(supervisor, True))
+            result = await session.call_tool("execute_ipython_cell", {"code": code})
+            assert await person == "edge.weather"
+        assert text(result) == "Linz"
+        # With nobody at the console, the same call is refused at once, naming what to do.
+        refused = await session.call_tool("execute_ipython_cell", {"code": code})
+    assert refused.is_error and "nobody is connected to answer" in text(refused)
+    assert "no MCP client with elicitation" in text(refused)
+
+
+async def test_a_person_answering_first_withdraws_the_mcp_clients_elicitation(supervisor: Supervisor) -> None:
+    state = read_state(supervisor.workspace)
+    assert state.mcp_url is not None and state.mcp_token is not None
+    dialog_open = asyncio.Event()
+    dialog_closed = asyncio.Event()
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        dialog_open.set()
+        try:
+            await asyncio.sleep(60)  # a dialog nobody looks at
+        finally:
+            dialog_closed.set()
+        return types.ElicitResult(action="accept", content={"allow": False})
+
+    code = "from mcptools.edge import weather\nprint(weather.run(weather.Params(city='Wels')).city)"
+    async with client(state.mcp_url, state.mcp_token, elicit) as session:
+        with supervisor.board.present("console"):
+            cell = asyncio.create_task(session.call_tool("execute_ipython_cell", {"code": code}))
+            await asyncio.wait_for(dialog_open.wait(), 30)
+            assert supervisor.board.pending[0].asked_of == "elicitation"
+            await _answer_when_asked(supervisor, True)
+            result = await asyncio.wait_for(cell, 30)
+    assert text(result) == "Wels"
+    await asyncio.wait_for(dialog_closed.wait(), 10)  # the client was told to drop its dialog

@@ -23,6 +23,7 @@ from mcp import ClientSession
 from mcp.client.session import ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 
+from ipybox.approval.asks import AskAnswer
 from ipybox.config import load_config
 from ipybox.rules import AuditLog
 from ipybox.running.state import StatePaths
@@ -216,10 +217,10 @@ async def test_a_registration_no_rule_covers_is_asked_and_written_when_the_clien
     assert audited(supervisor, "asked_yes") == [
         {
             "decision": "allow",
-            "decided_by": "application",
+            "decided_by": "elicitation",
             "rule_id": None,
             "reason": "no rule applies; registering an MCP server is asked by default; "
-            "the application answered allow",
+            "the MCP client answered allow",
         }
     ]
 
@@ -254,6 +255,64 @@ async def test_a_client_that_cannot_be_asked_is_refused_with_the_rule_to_add(
     assert result.is_error
     assert 'server = "ipybox"' in text(result) and 'tool = "register_mcp_server"' in text(result)
     assert config.read_bytes() == before
+
+
+async def _person_answers(supervisor: Supervisor, accept: bool, scope: str = "once") -> str | None:
+    """Answer the first ask on the workspace's board as a person at the console; returns why not, if so."""
+    for _ in range(2000):
+        if supervisor.board.pending:
+            ask = supervisor.board.pending[0]
+            return await supervisor.answer(ask.id, AskAnswer(accept, scope, "console", "console (test)"))  # type: ignore[arg-type]
+        await asyncio.sleep(0.01)
+    raise AssertionError("the registration was not asked at the console")
+
+
+async def test_a_client_that_cannot_elicit_has_its_registration_answered_at_the_console(
+    supervisor: Supervisor, config: Path
+) -> None:
+    with supervisor.board.present("console"):
+        person = asyncio.create_task(_person_answers(supervisor, True))
+        result, _ = await register(supervisor, "by_console", edge(), elicit=False)
+        assert await person is None
+    assert not result.is_error, text(result)
+    assert written(config, "by_console")["command"] == sys.executable
+    [entry] = [
+        e
+        for e in AuditLog(StatePaths.of(supervisor.workspace).audit).read()
+        if e.args.get("server_name") == "by_console"
+    ]
+    assert (entry.decision, entry.decided_by, entry.scope, entry.by) == (
+        "allow",
+        "console",
+        "once",
+        "console (test)",
+    )
+
+
+async def test_a_person_answering_first_withdraws_the_clients_registration_question(
+    supervisor: Supervisor, config: Path
+) -> None:
+    before = config.read_bytes()
+    with supervisor.board.present("console"):
+        # The client would never answer; the person refuses first, and "always" is not offered.
+        async def person() -> str | None:
+            for _ in range(2000):
+                if supervisor.board.pending:
+                    ask = supervisor.board.pending[0]
+                    assert ask.asked_of == "elicitation"
+                    refused = await supervisor.answer(ask.id, AskAnswer(True, "always", "console", "c"))
+                    assert refused is not None and "always is not offered" in refused
+                    return await supervisor.answer(
+                        ask.id, AskAnswer(False, "once", "console", "console (test)")
+                    )
+                await asyncio.sleep(0.01)
+            raise AssertionError("not asked")
+
+        answering = asyncio.create_task(person())
+        result, asked = await register(supervisor, "withdrawn", edge(), answer=None)
+        assert await answering is None
+    assert result.is_error and "rejected by console (test)" in text(result)
+    assert len(asked) == 1 and config.read_bytes() == before
 
 
 async def test_a_deny_rule_refuses_a_registration_without_asking(

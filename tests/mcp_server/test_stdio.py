@@ -84,7 +84,7 @@ async def test_register_then_use_the_generated_api(session: ClientSession, works
 
     ANSWERS[:] = [False]
     result = await session.call_tool("execute_ipython_cell", {"code": code})
-    assert result.is_error and "rejected by the application" in text(result)
+    assert result.is_error and "rejected by the MCP client" in text(result)
 
 
 async def test_state_env_and_reset(session: ClientSession) -> None:
@@ -137,6 +137,7 @@ async def test_without_elicitation_ask_is_denied_with_the_rule_to_add(
         result = await other.call_tool("execute_ipython_cell", {"code": code})
         out = text(result)
         assert out.startswith("ApprovalRejectedError") and "Add an allow rule" in out and "edge.echo" in out
+        assert "nobody could answer" in out and "ipybox console" in out
 
 
 async def test_install_package_reports_pip_failures(session: ClientSession) -> None:

@@ -46,7 +46,8 @@ SERVER = '[servers.{name}]\ncommand = "python"\nargs = ["-m", "server"]\n'
 # What `ipybox status --json` printed before the status was typed: scripts read these keys.
 STATUS_KEYS = {
     "workspace", "pid", "started_at", "uptime_s", "sandbox", "gateway", "tool_server", "pool", "leases",
-    "kernel_generation", "restarts", "config_error", "reconciler", "state_dir", "mcp", "actions",
+    "kernel_generation", "restarts", "config_error", "reconciler", "state_dir", "mcp", "console",
+    "pending_asks", "actions",
 }  # fmt: skip
 
 
@@ -58,6 +59,7 @@ class SmallWorkspace:
         self.leases = LeaseTable()
         self.shutdown_requested = False
         self.fail_with: Exception | None = None
+        self.console_off = False
         self._kernels = itertools.count(1)
 
     def status(self) -> WorkspaceStatus:
@@ -115,6 +117,20 @@ class SmallWorkspace:
     def request_shutdown(self) -> None:
         self.shutdown_requested = True
 
+    async def serve_approver(self, websocket: WebSocket, who: str) -> None:
+        await websocket.accept()
+        await websocket.send_text(who)  # what the endpoint let through of `?who=`
+        await websocket.close()
+
+    async def serve_asker(self, websocket: WebSocket) -> None:
+        await websocket.accept()
+        await websocket.close()
+
+    def console_login(self) -> str:
+        if self.console_off:
+            raise RuntimeError("the web console is off in this workspace ([endpoints] console = false)")
+        return "http://127.0.0.1:1/login?token=t"
+
 
 @pytest.fixture
 def target(tmp_path: Path) -> SmallWorkspace:
@@ -143,6 +159,7 @@ def test_the_status_is_served_as_its_model_with_the_keys_scripts_read(
         "error": None,
         "parsers": [],
         "parser_errors": [],
+        "location": None,
     }
 
 
@@ -242,3 +259,21 @@ async def test_the_control_client_reads_every_answer_as_its_model(target: SmallW
             await server.stop()
     assert target.shutdown_requested
     assert json.loads(state.model_dump_json())["control_socket"] == str(socket)
+
+
+def test_a_console_login_link_is_served_and_a_console_that_is_off_is_one_line(
+    client: TestClient, target: SmallWorkspace
+) -> None:
+    assert client.post("/console/login").json() == {"url": "http://127.0.0.1:1/login?token=t"}
+    target.console_off = True
+    response = client.post("/console/login")
+    assert response.status_code == 409
+    assert response.json() == {
+        "error": "the web console is off in this workspace ([endpoints] console = false)"
+    }
+
+
+def test_an_approvers_name_reaches_the_workspace_as_one_short_printable_line(client: TestClient) -> None:
+    with client.websocket_connect("/approvers?who=" + "alice%1b[2J%0aon pts/3" + "x" * 200) as websocket:
+        who = websocket.receive_text()
+    assert who.startswith("alice[2Jon pts/3") and len(who) == 80

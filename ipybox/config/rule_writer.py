@@ -1,0 +1,575 @@
+"""`write_answer_rule()`: a person's `always` answer to an `ask`, written into `ipybox.toml` as a rule.
+
+The rule is appended after the last `[[approval.rules]]` table (before any comment that introduces what
+follows it), with a comment saying who added it, when and why; everything else in the file stays byte for
+byte as it was. It is the narrowest rule that decides the call as answered and covers nothing the asking
+rule did not ask about:
+
+```toml
+# Added by console (root) on 2026-11-24 07:00 UTC: always allow filesystem.write_file (asked by rule 'ask-for-writes').
+[[approval.rules]]
+id = "always-allow-filesystem-write_file"
+server = "filesystem"
+tool = "write_file"
+args = { path = { glob = "out/**" } }
+decision = "allow"
+priority = 11
+match = [{ server = "filesystem", tool = "write_file", args = { path = "out/report.md", content = "# Report" } }]
+```
+
+- `server` and `tool` are the call's names, with fnmatch's `*?[` escaped so they match only themselves;
+- the asking rule's own `args` and `annotations` conditions are copied, and `priority` is one above it
+  (0 when the policy's default asked), so the rule outranks the rule that asked and nothing else decides
+  differently than before for calls that rule did not ask about;
+- `match` is the call itself (arguments redacted; long strings that no condition tests folded to 200
+  characters), so the loader checks on every load that the rule does what it was written for.
+
+Contract: the file is replaced atomically (a temporary file in the same directory, fsync, rename, the
+directory fsync-ed; the file's mode kept) and only if it loads afterwards with the real loader
+(`load_config`, environment and `.env` included) and the new rule then decides the call. Nothing is
+written, and `RuleWriteError` says why and what to do instead, when: `ipybox.toml` is a symlink or not a
+regular file; it does not load now, or would not with the rule (the loader's `file:line:col` reason); the
+asking rule is not in the file as it is in effect (the rules come from the environment, or the file
+changed since the ask); an allow rule would outrank a `deny` rule that applies to the same tool names (a
+deny at the asking rule's priority, or below 0 when the default asked), which the asking rule had no say
+over; or the file changed while the rule was written, twice (the first time it is read again and the
+rule written anew). A change that lands between the last comparison and the rename (microseconds) is
+not detected: editors replace the file whole too, so one of the two versions wins intact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import secrets
+import stat
+import threading
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import tomlkit
+from pydantic import ValidationError
+from tomlkit.items import AoT, Comment, InlineTable, Item, Table, Trivia, Whitespace
+
+from ipybox.config.errors import ConfigError, ConfigProblem
+from ipybox.config.loading import CONFIG_FILE, MAX_CONFIG_CHARS, load_config
+from ipybox.config.workspace_config import WorkspaceConfig
+from ipybox.errors import IpyboxError
+from ipybox.rules import SHELL_SERVER, ApprovalPolicy, Rule, ToolCall, Verdict
+from ipybox.rules.engine import rule_id
+from ipybox.rules.matching import RuleMatcher, compile_globs
+from ipybox.rules.tool_annotations import ANNOTATION_DEFAULTS
+
+__all__ = ["RuleWriteError", "WrittenRule", "write_answer_rule"]
+
+FOLD_CHARS: Final = 200
+"""Strings in the `match` example longer than this are cut to it (unless a condition tests them)."""
+
+# Two answers at once must not both read the file and each write it without the other's rule.
+_WRITE_LOCK: Final = threading.Lock()
+_ID_CHARS: Final = re.compile(r"[^A-Za-z0-9_.-]+")
+_GLOB_SPECIALS: Final = re.compile(r"[*?\[]")
+# TOML comments may hold tab but no other control character; line separators would read as breaks.
+_NOT_IN_COMMENT: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
+_INDEX_ID: Final = re.compile(r"rules\[(\d+)\]")
+_ANYWAY: Final = 'answering "once" or "for this session" still works'
+_ANYWAY_SENTENCE: Final = _ANYWAY[0].upper() + _ANYWAY[1:] + "."
+
+
+@dataclass(frozen=True)
+class WrittenRule:
+    """The rule `write_answer_rule` added to `ipybox.toml`.
+
+    Attributes:
+        id: The rule's id.
+        decision: `allow` or `deny`.
+        priority: The rule's priority.
+        text: The TOML added: the comment line and the `[[approval.rules]]` table.
+        line: The 1-based line of its `[[approval.rules]]` header in the file.
+    """
+
+    id: str
+    decision: Literal["allow", "deny"]
+    priority: int
+    text: str
+    line: int
+
+
+class RuleWriteError(IpyboxError, ValueError):
+    """An `always` answer could not be written into `ipybox.toml` as a rule; nothing was written.
+
+    `str(error)` says why and what to do instead (answering once or for the session still works).
+    """
+
+
+class _FileChanged(Exception):
+    """The file changed between reading it and replacing it."""
+
+
+def write_answer_rule(
+    config_path: Path,
+    call: ToolCall,
+    *,
+    accept: bool,
+    asked_by: str | None,
+    by: str,
+    when: datetime | None = None,
+    redact: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None,
+) -> WrittenRule:
+    """Add a rule to `ipybox.toml` that decides `call` (and calls like it) as a person answered.
+
+    Args:
+        config_path: The workspace's `ipybox.toml` (or the workspace directory).
+        call: The call that was asked about.
+        accept: `True` writes an allow rule, `False` a deny rule.
+        asked_by: The rule that asked (`Verdict.rule_id`: an id, or `rules[<index>]`), `None` when the
+            policy's default asked.
+        by: Who answered, for the comment (`console (root)`).
+        when: When they answered (default: now); naive means UTC.
+        redact: Applied to the call's arguments before they are written as the rule's `match` example
+            (`AuditLog.redact`), so secrets stay out of the file.
+
+    Returns:
+        What was written, and where.
+
+    Raises:
+        RuleWriteError: The rule was not written; the message says why and what to do instead.
+    """
+    path = Path(config_path)
+    if path.is_dir():
+        path = path / CONFIG_FILE
+    when = datetime.now(UTC) if when is None else when
+    when = (when.replace(tzinfo=UTC) if when.tzinfo is None else when).astimezone(UTC)
+    request = _Request(path, call, "allow" if accept else "deny", asked_by, by, when, redact)
+    with _WRITE_LOCK:
+        for _ in range(2):
+            try:
+                return _write(request)
+            except _FileChanged:
+                continue
+            except OSError as e:  # the directory is gone or not writable, the disk is full...
+                raise request.refuse(f"it could not be written ({e.strerror or e})") from None
+    raise request.refuse(
+        f"it changed while the rule was being written, twice (is it being edited?); answer again once it "
+        f"is saved. {_ANYWAY_SENTENCE}"
+    )
+
+
+@dataclass(frozen=True)
+class _Request:
+    path: Path
+    call: ToolCall
+    decision: Literal["allow", "deny"]
+    asked_by: str | None
+    by: str
+    when: datetime
+    redact: Callable[[Mapping[str, Any]], dict[str, Any]] | None
+
+    def refuse(self, why: str) -> RuleWriteError:
+        return RuleWriteError(f"no rule was written into {self.path}: {why}")
+
+
+def _write(request: _Request) -> WrittenRule:
+    path = request.path
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        original, info = _read(dir_fd, request)
+        try:
+            current = load_config(path)
+        except ConfigError as e:
+            raise request.refuse(f"it does not load as it is; fix it, then answer again:\n{e}") from None
+        if _read(dir_fd, request)[0] != original:
+            raise _FileChanged
+        text = original.decode("utf-8")  # the loader read it as UTF-8
+        data = tomllib.loads(text)
+        policy = current.approval
+        asking, written = _asking_rule(request, policy, data)
+        if request.decision == "allow":
+            _refuse_outranking_a_deny(request, policy, asking)
+        new_id = _unique_id(request, policy, data)
+        priority = asking.priority + 1 if asking is not None else 0
+        block = _rule_block(request, written, new_id, priority)
+        new_text, added, line = _insert(request, text, block)
+        _replace(dir_fd, request, info, original, new_text.encode("utf-8"), new_id)
+        return WrittenRule(new_id, request.decision, priority, added, line)
+    finally:
+        os.close(dir_fd)
+
+
+def _read(dir_fd: int, request: _Request) -> tuple[bytes, os.stat_result]:
+    """The file's bytes, read without following a symlink or blocking on a FIFO."""
+    try:
+        fd = os.open(
+            request.path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    except FileNotFoundError:
+        raise request.refuse("there is no such file (was the workspace moved?)") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise request.refuse(
+                f"it is a symlink, and ipybox does not write through one (something in the workspace may "
+                f"have planted it); replace it with the file itself, or add the rule by hand. {_ANYWAY_SENTENCE}"
+            ) from None
+        raise request.refuse(f"it cannot be read ({e.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise request.refuse(f"it is not a regular file ({CONFIG_FILE} must be a text file)")
+        with os.fdopen(os.dup(fd), "rb") as file:
+            data = file.read(4 * MAX_CONFIG_CHARS + 1)  # the loader refuses longer files anyway
+    finally:
+        os.close(fd)
+    return data, info
+
+
+def _asking_rule(
+    request: _Request, policy: ApprovalPolicy, data: Mapping[str, Any]
+) -> tuple[Rule | None, Mapping[str, Any]]:
+    """The rule that asked as it is in effect, and its table as the file writes it (`None` and `{}`: the
+    default asked)."""
+    name = request.asked_by
+    if name is None:
+        return None, {}
+    index = next((i for i, rule in enumerate(policy.rules) if rule_id(rule, i) == name), None)
+    if index is None:
+        raise request.refuse(
+            f"the rule that asked, {name!r}, is not among the rules in effect (the file changed since "
+            f"the call was asked about?); {_ANYWAY}"
+        )
+    rule = policy.rules[index]
+    if rule.decision != "ask" or not RuleMatcher(rule, name).applies(request.call):
+        now = "no longer applies to this call" if rule.decision == "ask" else f"now decides {rule.decision}"
+        raise request.refuse(
+            f"rule {name!r} {now} (the file changed since the call was asked about); answer the call "
+            "again if it is asked again"
+        )
+    approval = data.get("approval")
+    written = approval.get("rules") if isinstance(approval, dict) else None
+    in_file: Any = None
+    if isinstance(written, list):
+        by_index = _INDEX_ID.fullmatch(name)
+        if by_index is not None:
+            position = int(by_index.group(1))
+            if (
+                position < len(written)
+                and isinstance(written[position], dict)
+                and "id" not in written[position]
+            ):
+                in_file = written[position]
+        else:
+            in_file = next((r for r in written if isinstance(r, dict) and r.get("id") == name), None)
+    try:
+        same = in_file is not None and Rule.model_validate(in_file) == rule
+    except ValidationError:
+        same = False
+    if not same:
+        raise request.refuse(
+            f"the rule that asked, {name!r}, is not written in it as it is in effect: the rules in effect "
+            "come from the environment (an IPYBOX_APPROVAL__RULES variable, or the workspace's .env), so "
+            f"a rule added to the file would not take effect. Add the rule where the rules are set; {_ANYWAY}"
+        )
+    return rule, in_file
+
+
+def _names(globs: str | Sequence[str]) -> list[str]:
+    return [globs] if isinstance(globs, str) else list(globs)
+
+
+def _refuse_outranking_a_deny(request: _Request, policy: ApprovalPolicy, asking: Rule | None) -> None:
+    """An allow rule one above the asking rule would also outrank the deny rules at its priority (at equal
+    priority deny beat the ask), which may apply to other calls of the tool."""
+    call = request.call
+    for index, rule in enumerate(policy.rules):
+        if rule.decision != "deny":
+            continue
+        if (rule.priority != asking.priority) if asking is not None else (rule.priority >= 0):
+            continue
+        servers, tools = compile_globs(_names(rule.server)), compile_globs(_names(rule.tool))
+        # `None`: the globs match every name.
+        if (servers is None or servers(call.server)) and (tools is None or tools(call.tool)):
+            new_priority = asking.priority + 1 if asking is not None else 0
+            raise request.refuse(
+                f"rule {rule_id(rule, index)!r} denies {call.server}.{call.tool} calls at priority "
+                f"{rule.priority}, and an allow rule at priority {new_priority} would outrank it. "
+                '"Allow once" and "allow for this session" still work; to always allow, edit the rules '
+                "by hand."
+            )
+
+
+def _unique_id(request: _Request, policy: ApprovalPolicy, data: Mapping[str, Any]) -> str:
+    """`always-<decision>-<server>-<tool>` (with characters other than letters, digits and `_.-` as `-`),
+    numbered from `-2` if a rule in effect or in the file has it."""
+    call = request.call
+    parts = [_ID_CHARS.sub("-", name).strip("-")[:60] or "x" for name in (call.server, call.tool)]
+    base = f"always-{request.decision}-{parts[0]}-{parts[1]}"
+    approval = data.get("approval")
+    written = approval.get("rules") if isinstance(approval, dict) else None
+    taken = {rule.id for rule in policy.rules} | {
+        r.get("id") for r in (written if isinstance(written, list) else []) if isinstance(r, dict)
+    }
+    candidate, number = base, 1
+    while candidate in taken:
+        number += 1
+        candidate = f"{base}-{number}"
+    return candidate
+
+
+def _literal_glob(name: str) -> str:
+    """A glob that matches exactly `name`: fnmatch's specials each in a character class of its own."""
+    return _GLOB_SPECIALS.sub(lambda m: f"[{m.group()}]", name)
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    text = _NOT_IN_COMMENT.sub(" ", text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _rule_block(request: _Request, asking: Mapping[str, Any], new_id: str, priority: int) -> str:
+    """The comment line and the `[[approval.rules]]` table, as tomlkit renders them; `asking` is the
+    asking rule's table as the file has it (its conditions are copied as written there)."""
+    call = request.call
+    asked = (
+        f"asked by rule {request.asked_by!r}"
+        if request.asked_by is not None
+        else "asked by the default decision"
+    )
+    comment = _one_line(
+        f"Added by {request.by} on {request.when:%Y-%m-%d %H:%M} UTC: always {request.decision} "
+        f"{_one_line(call.server, 80)}.{_one_line(call.tool, 80)} ({asked}).",
+        limit=400,
+    )
+    conditions = {key: asking[key] for key in ("args", "annotations") if asking.get(key)}
+    tested = [tuple(path.split(".")) for path in conditions.get("args", {})]
+    args = request.redact(call.args) if request.redact is not None else dict(call.args)
+    example: dict[str, Any] = {"server": call.server, "tool": call.tool}
+    written_args = _example_args(request, args, tested)
+    if written_args:
+        example["args"] = written_args
+    annotations = {
+        k: v for k, v in call.annotations.items() if k in ANNOTATION_DEFAULTS and isinstance(v, bool)
+    }
+    if annotations:
+        example["annotations"] = annotations
+
+    table = tomlkit.table()
+    table.add("id", new_id)
+    table.add("server", _value(_literal_glob(call.server)))
+    table.add("tool", _value(_literal_glob(call.tool)))
+    for key, value in conditions.items():
+        table.add(key, _value(value))
+    table.add("decision", request.decision)
+    table.add("priority", priority)
+    table.add("match", _value([example]))
+    rules = tomlkit.aot()
+    rules.append(table)
+    approval = tomlkit.table(is_super_table=True)
+    approval.append("rules", rules)
+    document = tomlkit.document()
+    document.append("approval", approval)
+    return f"# {comment}\n{document.as_string()}"
+
+
+def _tested(path: tuple[str, ...], tested: list[tuple[str, ...]]) -> bool:
+    """Whether a condition tests the value at `path` or something inside or around it."""
+    return any(path[: len(t)] == t or t[: len(path)] == path for t in tested)
+
+
+def _example_args(
+    request: _Request, args: Mapping[str, Any], tested: list[tuple[str, ...]]
+) -> dict[str, Any]:
+    def example(value: Any, path: tuple[str, ...]) -> Any:
+        if isinstance(value, str):
+            if len(value) > FOLD_CHARS and not _tested(path, tested):
+                return value[: FOLD_CHARS - 3] + "..."
+            return value
+        if isinstance(value, Mapping):
+            out = {}
+            for key, item in value.items():
+                inner = (*path, str(key))
+                if item is not None:
+                    out[str(key)] = example(item, inner)
+                elif _tested(inner, tested):
+                    raise request.refuse(
+                        f"the call's argument {'.'.join(inner)!r} is null, which TOML cannot hold, and the "
+                        f"rule that asked tests it; add the rule by hand. {_ANYWAY_SENTENCE}"
+                    )
+                # else: no condition looks at it, so leaving it out of the example changes nothing
+            return out
+        if isinstance(value, list | tuple):
+            if None in value and _tested(path, tested):
+                raise request.refuse(
+                    f"the call's argument {'.'.join(path)!r} holds a null, which TOML cannot hold, and "
+                    f"the rule that asked tests it; add the rule by hand. {_ANYWAY_SENTENCE}"
+                )
+            return [example(item, path) for item in value if item is not None]
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        return str(value)
+
+    written: dict[str, Any] = example(args, ())
+    return written
+
+
+def _value(value: Any) -> Item:
+    """`value` as a tomlkit item, inline tables written `{ a = 1 }` as ipybox.toml.example does, and
+    strings with backslashes (regexes) as literal strings when they can be."""
+    if isinstance(value, Mapping):
+        table = tomlkit.inline_table()
+        for key, item in value.items():
+            table.append(str(key), _value(item))
+        if value:
+            table.value.body[0][1].trivia.indent = " "
+            table.append(None, Whitespace(" "))
+        return table
+    if isinstance(value, list | tuple):
+        array = tomlkit.array()
+        for item in value:
+            array.append(_value(item))
+        return array
+    if isinstance(value, str) and "\\" in value and "'" not in value and not _NOT_IN_COMMENT.search(value):
+        return tomlkit.string(value, literal=True)
+    scalar: Item = tomlkit.item(value)
+    return scalar
+
+
+def _insert(request: _Request, text: str, block: str) -> tuple[str, str, int]:
+    """`text` with `block` after the last `[[approval.rules]]` table, before the comments that introduce
+    whatever follows it; and the block as added, and the line of its header."""
+    document = tomlkit.parse(text)
+    approval = document.get("approval")
+    if approval is None:
+        offset = len(text)
+    else:
+        rules = approval.get("rules") if isinstance(approval, Mapping) else None
+        if isinstance(approval, InlineTable) or (rules is not None and not isinstance(rules, AoT)):
+            raise request.refuse(
+                "its rules are written inline (`approval = { ... }` or `rules = [ ... ]`), and ipybox adds "
+                f"a rule as an [[approval.rules]] table; write them as [[approval.rules]] tables, or add "
+                f"the rule by hand. {_ANYWAY_SENTENCE}"
+            )
+        last: Any = rules.body[-1] if rules is not None and rules.body else approval
+        found = _end_of(document, text, _tail(last)) if isinstance(last, Table) else None
+        if found is None:
+            raise request.refuse(
+                f"ipybox cannot tell where its [approval] rules end; add the rule by hand. {_ANYWAY_SENTENCE}"
+            )
+        offset = found
+    newline = "\r\n" if text.count("\r\n") * 2 > text.count("\n") else "\n"  # as the file has them
+    block = block.replace("\n", newline)
+    before, after = text[:offset], text[offset:]
+    lead = "" if not before or before.endswith("\n") else newline
+    if before and not (before + lead).endswith(newline * 2):
+        lead += newline  # a blank line between the rule before and the new one
+    trail = newline if after else ""
+    new_text = before + lead + block + trail + after
+    line = (before + lead).count("\n") + 2  # the header is the line after the comment
+    return new_text, block, line
+
+
+def _tail(table: Table) -> Table:
+    """The table whose body the text of `table` ends with: its last sub-table's, if it has one."""
+    while True:
+        keyed = [item for key, item in table.value.body if key is not None]
+        if keyed and isinstance(keyed[-1], Table):
+            table = keyed[-1]
+        elif keyed and isinstance(keyed[-1], AoT) and keyed[-1].body:
+            table = keyed[-1].body[-1]
+        else:
+            return table
+
+
+def _end_of(document: tomlkit.TOMLDocument, text: str, table: Table) -> int | None:
+    """Where the text of `table` ends: before the comments (and blank lines between them) at its end,
+    which tomlkit keeps with the table but which introduce whatever comes next. `None`: not found."""
+    body = table.value.body
+    split = len(body)
+    while split and body[split - 1][0] is None and isinstance(body[split - 1][1], Whitespace | Comment):
+        split -= 1
+    while split < len(body) and isinstance(body[split][1], Whitespace):
+        split += 1  # blank lines right after the table's last value stay with it
+    marker = f"# ipybox-insertion-point-{secrets.token_hex(16)}"
+    body.insert(split, (None, Comment(Trivia(comment=marker, trail="\n"))))
+    rendered = document.as_string()
+    offset = rendered.find(marker + "\n")
+    if offset < 0 or rendered[:offset] + rendered[offset + len(marker) + 1 :] != text:
+        return None  # tomlkit placed it elsewhere: a layout it does not keep apart
+    return offset
+
+
+def _decide(policy: ApprovalPolicy, call: ToolCall) -> Verdict:
+    """The verdict as the workspace's approver reaches it: for a shell command, allow rules count only if
+    their `server` names `shell` itself (as `ipybox.approval.rule_approver` decides)."""
+    if call.server != SHELL_SERVER:
+        return policy.decide(call)
+    rules = [
+        rule
+        if rule.decision != "allow" or SHELL_SERVER in _names(rule.server)
+        else rule.model_copy(update={"server": []})
+        for rule in policy.rules
+    ]
+    return ApprovalPolicy.model_construct(default=policy.default, rules=rules).decide(call)
+
+
+def _replace(
+    dir_fd: int, request: _Request, info: os.stat_result, original: bytes, data: bytes, new_id: str
+) -> None:
+    """Replace the file with `data` if it loads and the new rule decides the call, and the file is still
+    `original`; atomically, keeping its mode (and owner, where allowed)."""
+    name = request.path.name
+    temp = f".{name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(
+        temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+    )
+    try:
+        try:
+            os.fchmod(fd, stat.S_IMODE(info.st_mode))
+            if (info.st_uid, info.st_gid) != (os.geteuid(), os.getegid()):
+                # Only root may give a file away; otherwise it is ours from now on.
+                with contextlib.suppress(PermissionError):
+                    os.fchown(fd, info.st_uid, info.st_gid)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _check(request, request.path.parent / temp, new_id)
+        if _read(dir_fd, request)[0] != original:
+            raise _FileChanged
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=dir_fd)
+        raise
+    # The rule is in place; a failure here leaves only whether the rename survives a crash in doubt.
+    with contextlib.suppress(OSError):
+        os.fsync(dir_fd)
+
+
+def _check(request: _Request, temp: Path, new_id: str) -> None:
+    """Load the new file as the workspace will, and check that the new rule decides the call."""
+    try:
+        config: WorkspaceConfig = load_config(temp)
+    except ConfigError as e:
+        problems = [
+            ConfigProblem(
+                str(request.path) if p.source == str(temp) else p.source, p.line, p.column, p.reason
+            )
+            for p in e.problems
+        ]
+        reason = "\n".join(map(str, problems))
+        raise request.refuse(f"the file would not load with the rule in it:\n{reason}") from None
+    if not any(rule.id == new_id for rule in config.approval.rules):
+        raise request.refuse(
+            "the rule would not take effect: the rules in effect come from the environment (an "
+            f"IPYBOX_APPROVAL__RULES variable, or the workspace's .env); {_ANYWAY}"
+        )
+    verdict = _decide(config.approval, request.call)
+    if (verdict.rule_id, verdict.decision) != (new_id, request.decision):
+        raise request.refuse(f"the rule would not decide this call: {verdict.reason}; {_ANYWAY}")

@@ -1,0 +1,164 @@
+"""A `ConsoleTarget` of the tests' own, built from the real parts the supervisor holds: an `AskBoard`, an
+`ApprovalPolicy` loaded from TOML, an `AuditLog` in a temporary directory and a `WorkspaceStatus`. It
+answers asks on its board (as the workspace's approver does, minus writing `always` rules) and records
+every answer it was given, so tests see what the console passed on."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ipybox.approval.asks import AskAnswer, AskBoard, PendingAsk
+from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict, split_commands
+from ipybox.running.status import (
+    GatewayStatus,
+    MCPServerStatus,
+    PoolStatus,
+    ReconcilerStatus,
+    ToolServerStatus,
+    WorkspaceStatus,
+)
+
+RULES = """
+[approval]
+default = "ask"
+ask_timeout = 90
+
+[[approval.rules]]
+id = "read-only"
+annotations = { readOnlyHint = true }
+decision = "allow"
+
+[[approval.rules]]
+id = "ask-for-writes"
+server = "filesystem"
+tool = "write_*"
+decision = "ask"
+
+[[approval.rules]]
+id = "no-secrets"
+server = "filesystem"
+args = { path = { glob = "secrets/**" } }
+decision = "deny"
+
+[[approval.rules]]
+id = "trusted-writes"
+server = "filesystem"
+tool = "write_file"
+args = { path = { glob = "out/**" } }
+decision = "allow"
+priority = 5
+
+[[approval.rules]]
+server = "shell"
+tool = "ls"
+decision = "allow"
+
+[[approval.rules]]
+id = "no-rm"
+server = "shell"
+tool = "rm"
+decision = "deny"
+"""
+
+WRITE = ToolCall(
+    "filesystem", "write_file", {"path": "notes/a.md", "content": "hello"}, {"destructiveHint": True}
+)
+
+
+def policy_of(text: str = RULES) -> ApprovalPolicy:
+    return ApprovalPolicy.model_validate(tomllib.loads(text)["approval"])
+
+
+def status_of(**changes: object) -> WorkspaceStatus:
+    """A status as a running workspace reports it, with one failed server located in the file."""
+    base = WorkspaceStatus(
+        workspace="/home/me/project",
+        pid=4242,
+        started_at="2026-11-24T07:00:00Z",
+        uptime_s=3723.0,
+        sandbox=True,
+        gateway=GatewayStatus(running=True, pid=4243),
+        tool_server=ToolServerStatus(running=True),
+        pool=PoolStatus(size=2, idle=1, leased=1),
+        leases=1,
+        kernel_generation=3,
+        restarts={"gateway": 1},
+        reconciler=ReconcilerStatus(
+            generation=7,
+            servers={
+                "filesystem": MCPServerStatus(
+                    state="ready", tools=14, generation=7, location="ipybox.toml:4:1"
+                ),
+                "broken": MCPServerStatus(
+                    state="failed",
+                    error="could not start: npx: command not found",
+                    location="ipybox.toml:12:1",
+                    parser_errors=["mcpparse/broken/x.py:3:1: SyntaxError"],
+                ),
+            },
+        ),
+        state_dir="/home/me/project/.ipybox",
+        mcp="http://127.0.0.1:8123/mcp",
+        console="http://127.0.0.1:8124/",
+    )
+    return base.model_copy(update=changes)
+
+
+@dataclass
+class WorkspaceTarget:
+    """The console's target in the tests (see the module docstring).
+
+    Attributes:
+        refusal: When set, `answer` refuses with it (as an `always` rule that would not load is refused).
+        answers: Every `(ask_id, answer)` the console passed on, in order.
+    """
+
+    directory: Path
+    board: AskBoard = field(default_factory=AskBoard)
+    policy: ApprovalPolicy = field(default_factory=policy_of)
+    refusal: str | None = None
+    answers: list[tuple[str, AskAnswer]] = field(default_factory=list)
+    workspace_status: WorkspaceStatus = field(default_factory=status_of)
+
+    def __post_init__(self) -> None:
+        self.audit = AuditLog(self.directory / ".ipybox" / "audit.jsonl")
+        self.config_path = self.directory / "ipybox.toml"
+
+    def status(self) -> WorkspaceStatus:
+        return self.workspace_status.model_copy(update={"pending_asks": len(self.board.pending)})
+
+    def explain(self, call: ToolCall) -> list[tuple[ToolCall, Verdict]]:
+        if call.server == "shell":
+            commands = [
+                ToolCall("shell", command.program, {"cmd": command.text})
+                for command in split_commands(str(call.args.get("cmd", "")))
+            ]
+            return [(command, self.policy.decide(command)) for command in commands]
+        return [(call, self.policy.decide(call))]
+
+    async def answer(self, ask_id: str, answer: AskAnswer) -> str | None:
+        self.answers.append((ask_id, answer))
+        if self.refusal is not None:
+            return self.refusal
+        if self.board.answer(ask_id, answer):
+            return None
+        closed, first = self.board.closed_answer(ask_id)
+        if closed and first is not None:
+            return f"already {first.describe()}"
+        return "this ask is not pending any more"
+
+    def ask(
+        self, call: ToolCall = WRITE, *, timeout: float | None = 90, subject: str | None = None
+    ) -> PendingAsk:
+        """Open an ask as the workspace's approver does (call from the board's event loop)."""
+        return self.board.open(
+            call,
+            self.policy.decide(call),
+            asked_of="console",
+            routes=("console", "terminal"),
+            session="0123456789abcdef",
+            subject=subject,
+            timeout=timeout,
+        )

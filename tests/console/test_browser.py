@@ -1,0 +1,288 @@
+"""The console in a real headless browser: Debian's chromium driven by Playwright, against a
+`ConsoleEndpoint` on loopback whose board the tests open asks on (from this event loop, as the
+workspace's approver does). Login, a live ask appearing and answered without a reload, answers from
+elsewhere withdrawing it, the audit filters, the rules form, and a foreign page's POST refused. Each page's
+screenshot is saved to `.cache/screenshots/console-*.png`.
+
+The latencies printed (`-s`) are measured with the browser's own clock against this process's (same
+machine): from the ask opened on the board to its card in the page, and from the click to the answer
+reaching the target.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, Page, Request
+from starlette.applications import Starlette
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
+
+from ipybox.approval.asks import AskAnswer
+from ipybox.asgi_server import EmbeddedServer
+from ipybox.console.endpoint import ConsoleEndpoint
+from ipybox.rules import ToolCall, Verdict
+from tests.console.conftest import screenshot
+from tests.console.targets import WorkspaceTarget
+
+pytestmark = pytest.mark.integration
+
+# Records, with the browser's clock, when each ask's card appears and when a button is clicked.
+WATCH = """() => {
+  window.__seen = {}; window.__clicks = [];
+  new MutationObserver(() => {
+    document.querySelectorAll('#asks .ask').forEach((card) => {
+      window.__seen[card.dataset.askId] ??= Date.now();
+    });
+  }).observe(document.body, {childList: true, subtree: true});
+  document.addEventListener('click', () => window.__clicks.push(Date.now()), true);
+  window.__notReloaded = true;
+}"""
+
+
+class TimedTarget(WorkspaceTarget):
+    """Notes when each answer reached it (ms since the epoch, the browser's clock)."""
+
+    answered_at: list[float]
+
+    async def answer(self, ask_id: str, answer: AskAnswer) -> str | None:
+        self.answered_at.append(time.time() * 1000)
+        return await super().answer(ask_id, answer)
+
+
+@pytest.fixture
+async def target(tmp_path: Path) -> TimedTarget:
+    target = TimedTarget(tmp_path)
+    target.answered_at = []
+    return target
+
+
+@pytest.fixture
+async def console(target: TimedTarget) -> AsyncIterator[ConsoleEndpoint]:
+    async with ConsoleEndpoint(target, user="tester") as console:
+        yield console
+
+
+@pytest.fixture
+async def page(browser_process: Browser, console: ConsoleEndpoint) -> AsyncIterator[Page]:
+    """A fresh browser profile, logged in with a login link, on the overview."""
+    context = await browser_process.new_context(viewport={"width": 1280, "height": 900})
+    page = await context.new_page()
+    await page.goto(console.login_url())
+    await page.wait_for_url(console.url or "")
+    await page.wait_for_selector('#live[data-state="on"]')
+    try:
+        yield page
+    finally:
+        await context.close()
+
+
+async def open_asks_page(page: Page) -> None:
+    await page.click("#nav-asks")
+    await page.wait_for_selector('#live[data-state="on"]')
+    await page.evaluate(WATCH)
+
+
+async def test_the_login_link_leads_to_the_overview_and_works_once(
+    browser_process: Browser, page: Page, console: ConsoleEndpoint, target: TimedTarget
+) -> None:
+    assert page.url == console.url  # the token left the address bar
+    assert await page.text_content("#workspace h1") == "/home/me/project"
+    assert await page.text_content('tr[data-server="broken"] td:nth-child(4)') == "ipybox.toml:12:1"
+    assert target.board.people("console") == 1  # the open page can answer
+    await screenshot(page, "overview")
+    link = console.login_url()
+    await page.goto(link)
+    other = await browser_process.new_context()
+    try:
+        second = await other.new_page()
+        response = await second.goto(link)  # spent by the first page
+        assert response is not None and response.status == 401
+        assert "ipybox console DIR" in (await second.text_content("#message") or "")
+        response = await second.goto(console.url or "")
+        assert response is not None and response.status == 401
+    finally:
+        await other.close()
+
+
+async def test_a_live_ask_appears_without_a_reload_and_allow_once_answers_it(
+    page: Page, console: ConsoleEndpoint, target: TimedTarget
+) -> None:
+    await open_asks_page(page)
+    opened_at = time.time() * 1000
+    ask = target.ask(
+        ToolCall(
+            "filesystem",
+            "write_file",
+            {"path": "notes/plan.md", "content": "# Plan\n\n" + "- step\n" * 40},
+            {"destructiveHint": True, "readOnlyHint": False},
+        )
+    )
+    card = page.locator(f'[data-ask-id="{ask.id}"]')
+    await card.wait_for()
+    appeared_at = await page.evaluate(f"window.__seen[{ask.id!r}]")
+    assert await page.text_content("#pending-count") == "1"
+    await screenshot(page, "asks")
+    posts: list[Request] = []
+    page.on("request", lambda request: posts.append(request) if request.method == "POST" else None)
+    await card.locator('[data-action="allow-once"]').click()
+    note = page.locator(f'.ask-note[data-closed-ask-id="{ask.id}"]')
+    await note.wait_for()
+    assert await note.text_content() == "filesystem.write_file: allowed once by console (tester)"
+    assert await card.count() == 0
+    assert await page.evaluate("window.__notReloaded") is True
+    assert target.answers == [(ask.id, AskAnswer(True, "once", "console", "console (tester)"))]
+    # The page's own Origin, which the console requires (under `Referrer-Policy: no-referrer` it is "null").
+    assert [(await post.all_headers()).get("origin") for post in posts] == [(console.url or "").rstrip("/")]
+    clicked_at = (await page.evaluate("window.__clicks"))[-1]
+    print(
+        f"\nconsole latency: ask opened -> card shown {appeared_at - opened_at:.1f} ms; "
+        f"click -> answer at the target {target.answered_at[-1] - clicked_at:.1f} ms"
+    )
+
+
+@pytest.mark.parametrize(
+    ("action", "accept", "scope"), [("allow-always", True, "always"), ("deny-session", False, "session")]
+)
+async def test_each_button_passes_its_scope(
+    page: Page, target: TimedTarget, action: str, accept: bool, scope: str
+) -> None:
+    await open_asks_page(page)
+    ask = target.ask()
+    await page.locator(f'[data-ask-id="{ask.id}"] [data-action="{action}"]').click()
+    await page.locator(f'.ask-note[data-closed-ask-id="{ask.id}"]').wait_for()
+    assert target.answers == [(ask.id, AskAnswer(accept, scope, "console", "console (tester)"))]  # type: ignore[arg-type]
+
+
+async def test_an_ask_answered_elsewhere_or_timed_out_leaves_the_page_with_a_note(
+    page: Page, target: TimedTarget
+) -> None:
+    await open_asks_page(page)
+    answered, expired = target.ask(), target.ask(timeout=1)
+    await page.locator(f'[data-ask-id="{expired.id}"]').wait_for()
+    target.board.answer(
+        answered.id, AskAnswer(False, "session", "terminal", "terminal (alice on /dev/pts/3)")
+    )
+    target.board.close(expired, why="no answer within 1 s")
+    notes = page.locator(".ask-note")
+    await page.locator(f'.ask-note[data-closed-ask-id="{expired.id}"]').wait_for()
+    assert await notes.all_text_contents() == [
+        "filesystem.write_file: withdrawn: no answer within 1 s",
+        "filesystem.write_file: denied for this session by terminal (alice on /dev/pts/3)",
+    ]
+    assert await page.locator("#asks .ask").count() == 0
+    assert await page.is_visible("#no-asks")
+
+
+async def test_a_refused_always_answer_is_shown_on_the_ask_which_stays(
+    page: Page, target: TimedTarget
+) -> None:
+    await open_asks_page(page)
+    ask = target.ask()
+    target.refusal = "ipybox.toml would not load with that rule: ipybox.toml:41:1: ..."
+    card = page.locator(f'[data-ask-id="{ask.id}"]')
+    await card.locator('[data-action="allow-always"]').click()
+    error = card.locator(".ask-error")
+    await error.wait_for()
+    assert await error.text_content() == target.refusal
+    assert await card.locator('[data-action="allow-once"]').is_enabled()
+
+
+async def test_answering_works_without_javascript(
+    browser_process: Browser, console: ConsoleEndpoint, target: TimedTarget
+) -> None:
+    context = await browser_process.new_context(java_script_enabled=False)
+    try:
+        page = await context.new_page()
+        await page.goto(console.login_url())
+        await page.wait_for_url(console.url or "")  # the refresh needs no script
+        await page.goto(f"{console.url}asks")
+        ask = target.ask()
+        await page.reload()
+        await page.locator(f'[data-ask-id="{ask.id}"] [data-action="deny-once"]').click()
+        await page.wait_for_url(f"{console.url}asks")
+        assert await page.text_content(".flash") == "filesystem.write_file: denied once by console (tester)."
+        assert target.answers == [(ask.id, AskAnswer(False, "once", "console", "console (tester)"))]
+    finally:
+        await context.close()
+
+
+async def test_the_audit_filters_in_the_browser(page: Page, target: TimedTarget) -> None:
+    for i in range(60):
+        call = ToolCall("filesystem" if i % 2 else "memory", f"tool_{i}", {"i": i, "note": "<b>not bold</b>"})
+        if i % 5 == 0:
+            target.audit.record(
+                call, Verdict("ask", "ask-for-writes", "rule 'ask-for-writes' applies"),
+                answer="allow", decided_by="console", scope="session", by="console (tester)",
+            )  # fmt: skip
+        else:
+            target.audit.record(call, Verdict("deny", "no-secrets", "rule 'no-secrets' applies"))
+    await page.click("#nav-audit")
+    assert await page.locator(".audit-entry").count() == 50
+    await page.click("#audit-older")
+    assert await page.locator(".audit-entry").count() == 10
+    await page.click("#audit-newest")
+    await page.fill('#audit-filters input[name="server"]', "memory")
+    await page.select_option('#audit-filters select[name="decided_by"]', "console")
+    await page.click("#audit-apply")
+    tools = await page.locator(".audit-entry td:nth-child(2)").all_text_contents()
+    assert tools == [f"memory.tool_{i}" for i in (50, 40, 30, 20, 10, 0)]
+    assert await page.locator(".audit-entry td:nth-child(8)").first.text_content() == "console (tester)"
+    await screenshot(page, "audit")
+    await page.fill('#audit-filters input[name="since"]', "yesterday")
+    await page.click("#audit-apply")
+    assert "since: expected an ISO 8601 date" in (await page.text_content("#audit-error") or "")
+
+
+async def test_the_rules_page_explains_a_call_and_a_shell_line(page: Page) -> None:
+    await page.click("#nav-rules")
+    ids = await page.locator(".rule-row").evaluate_all("rows => rows.map(r => r.dataset.ruleId)")
+    assert ids == ["trusted-writes", "no-secrets", "no-rm", "ask-for-writes", "read-only", "rules[4]"]
+    await page.fill("#explain-server", "filesystem")
+    await page.fill("#explain-tool", "write_file")
+    await page.fill("#explain-args", '{"path": "secrets/key.pem"}')
+    await page.click("#explain-submit")
+    verdict = page.locator("#explain-result .verdict")
+    assert await verdict.get_attribute("data-rule-id") == "no-secrets"
+    assert await verdict.get_attribute("data-decision") == "deny"
+    await screenshot(page, "rules")
+    await page.fill("#explain-server", "shell")
+    await page.fill("#explain-tool", "")
+    await page.fill("#explain-args", '{"cmd": "ls && rm -rf build"}')
+    await page.click("#explain-submit")
+    decisions = await page.locator("#explain-result .verdict").evaluate_all(
+        "vs => vs.map(v => v.dataset.decision)"
+    )
+    assert decisions == ["allow", "deny"]
+    await page.fill("#explain-args", "{cmd: ls}")
+    await page.click("#explain-submit")
+    assert (await page.text_content("#explain-error") or "").startswith("args: not valid JSON")
+
+
+async def test_a_foreign_page_on_another_loopback_port_cannot_answer(
+    browser_process: Browser, page: Page, console: ConsoleEndpoint, target: TimedTarget
+) -> None:
+    # Another program's page on 127.0.0.1 is "same-site" (ports do not count), so the strict cookie goes
+    # along: the Origin check and the CSRF token are what refuse it.
+    ask = target.ask()
+
+    async def evil(_: object) -> HTMLResponse:
+        return HTMLResponse(
+            f'<form id="f" method="post" action="{console.url}asks/{ask.id}/answer">'
+            '<input name="accept" value="allow"><input name="scope" value="always"></form>'
+        )
+
+    server = EmbeddedServer(Starlette(routes=[Route("/", evil)]), "evil")
+    await server.start()
+    try:
+        evil_page = await page.context.new_page()
+        await evil_page.goto(f"http://127.0.0.1:{server.port}/")
+        async with evil_page.expect_navigation():
+            await evil_page.evaluate("document.getElementById('f').submit()")
+        assert "another site" in (await evil_page.text_content("#message") or "")
+    finally:
+        await server.stop()
+    assert target.answers == [] and target.board.get(ask.id) is ask
