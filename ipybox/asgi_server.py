@@ -6,14 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import secrets
+import socket
 from collections.abc import Generator
 from pathlib import Path
 
 import uvicorn
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ipybox.errors import IpyboxError
+
+
+class ListenError(IpyboxError, OSError):
+    """An endpoint cannot listen on the address it was given (the port is taken, the address is not this
+    machine's). The message names the endpoint, the address and the system's reason."""
 
 
 class BearerAuth:
@@ -90,7 +99,7 @@ class EmbeddedServer:
 
         Raises:
             RuntimeError: Already running.
-            OSError: The address is taken.
+            ListenError: The address is taken or not this machine's (the system's reason in the message).
         """
         if self._task is not None:
             raise RuntimeError(f"{self.name} is already running")
@@ -104,8 +113,11 @@ class EmbeddedServer:
             lifespan="on" if self.lifespan else "off",
             ws_ping_interval=None,
         )
+        # Bound here rather than by uvicorn, which logs a failed bind and calls `sys.exit`: the caller gets
+        # one error with the system's reason instead.
+        sockets = [self._bind(host, port)] if unix_socket is None else None
         self._server = _Server(config)
-        self._task = asyncio.create_task(self._server.serve(), name=self.name)
+        self._task = asyncio.create_task(self._server.serve(sockets=sockets), name=self.name)
         while not self._server.started:
             if self._task.done():
                 self._task.result()  # raises what stopped it
@@ -115,6 +127,21 @@ class EmbeddedServer:
             os.chmod(unix_socket, 0o600)
         else:
             self.port = self._server.servers[0].sockets[0].getsockname()[1]
+
+    def _bind(self, host: str, port: int) -> socket.socket:
+        # As uvicorn chooses: IPv6 for an address with a colon.
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+        except (OSError, UnicodeError) as e:  # UnicodeError: a host name IDNA cannot encode
+            sock.close()
+            taken = " (another program uses it; choose another port, or 0 for a free one)"
+            hint = taken if getattr(e, "errno", None) == errno.EADDRINUSE else ""
+            raise ListenError(
+                f"{self.name} cannot listen on {host}:{port}: {getattr(e, 'strerror', None) or e}{hint}"
+            ) from None
+        return sock
 
     async def join(self) -> None:
         """Wait until the server stops."""

@@ -10,7 +10,9 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
 
     IpyboxError                          ipybox.errors
     ├── ConfigError                      ipybox.config                       ValueError
+    ├── ListenError                      ipybox.asgi_server                  OSError
     ├── RuleWriteError                   ipybox.config.rule_writer           ValueError
+    ├── ServerWriteError                 ipybox.config.server_writer         ValueError
     ├── SandboxUnavailableError          ipybox.sandbox                      RuntimeError
     ├── SandboxPolicyError               ipybox.sandbox.policy               ValueError
     ├── KernelError                      ipybox.errors

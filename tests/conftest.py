@@ -22,6 +22,25 @@ _STATE_HOME = tempfile.TemporaryDirectory(prefix="ipybox-test-state-", ignore_cl
 os.environ["XDG_STATE_HOME"] = _STATE_HOME.name
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--docker",
+        action="store_true",
+        help="also run the tests marked docker (they need the image scripts/test-docker builds)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The container image is built by hand (scripts/test-docker, which runs these with --docker): without
+    # it they are deselected, neither run nor counted as skipped.
+    if config.getoption("--docker"):
+        return
+    deselected = [item for item in items if item.get_closest_marker("docker") is not None]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item.get_closest_marker("docker") is None]
+
+
 @pytest.fixture(scope="session")
 async def executor(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[CodeExecutor]:
     """One executor for the tests that only need a working kernel (they must not rely on a fresh state)."""

@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 
 from ipybox import __version__
+from ipybox.cli import servers
 from ipybox.cli.mcp_compat import LOG_LEVELS, configure_logging, unused_endpoint_options
 from ipybox.errors import IpyboxError
 
@@ -186,7 +187,7 @@ def _workspace_command(parser: argparse.ArgumentParser, args: argparse.Namespace
     only_running = ("status", "down", "approve", "console")
     keeps_running = args.command in only_running and workspace.is_running(directory)
     if not (directory / "ipybox.toml").is_file() and not keeps_running:
-        parser.error(f"{args.dir} is not a workspace: it has no ipybox.toml (see ipybox.toml.example)")
+        parser.error(f"{args.dir} is not a workspace: it has no ipybox.toml (`ipybox init` writes one)")
     if args.command == "up":
         return workspace.up(directory, detach=args.detach)
     if args.command == "status":
@@ -277,8 +278,31 @@ def _main(argv: list[str] | None) -> int:
         help="MCP tool calls from the code: ask on the terminal (default when the code is an argument and "
         "standard input is a terminal), approve all, or reject all (default otherwise)",
     )
+    init_parser = commands.add_parser(
+        "init", help="write a new workspace's ipybox.toml (and .gitignore) in DIR"
+    )
+    init_parser.add_argument(
+        "dir", nargs="?", type=Path, help="the workspace, created if missing (default: .)"
+    )
+    init_parser.add_argument(
+        "--server",
+        dest="servers",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="write this example server active, not commented out (repeatable)",
+    )
+    init_parser.add_argument("--no-sandbox", action="store_true", help="run kernels unsandboxed")
+    init_parser.add_argument("--force", action="store_true", help="replace an existing ipybox.toml")
+    schema_parser = commands.add_parser(
+        "schema", help="print the path of the installed JSON Schema, for editors"
+    )
+    schema_parser.add_argument(
+        "--sandbox-policy", action="store_true", help="the schema of sandbox policy files instead"
+    )
     doctor = commands.add_parser("doctor", help="report what this machine supports for sandboxing")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    servers.add_commands(commands)
     workspace_commands = {
         "up": "run the workspace in DIR: kernels, tool server, reconciler, endpoints (Ctrl-C stops it)",
         "status": "show what runs in the workspace",
@@ -335,14 +359,30 @@ def _main(argv: list[str] | None) -> int:
                 metavar=kind.__name__.upper(),
                 help="accepted for ipybox 0.9, not used: ipybox listens on private Unix sockets",
             )
+    # `ipybox server add NAME ... -- COMMAND ARGS...`: the command is taken out before argparse sees it.
+    argv, server_command = servers.split_command(sys.argv[1:] if argv is None else list(argv))
     args = parser.parse_args(argv)
     compat_given = any(getattr(args, name, None) not in (None, False) for name in _MCP_OPTION_DESTS)
     if args.command == "mcp" or (args.command is None and compat_given):
         return _mcp(parser, args)
     if args.command in workspace_commands:
         return _workspace_command(parser, args)
+    if args.command in ("init", "schema"):
+        from ipybox.cli import init
+
+        if args.command == "schema":
+            return init.schema(sandbox_policy=args.sandbox_policy)
+        if unknown := init.unknown_servers(args.servers):
+            init_parser.error(init.unknown_servers_message(unknown))
+        shown_as = None if args.dir is None else str(args.dir)
+        directory = args.dir if args.dir is not None else Path(".")
+        return init.init(
+            directory, args.servers, sandbox=not args.no_sandbox, force=args.force, shown_as=shown_as
+        )
     if args.command == "doctor":
         return _doctor(as_json=args.json)
+    if args.command == "server":
+        return servers.run(parser, args, server_command)
     if args.command == "exec":
         if not args.workspace.is_dir():
             parser.error(f"--workspace {args.workspace}: no such directory")

@@ -3,25 +3,40 @@
 `status` and `down` need only the run state and the control endpoint: they work whatever `ipybox.toml`
 holds, or without one. The file names the state directory (`[workspace] state_dir`); when it can't be
 loaded, `.ipybox` is assumed and a "not running" answer says so.
+
+`up` shows its progress on a terminal (`ipybox.cli.progress`): the foreground `up` passes the drawing
+listener to `Supervisor.start`; a detached `up` starts its child with `IPYBOX_PROGRESS=ndjson`, which
+makes the child write each event as a JSON line to its standard output (`logs/up.out`), and the waiting
+command reads the new lines at each poll and draws them (other lines are the child's ordinary output,
+kept for the failure message). The child takes the variable out of its environment before anything
+starts, so no kernel, gateway or MCP server inherits it. Without a terminal, nothing of this happens: the
+output is the endpoint summary alone, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from ipybox.errors import IpyboxError
 
 if TYPE_CHECKING:
+    from ipybox.progress import Progress, ProgressEvent
+    from ipybox.running.state import SupervisorState
     from ipybox.running.status import MCPServerStatus, WorkspaceStatus
 
 EXIT_ERROR = 1
+PROGRESS_ENV = "IPYBOX_PROGRESS"
+"""Set to `ndjson` for the child of a detached `up`: write the start's progress events to stdout."""
 
 
 def _fail(message: str) -> int:
@@ -51,6 +66,8 @@ def up(workspace: Path, detach: bool) -> int:
     background and return once it is up."""
     from ipybox.running.state import NotRunningError, read_state
 
+    # Taken out first: whatever this process starts next inherits its environment.
+    as_ndjson = os.environ.pop(PROGRESS_ENV, None) == "ndjson"
     if (problem := validate_quietly(workspace)) is not None:
         print(problem, file=sys.stderr)
         return EXIT_ERROR
@@ -62,7 +79,7 @@ def up(workspace: Path, detach: bool) -> int:
     if detach:
         return _up_detached(workspace)
     try:
-        return asyncio.run(_up(workspace))
+        return asyncio.run(_up(workspace, as_ndjson))
     except KeyboardInterrupt:
         return 130
 
@@ -77,7 +94,7 @@ def validate_quietly(workspace: Path) -> str | None:
     return None
 
 
-async def _up(workspace: Path) -> int:
+async def _up(workspace: Path, as_ndjson: bool = False) -> int:
     from ipybox.supervisor import Supervisor
 
     # Only IpyboxErrors are the user's to fix (a bad ipybox.toml, already running, no sandbox here);
@@ -88,7 +105,8 @@ async def _up(workspace: Path) -> int:
         return _fail(str(e))
     with supervisor.handle_signals():
         try:
-            await supervisor.start()
+            with _start_progress(as_ndjson) as progress:
+                await supervisor.start(progress=progress)
         except IpyboxError as e:
             return _fail(str(e))
         try:
@@ -101,7 +119,42 @@ async def _up(workspace: Path) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _start_progress(as_ndjson: bool) -> Iterator[Progress | None]:
+    """Where a foreground `up` reports its start: JSON lines on stdout for the detached `up` waiting on
+    it, else drawn on the terminal (if stderr is one)."""
+    from ipybox.cli.progress import progress_on_terminal
+
+    if as_ndjson:
+        yield _ndjson_line
+        return
+    with progress_on_terminal() as progress:
+        yield progress
+    if progress is not None:
+        _log_to_terminal()
+
+
+def _log_to_terminal() -> None:
+    """The log on standard error once the drawing is done, as a foreground `up` has always shown it. The
+    drawing kept the MCP SDK's `logging.basicConfig` (a rich handler at INFO) from taking effect: this
+    plain handler stands in for it."""
+    import logging
+
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setLevel(logging.INFO)
+        root.addHandler(handler)
+
+
+def _ndjson_line(event: ProgressEvent) -> None:
+    sys.stdout.write(event.model_dump_json() + "\n")
+    sys.stdout.flush()
+
+
 def _up_detached(workspace: Path) -> int:
+    from ipybox.cli.progress import progress_on_terminal
     from ipybox.running.state import StateDirError, StatePaths, open_state_file, prepare_state_dir
 
     paths = StatePaths.of(workspace)
@@ -112,27 +165,43 @@ def _up_detached(workspace: Path) -> int:
         return _fail(str(e))
     with os.fdopen(fd, "r+b") as out:
         out.truncate(0)
-        process = subprocess.Popen(
-            [sys.executable, "-m", "ipybox.cli", "up", str(workspace)],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        return _wait_until_up(workspace, process, out)
+        # The drawing ends (its last lines stay) before the summary or the failure is printed.
+        with progress_on_terminal() as progress:
+            env = {**os.environ, PROGRESS_ENV: "ndjson"} if progress is not None else None
+            process = subprocess.Popen(
+                [sys.executable, "-m", "ipybox.cli", "up", str(workspace)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+            )
+            result = _wait_until_up(workspace, process, _ChildOutput(out, progress))
+    if isinstance(result, str):
+        return _fail(result)
+    _print_endpoints(result.status, Path(result.state.log_file), result.console_login)
+    print("`ipybox down` stops it.")
+    return 0
 
 
-def _wait_until_up(workspace: Path, process: subprocess.Popen[bytes], out: IO[bytes]) -> int:
+@dataclass(frozen=True)
+class _Up:
+    state: SupervisorState
+    status: WorkspaceStatus
+    console_login: str | None
+
+
+def _wait_until_up(workspace: Path, process: subprocess.Popen[bytes], output: _ChildOutput) -> _Up | str:
+    """The running workspace, once it is up, or why it is not."""
     from ipybox.running.state import NotRunningError, read_state
 
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
+        output.read()
         if process.poll() is not None:
-            out.seek(0)
-            output = out.read().decode(errors="replace").strip()
-            return _fail(
-                f"ipybox up failed: {output.splitlines()[-1] if output else f'exit {process.returncode}'}"
-            )
+            output.read()
+            last = output.last_line()
+            return f"ipybox up failed: {last if last else f'exit {process.returncode}'}"
         try:
             state = read_state(workspace)
         except NotRunningError:
@@ -140,12 +209,52 @@ def _wait_until_up(workspace: Path, process: subprocess.Popen[bytes], out: IO[by
             continue
         status = _reachable(workspace) if state.pid == process.pid and state.ready else None
         if status is not None:
-            _print_endpoints(status, Path(state.log_file), _console_login(workspace, status))
-            print("`ipybox down` stops it.")
-            return 0
+            output.read()
+            return _Up(state, status, _console_login(workspace, status))
         time.sleep(0.1)
     process.terminate()
-    return _fail("ipybox up did not come up within 300 s")
+    return "ipybox up did not come up within 300 s"
+
+
+class _ChildOutput:
+    """What the child of a detached `up` wrote to `logs/up.out` so far: its progress events (JSON lines,
+    passed to `progress` as they are read) and its ordinary output (kept)."""
+
+    def __init__(self, out: IO[bytes], progress: Progress | None) -> None:
+        self.out = out
+        self.progress = progress
+        self._offset = 0
+        self._partial = b""  # a line the child is still writing
+        self._lines: list[str] = []
+
+    def read(self) -> None:
+        """Take in what was written since the last read."""
+        self.out.seek(self._offset)
+        data = self.out.read()
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        for line in lines:
+            self._take(line)
+
+    def last_line(self) -> str:
+        """The last non-empty line of ordinary output (the line still being written included)."""
+        lines = [*self._lines, self._partial.decode(errors="replace")]
+        return next((line.strip() for line in reversed(lines) if line.strip()), "")
+
+    def _take(self, line: bytes) -> None:
+        from pydantic import ValidationError
+
+        from ipybox.progress import ProgressEvent, emit_to
+
+        if line.startswith(b'{"kind":"progress"'):
+            try:
+                event = ProgressEvent.model_validate_json(line)
+            except ValidationError:
+                pass
+            else:
+                emit_to(self.progress, event)
+                return
+        self._lines.append(line.decode(errors="replace"))
 
 
 def _reachable(workspace: Path) -> WorkspaceStatus | None:

@@ -147,8 +147,10 @@ def _analyse(source: str, filename: str, module: str | None) -> _Found:
         found.problems.append(f"{where}: SyntaxError: {e.msg}")
     except (RecursionError, MemoryError):
         found.problems.append(f"{filename}:1:1: too deeply nested to analyse")
-    except ValueError as e:  # e.g. null bytes in the source
-        found.problems.append(f"{filename}:1:1: cannot be parsed: {e}")
+    except ValueError as e:
+        # Null bytes in the source: a SyntaxError from Python 3.11.4 on, a ValueError before (Debian 12's
+        # 3.11.2), reported the same either way.
+        found.problems.append(f"{filename}:1:1: SyntaxError: {e}")
     return found
 
 

@@ -16,6 +16,7 @@ from ipybox.config.errors import ConfigError, ConfigProblem
 from ipybox.config.loading import CONFIG_FILE, load_config
 from ipybox.config.rule_writer import RuleWriteError, WrittenRule, write_answer_rule
 from ipybox.config.sections import EndpointsSection, KernelSection, SandboxSection, WorkspaceSection
+from ipybox.config.server_writer import ServerEdit, ServerWriteError, remove_server, write_server
 from ipybox.config.servers import (
     RemoteServerSection,
     ServerSection,
@@ -34,13 +35,17 @@ __all__ = [
     "RemoteServerSection",
     "RuleWriteError",
     "SandboxSection",
+    "ServerEdit",
     "ServerSection",
+    "ServerWriteError",
     "StdioServerSection",
     "WorkspaceConfig",
     "WorkspaceSection",
     "WrittenRule",
     "check_server_name",
     "load_config",
+    "remove_server",
     "suggest_server_name",
     "write_answer_rule",
+    "write_server",
 ]

@@ -125,7 +125,7 @@ def _read(path: Path) -> str:
         finally:
             os.close(fd)
     except FileNotFoundError:
-        reason = f"no such file: create {CONFIG_FILE} (see ipybox.toml.example)"
+        reason = f"no such file: create {CONFIG_FILE} (`ipybox init` writes one)"
     except IsADirectoryError:
         reason = "is a directory"
     except UnicodeDecodeError as e:

@@ -38,6 +38,15 @@ def key_positions(source: str) -> dict[KeyPath, Position]:
     return _Scanner(source).scan()
 
 
+def table_headers(source: str) -> list[tuple[int, KeyPath]]:
+    """Each table header of `source` (`[a.b]`, `[[a.b]]`), in order: its 1-based line and the path of the
+    table it opens (an element of an array of tables numbered from 0). Lines inside multi-line strings
+    and arrays are never taken for headers."""
+    scanner = _Scanner(source)
+    scanner.scan()
+    return scanner.headers
+
+
 def too_deep(source: str, limit: int) -> tuple[Position, str] | None:
     """Where `source` first nests deeper than `limit` levels, and how; `None` when it does not.
 
@@ -56,6 +65,7 @@ class _Scanner:
         self.line_starts = [0, *(match.end() for match in re.finditer("\n", text))]
         # Tables of an array of tables seen so far, per array: `[[a]]` ... `[a.b]` means the last `a`.
         self.array_lengths: dict[KeyPath, int] = {}
+        self.headers: list[tuple[int, KeyPath]] = []
 
     def scan(self) -> dict[KeyPath, Position]:
         table: KeyPath = ()
@@ -65,7 +75,9 @@ class _Scanner:
                 return self.positions
             start = self.i
             if self.peek() == "[":
+                line = self.position(self.i)[0]
                 table = self.header()
+                self.headers.append((line, table))
             else:
                 self.key_value(table)
             if self.i == start:

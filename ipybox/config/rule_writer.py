@@ -24,28 +24,21 @@ match = [{ server = "filesystem", tool = "write_file", args = { path = "out/repo
 - `match` is the call itself (arguments redacted; long strings that no condition tests folded to 200
   characters), so the loader checks on every load that the rule does what it was written for.
 
-Contract: the file is replaced atomically (a temporary file in the same directory, fsync, rename, the
-directory fsync-ed; the file's mode kept) and only if it loads afterwards with the real loader
-(`load_config`, environment and `.env` included) and the new rule then decides the call. Nothing is
-written, and `RuleWriteError` says why and what to do instead, when: `ipybox.toml` is a symlink or not a
-regular file; it does not load now, or would not with the rule (the loader's `file:line:col` reason); the
+Contract: the file is changed by `ipybox.config.file_edit.edit_config_file` (atomically, only if it loads
+afterwards with the real loader) and only if the new rule then decides the call. Nothing is written, and
+`RuleWriteError` says why and what to do instead, when: `ipybox.toml` is a symlink or not a regular
+file; it does not load now, or would not with the rule (the loader's `file:line:col` reason); the
 asking rule is not in the file as it is in effect (the rules come from the environment, or the file
 changed since the ask); an allow rule would outrank a `deny` rule that applies to the same tool names (a
 deny at the asking rule's priority, or below 0 when the default asked), which the asking rule had no say
 over; or the file changed while the rule was written, twice (the first time it is read again and the
-rule written anew). A change that lands between the last comparison and the rename (microseconds) is
-not detected: editors replace the file whole too, so one of the two versions wins intact.
+rule written anew).
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import os
 import re
 import secrets
-import stat
-import threading
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,10 +48,11 @@ from typing import Any, Final, Literal
 
 import tomlkit
 from pydantic import ValidationError
-from tomlkit.items import AoT, Comment, InlineTable, Item, Table, Trivia, Whitespace
+from tomlkit.items import AoT, Comment, InlineTable, Table, Trivia, Whitespace
 
-from ipybox.config.errors import ConfigError, ConfigProblem
-from ipybox.config.loading import CONFIG_FILE, MAX_CONFIG_CHARS, load_config
+from ipybox.config.file_edit import EditRules, edit_config_file
+from ipybox.config.loading import CONFIG_FILE
+from ipybox.config.toml_items import NOT_IN_COMMENT, toml_item
 from ipybox.config.workspace_config import WorkspaceConfig
 from ipybox.errors import IpyboxError
 from ipybox.rules import SHELL_SERVER, ApprovalPolicy, Rule, ToolCall, Verdict
@@ -71,12 +65,8 @@ __all__ = ["RuleWriteError", "WrittenRule", "write_answer_rule"]
 FOLD_CHARS: Final = 200
 """Strings in the `match` example longer than this are cut to it (unless a condition tests them)."""
 
-# Two answers at once must not both read the file and each write it without the other's rule.
-_WRITE_LOCK: Final = threading.Lock()
 _ID_CHARS: Final = re.compile(r"[^A-Za-z0-9_.-]+")
 _GLOB_SPECIALS: Final = re.compile(r"[*?\[]")
-# TOML comments may hold tab but no other control character; line separators would read as breaks.
-_NOT_IN_COMMENT: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
 _INDEX_ID: Final = re.compile(r"rules\[(\d+)\]")
 _ANYWAY: Final = 'answering "once" or "for this session" still works'
 _ANYWAY_SENTENCE: Final = _ANYWAY[0].upper() + _ANYWAY[1:] + "."
@@ -106,10 +96,6 @@ class RuleWriteError(IpyboxError, ValueError):
 
     `str(error)` says why and what to do instead (answering once or for the session still works).
     """
-
-
-class _FileChanged(Exception):
-    """The file changed between reading it and replacing it."""
 
 
 def write_answer_rule(
@@ -147,17 +133,19 @@ def write_answer_rule(
     when = datetime.now(UTC) if when is None else when
     when = (when.replace(tzinfo=UTC) if when.tzinfo is None else when).astimezone(UTC)
     request = _Request(path, call, "allow" if accept else "deny", asked_by, by, when, redact)
-    with _WRITE_LOCK:
-        for _ in range(2):
-            try:
-                return _write(request)
-            except _FileChanged:
-                continue
-            except OSError as e:  # the directory is gone or not writable, the disk is full...
-                raise request.refuse(f"it could not be written ({e.strerror or e})") from None
-    raise request.refuse(
-        f"it changed while the rule was being written, twice (is it being edited?); answer again once it "
-        f"is saved. {_ANYWAY_SENTENCE}"
+    rules = EditRules(
+        refuse=request.refuse,
+        fix_first="fix it, then answer again",
+        missing="there is no such file (was the workspace moved?)",
+        by_hand=f"add the rule by hand. {_ANYWAY_SENTENCE}",
+        again=f"answer again once it is saved. {_ANYWAY_SENTENCE}",
+        change="the rule in it",
+    )
+    return edit_config_file(
+        path,
+        lambda text, current: _edit(request, text, current),
+        lambda config, written: _took_effect(request, config, written),
+        rules,
     )
 
 
@@ -175,57 +163,17 @@ class _Request:
         return RuleWriteError(f"no rule was written into {self.path}: {why}")
 
 
-def _write(request: _Request) -> WrittenRule:
-    path = request.path
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        original, info = _read(dir_fd, request)
-        try:
-            current = load_config(path)
-        except ConfigError as e:
-            raise request.refuse(f"it does not load as it is; fix it, then answer again:\n{e}") from None
-        if _read(dir_fd, request)[0] != original:
-            raise _FileChanged
-        text = original.decode("utf-8")  # the loader read it as UTF-8
-        data = tomllib.loads(text)
-        policy = current.approval
-        asking, written = _asking_rule(request, policy, data)
-        if request.decision == "allow":
-            _refuse_outranking_a_deny(request, policy, asking)
-        new_id = _unique_id(request, policy, data)
-        priority = asking.priority + 1 if asking is not None else 0
-        block = _rule_block(request, written, new_id, priority)
-        new_text, added, line = _insert(request, text, block)
-        _replace(dir_fd, request, info, original, new_text.encode("utf-8"), new_id)
-        return WrittenRule(new_id, request.decision, priority, added, line)
-    finally:
-        os.close(dir_fd)
-
-
-def _read(dir_fd: int, request: _Request) -> tuple[bytes, os.stat_result]:
-    """The file's bytes, read without following a symlink or blocking on a FIFO."""
-    try:
-        fd = os.open(
-            request.path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
-        )
-    except FileNotFoundError:
-        raise request.refuse("there is no such file (was the workspace moved?)") from None
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise request.refuse(
-                f"it is a symlink, and ipybox does not write through one (something in the workspace may "
-                f"have planted it); replace it with the file itself, or add the rule by hand. {_ANYWAY_SENTENCE}"
-            ) from None
-        raise request.refuse(f"it cannot be read ({e.strerror})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise request.refuse(f"it is not a regular file ({CONFIG_FILE} must be a text file)")
-        with os.fdopen(os.dup(fd), "rb") as file:
-            data = file.read(4 * MAX_CONFIG_CHARS + 1)  # the loader refuses longer files anyway
-    finally:
-        os.close(fd)
-    return data, info
+def _edit(request: _Request, text: str, current: WorkspaceConfig) -> tuple[str, WrittenRule]:
+    data = tomllib.loads(text)
+    policy = current.approval
+    asking, written = _asking_rule(request, policy, data)
+    if request.decision == "allow":
+        _refuse_outranking_a_deny(request, policy, asking)
+    new_id = _unique_id(request, policy, data)
+    priority = asking.priority + 1 if asking is not None else 0
+    block = _rule_block(request, written, new_id, priority)
+    new_text, added, line = _insert(request, text, block)
+    return new_text, WrittenRule(new_id, request.decision, priority, added, line)
 
 
 def _asking_rule(
@@ -326,7 +274,7 @@ def _literal_glob(name: str) -> str:
 
 
 def _one_line(text: str, limit: int = 200) -> str:
-    text = _NOT_IN_COMMENT.sub(" ", text)
+    text = NOT_IN_COMMENT.sub(" ", text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -359,13 +307,13 @@ def _rule_block(request: _Request, asking: Mapping[str, Any], new_id: str, prior
 
     table = tomlkit.table()
     table.add("id", new_id)
-    table.add("server", _value(_literal_glob(call.server)))
-    table.add("tool", _value(_literal_glob(call.tool)))
+    table.add("server", toml_item(_literal_glob(call.server)))
+    table.add("tool", toml_item(_literal_glob(call.tool)))
     for key, value in conditions.items():
-        table.add(key, _value(value))
+        table.add(key, toml_item(value))
     table.add("decision", request.decision)
     table.add("priority", priority)
-    table.add("match", _value([example]))
+    table.add("match", toml_item([example]))
     rules = tomlkit.aot()
     rules.append(table)
     approval = tomlkit.table(is_super_table=True)
@@ -414,28 +362,6 @@ def _example_args(
 
     written: dict[str, Any] = example(args, ())
     return written
-
-
-def _value(value: Any) -> Item:
-    """`value` as a tomlkit item, inline tables written `{ a = 1 }` as ipybox.toml.example does, and
-    strings with backslashes (regexes) as literal strings when they can be."""
-    if isinstance(value, Mapping):
-        table = tomlkit.inline_table()
-        for key, item in value.items():
-            table.append(str(key), _value(item))
-        if value:
-            table.value.body[0][1].trivia.indent = " "
-            table.append(None, Whitespace(" "))
-        return table
-    if isinstance(value, list | tuple):
-        array = tomlkit.array()
-        for item in value:
-            array.append(_value(item))
-        return array
-    if isinstance(value, str) and "\\" in value and "'" not in value and not _NOT_IN_COMMENT.search(value):
-        return tomlkit.string(value, literal=True)
-    scalar: Item = tomlkit.item(value)
-    return scalar
 
 
 def _insert(request: _Request, text: str, block: str) -> tuple[str, str, int]:
@@ -516,60 +442,14 @@ def _decide(policy: ApprovalPolicy, call: ToolCall) -> Verdict:
     return ApprovalPolicy.model_construct(default=policy.default, rules=rules).decide(call)
 
 
-def _replace(
-    dir_fd: int, request: _Request, info: os.stat_result, original: bytes, data: bytes, new_id: str
-) -> None:
-    """Replace the file with `data` if it loads and the new rule decides the call, and the file is still
-    `original`; atomically, keeping its mode (and owner, where allowed)."""
-    name = request.path.name
-    temp = f".{name}.{secrets.token_hex(8)}.tmp"
-    fd = os.open(
-        temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
-    )
-    try:
-        try:
-            os.fchmod(fd, stat.S_IMODE(info.st_mode))
-            if (info.st_uid, info.st_gid) != (os.geteuid(), os.getegid()):
-                # Only root may give a file away; otherwise it is ours from now on.
-                with contextlib.suppress(PermissionError):
-                    os.fchown(fd, info.st_uid, info.st_gid)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        _check(request, request.path.parent / temp, new_id)
-        if _read(dir_fd, request)[0] != original:
-            raise _FileChanged
-        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp, dir_fd=dir_fd)
-        raise
-    # The rule is in place; a failure here leaves only whether the rename survives a crash in doubt.
-    with contextlib.suppress(OSError):
-        os.fsync(dir_fd)
-
-
-def _check(request: _Request, temp: Path, new_id: str) -> None:
-    """Load the new file as the workspace will, and check that the new rule decides the call."""
-    try:
-        config: WorkspaceConfig = load_config(temp)
-    except ConfigError as e:
-        problems = [
-            ConfigProblem(
-                str(request.path) if p.source == str(temp) else p.source, p.line, p.column, p.reason
-            )
-            for p in e.problems
-        ]
-        reason = "\n".join(map(str, problems))
-        raise request.refuse(f"the file would not load with the rule in it:\n{reason}") from None
-    if not any(rule.id == new_id for rule in config.approval.rules):
-        raise request.refuse(
+def _took_effect(request: _Request, config: WorkspaceConfig, written: WrittenRule) -> str | None:
+    """Why the new rule would not decide the call in the new file, if it would not."""
+    if not any(rule.id == written.id for rule in config.approval.rules):
+        return (
             "the rule would not take effect: the rules in effect come from the environment (an "
             f"IPYBOX_APPROVAL__RULES variable, or the workspace's .env); {_ANYWAY}"
         )
     verdict = _decide(config.approval, request.call)
-    if (verdict.rule_id, verdict.decision) != (new_id, request.decision):
-        raise request.refuse(f"the rule would not decide this call: {verdict.reason}; {_ANYWAY}")
+    if (verdict.rule_id, verdict.decision) != (written.id, request.decision):
+        return f"the rule would not decide this call: {verdict.reason}; {_ANYWAY}"
+    return None

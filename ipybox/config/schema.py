@@ -1,21 +1,37 @@
-"""The JSON Schema of `ipybox.toml`, kept in `schemas/` for editors (regenerate:
-`python -m ipybox.config.schema`).
+"""The JSON Schema of `ipybox.toml` for editors, and where the files ipybox ships for people are installed.
 
-Taplo and Even Better TOML pick it up from a first line `#:schema ./schemas/ipybox.schema.json`.
+The schemas and `ipybox.toml.example` are package data, in `ipybox/data/` (the repository's `schemas/`
+and `ipybox.toml.example` are symlinks to them), so that an installed ipybox has them as files:
+`ipybox schema` prints the schema's path for an editor's settings, and `ipybox init` writes it into the
+`#:schema` line of a new `ipybox.toml` (Taplo and Even Better TOML read that line; Taplo takes a URL, a
+path relative to the file, or an absolute path). Regenerate the schema with `python -m ipybox.config.schema`
+(the sandbox policy's with `python -m ipybox.sandbox.schema`); tests/config/test_schema.py fails while the
+packaged copy is stale.
+
+Contract: `packaged_file()` and the paths built on it are files on disk, found with `importlib.resources`
+in an editable install and in an installed wheel alike. ipybox installed in a form that has no files
+(a zip archive) is an `IpyboxError` naming the remedy, never a path that does not exist.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from pydantic.alias_generators import to_camel
 
 from ipybox.config.workspace_config import WorkspaceConfig
+from ipybox.errors import IpyboxError
+from ipybox.sandbox.schema import SCHEMA_FILE as SANDBOX_POLICY_SCHEMA_FILE
 
 SCHEMA_FILE = "ipybox.schema.json"
+EXAMPLE_FILE = "ipybox.toml.example"
+DATA_DIR = "data"
+"""The package's directory of files for people (schemas, the example, templates): `ipybox/data/`."""
+SCHEMAS_DIR = "schemas"
 
 _SECTION = re.compile(r"[A-Z][a-z]+( [a-z]+)*:")
 _ENTRY = re.compile(r"    (\w+): (.*)")
@@ -91,7 +107,42 @@ def render() -> str:
     return json.dumps(workspace_schema(), indent=2, sort_keys=True) + "\n"
 
 
+def packaged_file(*parts: str) -> Path:
+    """The file (or directory) `ipybox/data/<parts>` of the installed package, as an absolute path.
+
+    Raises:
+        IpyboxError: ipybox is installed without files on disk (imported from a zip archive), or the
+            file is missing from the installation.
+    """
+    path = _data_path(*parts)
+    if not path.exists():
+        raise IpyboxError(f"{path} is missing from the installed ipybox: reinstall ipybox")
+    return path
+
+
+def _data_path(*parts: str) -> Path:
+    resource = files("ipybox").joinpath(DATA_DIR, *parts)
+    # A package imported from files gives a `Path`; a zip archive, a `zipfile.Path` that editors
+    # (and `#:schema` lines) can't open.
+    if not isinstance(resource, Path):
+        raise IpyboxError(
+            f"ipybox's data files are inside {resource}, not on disk: install ipybox with pip "
+            "(not from a zip archive) to use them"
+        )
+    return resource.resolve()
+
+
+def schema_path(*, sandbox_policy: bool = False) -> Path:
+    """The installed JSON Schema of `ipybox.toml` (or, with `sandbox_policy`, of sandbox policy files)."""
+    return packaged_file(SCHEMAS_DIR, SANDBOX_POLICY_SCHEMA_FILE if sandbox_policy else SCHEMA_FILE)
+
+
+def example_path() -> Path:
+    """The installed `ipybox.toml.example`: every option of `ipybox.toml`, with its default, explained."""
+    return packaged_file(EXAMPLE_FILE)
+
+
 if __name__ == "__main__":
-    target = Path(__file__).resolve().parents[2] / "schemas" / SCHEMA_FILE
+    target = _data_path(SCHEMAS_DIR, SCHEMA_FILE)  # the source tree's copy in an editable install
     target.write_text(render())
     print(f"wrote {target}")

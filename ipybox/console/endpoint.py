@@ -22,7 +22,7 @@ import ipaddress
 from types import TracebackType
 from typing import Self
 
-from ipybox.asgi_server import EmbeddedServer
+from ipybox.asgi_server import EmbeddedServer, ListenError
 from ipybox.console.app import ConsoleApp, console_app
 from ipybox.console.events import KEEPALIVE_S
 from ipybox.console.target import ConsoleTarget
@@ -64,7 +64,10 @@ class ConsoleEndpoint:
         self._url: str | None = None
 
     async def __aenter__(self) -> Self:
-        await self._server.start(host=self.host, port=self.port)
+        try:
+            await self._server.start(host=self.host, port=self.port)
+        except ListenError as e:
+            raise ListenError(f"the web console: {e} (set by [endpoints] console_port)") from None
         assert self._server.port is not None
         self.app.site.listening_on(self._server.port)
         self._url = f"http://{_url_host(self.host)}:{self._server.port}/"

@@ -12,27 +12,23 @@ checked, decided and written with care:
 - `decide_registration` decides it with the workspace's approval rules as the pseudo tool call
   `ipybox.register_mcp_server(server_name, server_params)`; when no rule decides, it is asked.
 - `add_server` writes exactly what was parsed (the model's dump, `sandbox` included) into `ipybox.toml`
-  (comments and formatting kept, with tomlkit), and only if the file still loads afterwards, to the
-  same server.
+  with `ipybox.config.server_writer` (as `ipybox server add` does: the rest of the file kept byte for
+  byte, atomically), and only if the file still loads afterwards, to the same server.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
-import threading
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import tomlkit
 from pydantic import ValidationError
-from tomlkit.items import Table
 
 from ipybox.config import CONFIG_FILE, ConfigError, WorkspaceConfig, load_config
+from ipybox.config.server_writer import write_server
 from ipybox.mcp_client import MCPServerError
 from ipybox.mcp_client.params import (
     HTTP_KEYS,
@@ -59,8 +55,6 @@ ALLOW_RULE_EXAMPLE: Final = (
 
 # Server parameters may say where the workspace is (as the supervisor fills them in).
 _WORKSPACE_ENV: Final = "IPYBOX_WORKSPACE"
-# Two registrations at once must not both read the file and each write it without the other's server.
-_WRITE_LOCK: Final = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -236,44 +230,10 @@ def load_workspace_config(workspace: Path) -> WorkspaceConfig:
 
 def add_server(workspace: Path, registration: Registration) -> None:
     """Write `[servers.<name>]` into the workspace's `ipybox.toml`, replacing a server of that name;
-    everything else in the file stays as it was.
+    everything else in the file stays as it was (`ipybox.config.server_writer`).
 
     Raises:
-        ValueError: The file would not load with the server in it; it is left unchanged.
+        ValueError: The file would not load with the server in it, or would not hold exactly what was
+            parsed (`ServerWriteError`); it is left unchanged.
     """
-    path = workspace / CONFIG_FILE
-    with _WRITE_LOCK:
-        document = tomlkit.parse(path.read_text()) if path.exists() else tomlkit.document()
-        servers = document.get("servers")
-        if not isinstance(servers, Table):
-            servers = tomlkit.table(is_super_table=True)
-            document["servers"] = servers
-        table = tomlkit.table()
-        for key, value in registration.table.items():
-            table.add(key, value)
-        servers[registration.name] = table
-        text = tomlkit.dumps(document)
-        loaded = tomllib.loads(text)["servers"][registration.name]
-        if _parsed(loaded) != registration.server:
-            raise RuntimeError(f"[servers.{registration.name}] would not be written as parsed: {loaded}")
-        _write_atomically(path, text)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    # The reconciler watches this file: it must never see half of it, nor a file that doesn't load.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as file:
-            file.write(text)
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-        try:
-            load_config(tmp)
-        except ConfigError as e:
-            raise ValueError(
-                f"{CONFIG_FILE} would not load with this server, so nothing was written:\n{e}"
-            ) from None
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_server(workspace / CONFIG_FILE, registration.name, registration.table, replace=True)

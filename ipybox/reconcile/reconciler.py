@@ -14,6 +14,12 @@ never fails the server, whose `run()`s work regardless. `watch()` also follows `
 edited or removed regenerates its server's package from the tools listed last (no reconnect), which bumps
 the generation marker, so kernels import the package and the parser anew.
 
+Progress: with a `progress` listener, each server's steps are emitted as `ProgressEvent`s of the part
+`server <name>` (`ipybox.progress`): `connecting` (its process starts and `initialize`, then `tools/list`:
+`MCPServers.connection` does both, so `connecting` covers both), `listing tools` once its tool list is read,
+`generating`, `checking parsers` (only when it has output parsers), then `ready` ("N tools") or `failed`
+(the reason). Servers start concurrently, so the events of different servers interleave.
+
 Example:
     ```python
     reconciler = Reconciler(Path("my-workspace"), tool_server.servers, hooks)
@@ -50,6 +56,7 @@ from ipybox.mcp_apigen.parsers import (
     unmatched_parsers,
 )
 from ipybox.mcp_client.placeholders import placeholder_digest
+from ipybox.progress import PartTimer, Progress, ProgressStep, emit_to, server_part
 from ipybox.reconcile.generations import Generations, delete_retired, retire_package
 from ipybox.reconcile.watch import DOTENV_FILE, Snapshot, parser_edits, settled_edits
 
@@ -115,6 +122,7 @@ class Reconciler:
         run_check: Executes code in a fresh kernel (see `ipybox.codeact.checks.RunCheck`): output parsers
             are then checked by importing them there. `None`: they are checked by `ast` only.
         check_timeout: Seconds a check in a kernel may take.
+        progress: Called with each server's steps (see the module); may be set later as `progress`.
 
     Attributes:
         config: The last configuration that loaded (`None` before the first).
@@ -137,6 +145,7 @@ class Reconciler:
         quiet_period: float = 0.15,
         run_check: RunCheck | None = None,
         check_timeout: float = CHECK_TIMEOUT,
+        progress: Progress | None = None,
     ) -> None:
         self.workspace_dir = Path(workspace_dir).resolve()
         self.servers = servers
@@ -144,6 +153,8 @@ class Reconciler:
         self.quiet_period = quiet_period
         self.run_check = run_check
         self.check_timeout = check_timeout
+        self.progress = progress
+        self._timer = PartTimer()
         self.config: WorkspaceConfig | None = None
         self.error: ConfigError | None = None
         self._applied: WorkspaceConfig | None = None
@@ -414,12 +425,15 @@ class Reconciler:
         generation = self._generations.servers.get(name)
         tools = before.tools if before is not None else None
         self._servers[name] = ServerStatus("starting", tools, generation)
+        self._emit(name, "connecting")
         try:
             await self.servers.connection(name)
         except Exception as e:
             self._failed(name, e, tools, generation)
             return
-        await self._publish(name, self.servers.tools(name), tools, generation)
+        listed = self.servers.tools(name)
+        self._emit(name, "listing tools", f"{len(listed)} tools")
+        await self._publish(name, listed, tools, generation)
 
     async def _publish(
         self, name: str, listed: list[types.Tool], tools: int | None, generation: int | None
@@ -433,6 +447,7 @@ class Reconciler:
         self._servers[name] = dataclasses.replace(
             before or ServerStatus("starting"), state="starting", error=None
         )
+        self._emit(name, "generating")
         try:
             parsers = await asyncio.to_thread(discover_parsers, root, name)
             modules = await asyncio.to_thread(write_mcp_sources, name, listed, root, parsers)
@@ -449,14 +464,22 @@ class Reconciler:
             len(modules),
             f", parsers: {', '.join(parsed)}" if parsed else "",
         )
+        if parsed:
+            self._emit(name, "checking parsers", f"{len(parsed)} parser{'s' * (len(parsed) != 1)}")
         errors = await self._check_parsers(name, parsed, unmatched_parsers(name, parsers, modules))
         self._servers[name] = ServerStatus("ready", len(modules), generation, None, parsed, errors)
+        problems = f", {len(errors)} parser problem{'s' * (len(errors) != 1)}" if errors else ""
+        self._emit(name, "ready", f"{len(modules)} tool{'s' * (len(modules) != 1)}{problems}")
         return True
 
     def _failed(self, name: str, error: Exception, tools: int | None, generation: int | None) -> None:
         reason = str(error) or type(error).__name__
         self._servers[name] = ServerStatus("failed", tools, generation, reason)
         logger.error("MCP server %r: no tools generated: %s", name, reason)
+        self._emit(name, "failed", reason)
+
+    def _emit(self, name: str, step: ProgressStep, detail: str | None = None) -> None:
+        emit_to(self.progress, self._timer.event(server_part(name), step, detail))
 
     async def _check_parsers(self, name: str, parsed: list[str], problems: list[ParserProblem]) -> list[str]:
         """Check the parsers of `name`'s modules `parsed`: by `ast` here, then (the ones that parse) by

@@ -70,6 +70,13 @@ _SECRET_KEY: Final = re.compile(
 # Shorter strings would redact ordinary words and numbers all over the log.
 _MIN_SECRET_LENGTH: Final = 4
 
+
+def names_a_secret(key: str) -> bool:
+    """Whether a value under `key` is a secret by its name (`token`, `password`, `api_key`,
+    `authorization`, ...): the log redacts those, and `ipybox server add` suggests a `${VAR}` for them."""
+    return _SECRET_KEY.search(key) is not None
+
+
 logger = logging.getLogger(__name__)
 
 # One lock for every log in the process (threads, and tasks through `asyncio.to_thread`); `flock` on the

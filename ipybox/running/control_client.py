@@ -3,19 +3,25 @@ applications).
 
 Contract: every answer comes back as its model of `ipybox.running.status` (validated), never as a bare
 dict; an unreachable endpoint is `NotRunningError`, an answer other than 200 a `RuntimeError` carrying the
-endpoint's one-line `ControlError`.
+endpoint's one-line `ControlError`. A streamed answer (`apply_server` with `progress`) is read line by
+line, each line validated by its `kind`; a stream that breaks off is `NotRunningError` (the workspace
+went away), one that ends without its last line or with a line this version does not know a
+`ControlRequestError`.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Annotated, Self, TypeVar
 
 import aiohttp
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from ipybox.errors import WorkspaceError
+from ipybox.progress import Progress, ProgressEvent, emit_to
 from ipybox.running.state import NotRunningError, SupervisorState, read_state
 from ipybox.running.status import (
     ConsoleLogin,
@@ -27,10 +33,18 @@ from ipybox.running.status import (
     LeaseReleased,
     ServerOutcome,
     ShutdownAccepted,
+    StreamFailure,
     WorkspaceStatus,
 )
 
 _Answer = TypeVar("_Answer", bound=BaseModel)
+
+_NDJSON = "application/x-ndjson"
+_ApplyLine = TypeAdapter[ProgressEvent | ServerOutcome | StreamFailure](
+    Annotated[ProgressEvent | ServerOutcome | StreamFailure, Field(discriminator="kind")]
+)
+# The longest line of a stream read: an outcome with every problem of a large ipybox.toml fits easily.
+_MAX_LINE = 16 * 1024 * 1024
 
 
 class ControlRequestError(WorkspaceError, RuntimeError):
@@ -99,10 +113,44 @@ class ControlClient:
     async def release(self, lease: LeaseId) -> None:
         await self._call("DELETE", f"/leases/{lease}", LeaseReleased)
 
-    async def apply_server(self, name: str) -> ServerOutcome:
+    async def apply_server(self, name: str, progress: Progress | None = None) -> ServerOutcome:
         """Have the workspace apply its current `ipybox.toml` now; returns server `name`'s outcome once it
-        has one (started and generated, failed, a configuration problem, or absent)."""
-        return await self._call("POST", f"/servers/{name}/apply", ServerOutcome)
+        has one (started and generated, failed, a configuration problem, or absent).
+
+        With `progress`, it is called with each of the server's `ProgressEvent`s as the workspace reaches
+        them (connecting, listing tools, generating, ...), before the outcome returns.
+        """
+        path = f"/servers/{name}/apply"
+        if progress is None:
+            return await self._call("POST", path, ServerOutcome)
+        try:
+            async with contextlib.aclosing(self._stream("POST", path)) as lines:
+                async for line in lines:
+                    answer = self._apply_line(path, line)
+                    if isinstance(answer, ProgressEvent):
+                        emit_to(progress, answer)
+                    elif isinstance(answer, StreamFailure):
+                        raise ControlRequestError(f"ipybox in {self.state.workspace}: {answer.error}")
+                    else:
+                        return answer
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
+            raise NotRunningError(
+                f"lost ipybox in {self.state.workspace} while it applied {name!r}: {e}"
+            ) from None
+        raise ControlRequestError(
+            f"ipybox in {self.state.workspace} ended its answer to POST {path} before the outcome: "
+            "is it the same ipybox version?"
+        )
+
+    def _apply_line(self, path: str, line: bytes) -> ProgressEvent | ServerOutcome | StreamFailure:
+        try:
+            return _ApplyLine.validate_json(line)
+        except ValidationError:
+            pass
+        try:  # a supervisor that does not stream answers with the outcome alone, untagged
+            return ServerOutcome.model_validate_json(line)
+        except ValidationError:
+            raise self._unexpected("POST", path, 200, line) from None
 
     async def console_login(self) -> ConsoleLogin:
         """A new one-time login link for the workspace's web console (`ipybox console`).
@@ -111,6 +159,43 @@ class ControlClient:
             ControlRequestError: The console is off (`[endpoints] console = false`).
         """
         return await self._call("POST", "/console/login", ConsoleLogin)
+
+    async def _stream(self, method: str, path: str) -> AsyncGenerator[bytes]:
+        """The lines of a streamed (NDJSON) answer, as they arrive; an answer other than 200 raises as
+        `_call` does."""
+        if self._http is None:
+            raise RuntimeError("use 'async with ControlClient(...)'")
+        try:
+            response = await self._http.request(
+                method, f"http://localhost{path}", headers={"Accept": _NDJSON}
+            )
+        except aiohttp.ClientConnectionError as e:
+            raise NotRunningError(f"cannot reach ipybox in {self.state.workspace}: {e}") from None
+        async with response:
+            if response.status != 200:
+                body = await response.read()
+                try:
+                    error = ControlError.model_validate_json(body).error
+                except ValidationError:
+                    raise self._unexpected(method, path, response.status, body) from None
+                raise ControlRequestError(f"ipybox in {self.state.workspace}: {error}")
+            buffered = b""
+            async for chunk in response.content.iter_any():
+                buffered += chunk
+                *lines, buffered = buffered.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield line
+                if len(buffered) > _MAX_LINE:
+                    raise self._unexpected(method, path, 200, buffered)
+            if buffered.strip():
+                yield buffered
+
+    def _unexpected(self, method: str, path: str, status: int, body: bytes) -> ControlRequestError:
+        return ControlRequestError(
+            f"ipybox in {self.state.workspace} answered {method} {path} with HTTP {status} and "
+            f"an unexpected body ({body[:200]!r}): is it the same ipybox version?"
+        )
 
     async def _call(self, method: str, path: str, answer: type[_Answer]) -> _Answer:
         if self._http is None:

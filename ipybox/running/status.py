@@ -12,6 +12,9 @@ Contract:
   `generation`), `failed` (it could not be started: `error`), `config_error` (`ipybox.toml` does not load:
   `problems` are the ones located in `[servers.X]`, or all of them when none is, with `about_server`
   saying which) or `absent` (the configuration that runs has no enabled server X).
+- `POST /servers/{name}/apply` with `Accept: application/x-ndjson` streams one JSON line per
+  `ipybox.progress.ProgressEvent` of that server (`kind` "progress"), then the `ServerOutcome` (`kind`
+  "outcome") or, when applying failed, a `StreamFailure` (`kind` "error"); `kind` tells the lines apart.
 - Ids are `NewType`s of `str`: a lease, a kernel and a kernel's caller are never mixed up in a signature.
 """
 
@@ -171,6 +174,7 @@ class ServerOutcome(_Model):
         about_server: With `config_error`: whether `problems` are located in `[servers.<name>]`.
     """
 
+    kind: Literal["outcome"] = "outcome"  # tells it from the progress lines of a streamed apply
     name: str
     state: OutcomeState
     generation: int | None = None
@@ -215,4 +219,12 @@ class ConsoleLogin(_Model):
 class ControlError(_Model):
     """The body of every answer that is not 200: what went wrong, in one line."""
 
+    error: str
+
+
+class StreamFailure(_Model):
+    """The last line of a streamed answer (`POST /servers/{name}/apply` as NDJSON) that failed after the
+    stream began: what went wrong, in one line (the status was 200 already)."""
+
+    kind: Literal["error"] = "error"
     error: str

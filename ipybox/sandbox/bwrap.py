@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ipybox.in_kernel.sandbox_hint import SANDBOX_WORKSPACE_ENV
+from ipybox.sandbox.container import container_remedy, detect_container
 from ipybox.sandbox.errors import SandboxUnavailableError
 from ipybox.sandbox.kernel_launch import SandboxedKernelLaunch
 from ipybox.sandbox.launch import LAUNCH_MODULE, PLAN_FILE, make_plan
@@ -75,6 +76,10 @@ def check_sandbox() -> str:
             raise SandboxUnavailableError(
                 f"bubblewrap ({bwrap}) is too old: ipybox needs 0.8 or newer (--disable-userns keeps code in "
                 "the sandbox from creating user namespaces of its own); install a newer bubblewrap"
+            )
+        if (container := detect_container()) is not None:
+            raise SandboxUnavailableError(
+                f"bubblewrap cannot create a sandbox here ({reason}): {container_remedy(container)}"
             )
         raise SandboxUnavailableError(
             f"bubblewrap cannot create a sandbox here ({reason}). Unprivileged user namespaces are "

@@ -1,5 +1,10 @@
 """`ipybox doctor`: what this machine offers for sandboxing, what is missing, and what a sandboxed kernel
-can do (the threat model, the same table as in the README)."""
+can do (the threat model, the same table as in the README).
+
+In a container (`ipybox.sandbox.container`) the "container" check says whether bubblewrap can nest there,
+and when it can't, why (the runtime's default seccomp/AppArmor confinement), that the container is then the
+isolation boundary, and which `docker run` flags would let it nest, at what cost. It is not required:
+`sandbox=True` needs the namespaces check, which already fails in such a container."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ipybox.sandbox.bwrap import check_sandbox
+from ipybox.sandbox.container import container_remedy, detect_container
 from ipybox.sandbox.errors import SandboxUnavailableError
 from ipybox.sandbox.seatbelt import SANDBOX_EXEC, check_seatbelt
 
@@ -88,7 +94,15 @@ def run_checks() -> list[Check]:
         return [found, _seatbelt_profile()] if found.ok else [found]
     if system != "Linux":
         return [Check("platform", False, f"{system}: sandboxing needs Linux or macOS", True)]
-    return [_bwrap(), _namespaces(), _userns_sysctls(), _landlock(), _seccomp()]
+    namespaces = _namespaces()
+    return [
+        _bwrap(),
+        namespaces,
+        container_check(namespaces, detect_container()),
+        _userns_sysctls(),
+        _landlock(),
+        _seccomp(),
+    ]
 
 
 def _bwrap() -> Check:
@@ -105,6 +119,17 @@ def _namespaces() -> Check:
     except SandboxUnavailableError as e:
         return Check("namespaces (user, pid, net, mount)", False, str(e), True)
     return Check("namespaces (user, pid, net, mount)", True, "a test sandbox started", True)
+
+
+def container_check(namespaces: Check, evidence: str | None) -> Check:
+    """Whether this is a container (`evidence`, from `detect_container()`), and (from the namespaces check)
+    whether bubblewrap nests in it."""
+    if evidence is None:
+        return Check("container", True, "not in a container", False)
+    if namespaces.ok:
+        return Check("container", True, f"{evidence}; bubblewrap nests in it", False)
+    remedy = container_remedy(evidence)
+    return Check("container", False, remedy[0].upper() + remedy[1:], False)
 
 
 def _sandbox_exec() -> Check:

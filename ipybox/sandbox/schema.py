@@ -1,4 +1,5 @@
-"""The JSON Schema of sandbox policy files, kept in `schemas/` (regenerate: `python -m ipybox.sandbox.schema`)."""
+"""The JSON Schema of sandbox policy files, shipped in the package as `ipybox/data/schemas/` (regenerate:
+`python -m ipybox.sandbox.schema`; `ipybox schema --sandbox-policy` prints where it is installed)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def render() -> str:
 
 
 if __name__ == "__main__":
-    target = Path(__file__).resolve().parents[2] / "schemas" / SCHEMA_FILE
+    # The package's data directory (ipybox.config.schema.packaged_file, a layer above, finds it too).
+    target = Path(__file__).resolve().parents[1] / "data" / "schemas" / SCHEMA_FILE
     target.write_text(render())
     print(f"wrote {target}")

@@ -7,7 +7,10 @@ warm pool for attached applications, their approval websockets, applying a serve
 - `POST /leases/{lease}/kernels`: a ready kernel from the pool (`KernelLeased`).
 - `WS /leases/{lease}/approval`: where the lease's application answers `ask` decisions.
 - `POST /servers/{name}/apply`: apply the current `ipybox.toml` now and answer with server `name`'s
-  outcome (`ServerOutcome`) once it has one: no polling.
+  outcome (`ServerOutcome`) once it has one: no polling. With `Accept: application/x-ndjson` the answer
+  is a stream: one JSON line per `ProgressEvent` of that server as the workspace reaches it (connecting,
+  listing tools, generating, ...), then the outcome as the last line, or a `StreamFailure` line if
+  applying failed after the stream began (each line's `kind` says which model it is).
 - `WS /approvers?who=...`: where `ipybox approve` waits for `ask`s and answers them (the protocol of
   `ipybox.approval.ask_events`).
 - `WS /asks`: a question put to the workspace's people by another process (the MCP server, about a
@@ -22,19 +25,21 @@ unknown lease is 404, anything else that fails 503, both with a `ControlError` b
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
 from ipybox.asgi_server import BearerAuth
+from ipybox.progress import Progress, ProgressEvent
 from ipybox.running.status import (
     ConsoleLogin,
     ControlError,
@@ -44,8 +49,12 @@ from ipybox.running.status import (
     LeaseReleased,
     ServerOutcome,
     ShutdownAccepted,
+    StreamFailure,
     WorkspaceStatus,
 )
+
+NDJSON = "application/x-ndjson"
+"""The media type of a streamed answer: one JSON document per line."""
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +67,7 @@ class Controlled(Protocol):
     async def lease_kernel(self, lease: LeaseId) -> KernelLeased: ...
     async def release_lease(self, lease: LeaseId) -> None: ...
     async def serve_approvals(self, lease: LeaseId, websocket: WebSocket) -> None: ...
-    async def apply_server(self, name: str) -> ServerOutcome: ...
+    async def apply_server(self, name: str, progress: Progress | None = None) -> ServerOutcome: ...
     async def serve_approver(self, websocket: WebSocket, who: str) -> None: ...
     async def serve_asker(self, websocket: WebSocket) -> None: ...
     def console_login(self) -> str: ...
@@ -100,6 +109,14 @@ def control_app(target: Controlled, token: str) -> ASGIApp:
     async def apply_server(request: Request) -> ServerOutcome:
         return await target.apply_server(request.path_params["name"])
 
+    apply_once = endpoint(apply_server)
+
+    async def apply_server_streaming(request: Request) -> Response:
+        if NDJSON not in request.headers.get("accept", ""):
+            return await apply_once(request)
+        name = request.path_params["name"]
+        return StreamingResponse(_applying(target, name, request), media_type=NDJSON)
+
     async def shutdown(request: Request) -> ShutdownAccepted:
         target.request_shutdown()
         return ShutdownAccepted()
@@ -131,10 +148,52 @@ def control_app(target: Controlled, token: str) -> ASGIApp:
         WebSocketRoute("/approvers", approvers),
         WebSocketRoute("/asks", asks),
         Route("/console/login", console_login, methods=["POST"]),
-        Route("/servers/{name}/apply", endpoint(apply_server), methods=["POST"]),
+        Route("/servers/{name}/apply", apply_server_streaming, methods=["POST"]),
         Route("/shutdown", endpoint(shutdown), methods=["POST"]),
     ]
     return BearerAuth(Starlette(routes=routes), token)
+
+
+async def _applying(target: Controlled, name: str, request: Request) -> AsyncIterator[bytes]:
+    """The lines of a streamed apply: each event of server `name` as it comes, then its outcome (or why
+    applying failed). A client that goes away does not stop the apply: the workspace finishes it."""
+    events: asyncio.Queue[ProgressEvent] = asyncio.Queue()
+    applying = asyncio.ensure_future(target.apply_server(name, progress=events.put_nowait))
+    getting: asyncio.Future[ProgressEvent] | None = None
+    try:
+        while not applying.done() or not events.empty():
+            getting = asyncio.ensure_future(events.get())
+            await asyncio.wait({getting, applying}, return_when=asyncio.FIRST_COMPLETED)
+            if getting.done():
+                yield _line(getting.result())
+            else:
+                getting.cancel()
+        try:
+            last: BaseModel = applying.result()
+        except Exception as e:
+            logger.warning("control request POST %s failed: %s", request.url.path, e)
+            last = StreamFailure(error=f"{type(e).__name__}: {e}")
+        yield _line(last)
+    finally:
+        if getting is not None:
+            getting.cancel()
+        if not applying.done():  # the client left: the apply finishes, a failure goes to the log
+            _left_behind.add(applying)
+            applying.add_done_callback(_forget)
+
+
+# Applies whose client left, held until they finish (the loop keeps only weak references to tasks).
+_left_behind: set[asyncio.Future[ServerOutcome]] = set()
+
+
+def _forget(task: asyncio.Future[ServerOutcome]) -> None:
+    _left_behind.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("applying a server for a client that left failed: %s", task.exception())
+
+
+def _line(model: BaseModel) -> bytes:
+    return model.model_dump_json().encode() + b"\n"
 
 
 def _json(model: BaseModel, status_code: int) -> JSONResponse:

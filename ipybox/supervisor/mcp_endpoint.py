@@ -22,7 +22,7 @@ from typing import Self
 
 from mcp.server.transport_security import TransportSecuritySettings
 
-from ipybox.asgi_server import BearerAuth, EmbeddedServer
+from ipybox.asgi_server import BearerAuth, EmbeddedServer, ListenError
 from ipybox.config import EndpointsSection
 from ipybox.mcp_server.workspace_mcp import WorkspaceMCP, create_server
 
@@ -80,8 +80,10 @@ class MCPEndpoint:
         self._http = EmbeddedServer(BearerAuth(app, self.token), "ipybox-mcp", lifespan=True)
         try:
             await self._http.start(host=host, port=self.endpoints.port)
-        except BaseException:
+        except BaseException as e:
             await self.__aexit__(None, None, None)
+            if isinstance(e, ListenError):
+                raise ListenError(f"the MCP endpoint: {e} (set by [endpoints] port)") from None
             raise
         logger.info("MCP endpoint at %s", self.url)
         return self

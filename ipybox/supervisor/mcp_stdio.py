@@ -25,6 +25,7 @@ from ipybox.config import CONFIG_FILE, ConfigError, ConfigProblem
 from ipybox.mcp_server.wire import Wire, claim_wire, wire_streams
 from ipybox.mcp_server.workspace_mcp import WorkspaceMCP, create_server
 from ipybox.sandbox import SandboxPolicy
+from ipybox.sandbox.container import unsandboxed_note
 from ipybox.supervisor import NotRunningError, Supervisor, read_state
 
 
@@ -101,6 +102,9 @@ async def serve_stdio(
                 read_state(workspace)
             except NotRunningError:
                 supervisor = Supervisor(workspace, serve_mcp=False)
+                # ipybox's container image runs kernels unsandboxed by default: said, never silent.
+                if (note := unsandboxed_note(supervisor.config.sandbox.enabled)) is not None:
+                    print(note, file=sys.stderr)
                 await supervisor.start()
             mcp = create_server(workspace)
             await _serve(mcp.server, wire)

@@ -12,6 +12,13 @@ the run directory, the tool server, the kernels, the control endpoint, the MCP e
 following edits, the gateway and tool server restarters, the MCP session sweeper) run in one
 `asyncio.TaskGroup`: one that fails stops the workspace, and `wait()` raises it as one error. Who holds
 which kernel, and who answers its `ask`s, is the `LeaseTable`'s.
+
+Progress: `progress` (a `ProgressHub`) carries the events of long operations (`ipybox.progress`). While
+`start(progress=...)` runs, its listener sees the parts come up: `tool server`, `gateway` (its pid),
+`kernels` (the warm pool, `k of N` as kernels become ready; polled every 0.1 s while starting only),
+`endpoints` (what is served) and each `server <name>` (the reconciler's steps). `apply_server(name,
+progress=...)` passes on the events of that server alone. Nothing waits for a listener: `up` takes as long
+with one as without (the warm pool is not waited for; its last event then says how many are ready).
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ from ipybox.kernels.kernel_client import KernelClient
 from ipybox.kernels.kernel_connection import GatewayError, GatewayUnreachableError, log_tail
 from ipybox.kernels.pool import KernelPool, PoolStoppedError
 from ipybox.mcp_apigen.package import remove_stale_work_dirs
+from ipybox.progress import PartTimer, Progress, ProgressEvent, ProgressHub, ProgressStep, server_part
 from ipybox.reconcile.reconciler import Reconciler
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
 from ipybox.running.state import (
@@ -103,6 +111,8 @@ WORKSPACE_ENV = "IPYBOX_WORKSPACE"
 _LEASE_ATTEMPTS = 3
 # Seconds code run by `run_in_fresh_kernel` (a check of agent-written modules) may run.
 _CHECK_TIMEOUT = 60
+# How often the warm pool is looked at while `start()` reports it (it has no events of its own).
+_POOL_PROGRESS_INTERVAL = 0.1
 
 
 class Supervisor:
@@ -155,32 +165,47 @@ class Supervisor:
         self._kernels_lock = asyncio.Lock()
         self.kernel_generation = 0  # kernels recycled or restarted this many times
         self._gateway_failure: str | None = None  # why the gateway is down, while it is
+        self.progress = ProgressHub()
+        self._timer = PartTimer()
 
     @property
     def run_dir(self) -> Path:
         assert self._run_dir is not None
         return self._run_dir
 
-    async def start(self) -> None:
+    async def start(self, progress: Progress | None = None) -> None:
         """Start everything and write `state.json`. On any failure, what was started is stopped again
         (in reverse order) and the one error that stopped it is raised.
+
+        Args:
+            progress: Called with each part's steps while starting (see the module docstring).
 
         Raises:
             AlreadyRunningError: A supervisor already runs for this workspace.
             SandboxUnavailableError: The sandbox is enabled and this machine can't provide it.
         """
+        unsubscribe = self.progress.subscribe(progress) if progress is not None else None
         parts = contextlib.AsyncExitStack()
+        pool_progress: list[asyncio.Task[None]] = []
         try:
-            await self._enter_parts(parts)
+            await self._enter_parts(parts, pool_progress)
         except BaseException:
             self._stopping = True
+            for task in pool_progress:
+                task.cancel()
             with contextlib.suppress(Exception):  # the error that stopped the start is the one to see
                 await parts.aclose()
             raise
+        finally:
+            await self._end_pool_progress(pool_progress)
+            if unsubscribe is not None:
+                unsubscribe()
         self._parts = parts
         logger.info("workspace %s is up (pid %d)", self.workspace, os.getpid())
 
-    async def _enter_parts(self, parts: contextlib.AsyncExitStack) -> None:
+    async def _enter_parts(
+        self, parts: contextlib.AsyncExitStack, pool_progress: list[asyncio.Task[None]]
+    ) -> None:
         self._lock.acquire()
         parts.callback(self._lock.release)
         parts.callback(_remove_state, self.paths)
@@ -203,33 +228,99 @@ class Supervisor:
             console=lambda: self.console_url,
         )
         parts.push_async_callback(self._stop_tool_server)
-        await self._start_tool_server()
+        with self._reporting("tool server"):
+            await self._start_tool_server()
         assert self.tool_server is not None
         self.reconciler = Reconciler(
-            self.workspace, self.tool_server.servers, self, run_check=self.run_in_fresh_kernel
+            self.workspace,
+            self.tool_server.servers,
+            self,
+            run_check=self.run_in_fresh_kernel,
+            progress=self.progress.emit,
         )
         parts.push_async_callback(self._stop_kernels, end_leases=True)
-        await self._start_kernels()
-        control = EmbeddedServer(control_app(self, self._control_token), "ipybox-control")
-        parts.push_async_callback(control.stop)
-        await control.start(unix_socket=self.run_dir / "control.sock")
-        self._write_state()
-        watchers: list[Watcher] = []
-        endpoints = self.config.endpoints
-        if endpoints.console:
-            console = ConsoleEndpoint(self, endpoints.host, endpoints.console_port, user=getpass.getuser())
-            self._console = await parts.enter_async_context(console)
-        if self.serve_mcp and self.config.endpoints.mcp:
-            mcp = MCPEndpoint(self.workspace, self.config.endpoints, self.paths.outputs)
-            self._mcp = await parts.enter_async_context(mcp)
+        with self._reporting("gateway") as gateway:
+            await self._start_kernels()
+            gateway.append(f"pid {self.gateway.pid if self.gateway is not None else '?'}")
+        pool_progress.append(asyncio.create_task(self._report_pool(self.config.kernel.warm_pool)))
+        with self._reporting("endpoints") as served:
+            control = EmbeddedServer(control_app(self, self._control_token), "ipybox-control")
+            parts.push_async_callback(control.stop)
+            await control.start(unix_socket=self.run_dir / "control.sock")
+            served.append("control")
             self._write_state()
-            watchers.append(mcp.sweep)
+            watchers: list[Watcher] = []
+            endpoints = self.config.endpoints
+            if endpoints.console:
+                console = ConsoleEndpoint(
+                    self, endpoints.host, endpoints.console_port, user=getpass.getuser()
+                )
+                self._console = await parts.enter_async_context(console)
+                served.append(f"console {self.console_url}")
+            if self.serve_mcp and self.config.endpoints.mcp:
+                mcp = MCPEndpoint(self.workspace, self.config.endpoints, self.paths.outputs)
+                self._mcp = await parts.enter_async_context(mcp)
+                self._write_state()
+                watchers.append(mcp.sweep)
+                if self.mcp_url is not None:
+                    served.append(f"mcp {self.mcp_url}")
         await self.reconciler.apply(self.config)
         watchers += [self.reconciler.watch, self._watch_gateway, self._watch_tool_server]
         self._watchers.start(watchers)
         parts.push_async_callback(self._watchers.stop)
         self._ready = True
         self._write_state()
+
+    def _emit(self, what: str, step: ProgressStep, detail: str | None = None) -> None:
+        self.progress.emit(self._timer.event(what, step, detail))
+
+    @contextlib.contextmanager
+    def _reporting(self, what: str) -> Iterator[list[str]]:
+        """Emits `what` `starting`, then `ready` with what the body appended (joined by commas), or
+        `failed` with why the body raised."""
+        self._emit(what, "starting")
+        detail: list[str] = []
+        try:
+            yield detail
+        except BaseException as e:
+            reason = "interrupted" if isinstance(e, asyncio.CancelledError) else str(e) or type(e).__name__
+            self._emit(what, "failed", reason)
+            raise
+        self._emit(what, "ready", ", ".join(detail) or None)
+
+    async def _report_pool(self, size: int) -> None:
+        """Emits the `kernels` part until the warm pool holds `size` ready kernels (`k of N`)."""
+        shown = -1
+        while True:
+            idle = self.pool.idle if self.pool is not None else 0
+            if idle >= size:
+                self._emit("kernels", "ready", f"{size} of {size}" if size else "no warm pool")
+                return
+            if idle != shown:
+                self._emit("kernels", "starting", f"{idle} of {size}")
+                shown = idle
+            await asyncio.sleep(_POOL_PROGRESS_INTERVAL)
+
+    async def _end_pool_progress(self, tasks: list[asyncio.Task[None]]) -> None:
+        """At the end of `start()`: the `kernels` part ends as it stands (the pool is not waited for)."""
+        for task in tasks:
+            if task.done():
+                continue
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            if self._stopping:  # the part that failed says why
+                self._emit("kernels", "failed", "stopped: the workspace did not start")
+                continue
+            size, idle = self.config.kernel.warm_pool, self.pool.idle if self.pool is not None else 0
+            if idle >= size:  # filled since it last looked
+                self._emit("kernels", "ready", f"{size} of {size}")
+                continue
+            failures = self.pool.failures if self.pool is not None else 0
+            failed = f", {failures} failed to start (see the log)" if failures else ""
+            self._emit(
+                "kernels", "ready", f"{idle} of {size} so far, the rest starting in the background{failed}"
+            )
 
     async def wait(self) -> None:
         """Until `ipybox down` or `request_shutdown()` (which `handle_signals()` makes of SIGTERM, SIGINT
@@ -325,11 +416,27 @@ class Supervisor:
             servers[name] = server.model_copy(update={"location": location})
         return status.model_copy(update={"servers": servers})
 
-    async def apply_server(self, name: str) -> ServerOutcome:
+    async def apply_server(self, name: str, progress: Progress | None = None) -> ServerOutcome:
         """Apply the current `ipybox.toml` now (as the watcher would after an edit) and return server
-        `name`'s outcome, once it has one."""
+        `name`'s outcome, once it has one. `progress` is called with that server's events meanwhile."""
         if self.reconciler is None:
             raise RuntimeError("the workspace is still starting")
+        if progress is None:
+            return await self._apply_server(name)
+        part = server_part(name)
+
+        def of_server(event: ProgressEvent) -> None:
+            if event.what == part:
+                progress(event)
+
+        unsubscribe = self.progress.subscribe(of_server)
+        try:
+            return await self._apply_server(name)
+        finally:
+            unsubscribe()
+
+    async def _apply_server(self, name: str) -> ServerOutcome:
+        assert self.reconciler is not None
         reconciler = self.reconciler
         # A reload the watcher started meanwhile may still be starting the server: the next reload waits
         # for it (reloads take turns) and, the file being unchanged, only tries again what failed.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ipybox.config.positions import key_positions
+from ipybox.config.positions import key_positions, table_headers
 
 SOURCE = textwrap.dedent(
     '''\
@@ -55,6 +55,16 @@ def test_key_positions() -> None:
     assert positions[("approval", "rules", 1, "nested", "c")] == (22, 1)
     # Nothing inside strings or comments is taken for a key.
     assert not any("not" in path or "brackets" in path or "x" in path for path in positions)
+
+
+def test_table_headers_are_listed_in_order_and_never_found_inside_strings() -> None:
+    assert table_headers(SOURCE) == [
+        (3, ("servers", "fs")),
+        (7, ("servers", "my server")),
+        (13, ("approval", "rules", 0)),
+        (19, ("approval", "rules", 1)),
+        (21, ("approval", "rules", 1, "nested")),
+    ]
 
 
 def test_scanning_never_fails_on_broken_input() -> None:

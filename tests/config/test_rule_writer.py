@@ -315,9 +315,7 @@ def test_a_rule_that_would_not_load_is_refused_with_the_loaders_reason(example: 
     # call itself would not match the rule written for it.
     call = ToolCall("filesystem", "write_file", {"path": ["out/a.md"], "content": ""})
     message = refused(example, call, "ask-for-writes")
-    assert message.startswith(
-        f"no rule was written into {example}: the file would not load with the rule in it:\n"
-    )
+    assert message.startswith(f"no rule was written into {example}: it would not load with the rule in it:\n")
     # The new rule's header, where the file would have it: after the last rule's last line.
     header = example.read_text().index("\n\n[endpoints]")
     line = example.read_text()[:header].count("\n") + 4  # a blank line and the comment first
@@ -416,30 +414,32 @@ def test_a_fifo_is_refused_without_blocking(workspace: Path) -> None:
 def test_a_file_changed_while_writing_is_read_again_once(
     example: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    check = rule_writer._check
+    check = rule_writer._took_effect
     edits: list[int] = []
 
-    def edited_meanwhile(*args: Any) -> None:
-        check(*args)
+    def edited_meanwhile(*args: Any) -> str | None:
+        why = check(*args)
         if not edits:  # someone saves the file while the rule is being written, once
             edits.append(1)
             example.write_text(example.read_text() + "\n# edited meanwhile\n")
+        return why
 
-    monkeypatch.setattr(rule_writer, "_check", edited_meanwhile)
+    monkeypatch.setattr(rule_writer, "_took_effect", edited_meanwhile)
     written = write(example, WRITE, "ask-for-writes")
     text = example.read_text()
     assert text.endswith("\n# edited meanwhile\n") and written.text in text  # both: nothing was lost
 
 
 def test_a_file_that_keeps_changing_is_refused(example: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    check = rule_writer._check
+    check = rule_writer._took_effect
 
-    def edited_meanwhile(*args: Any) -> None:
-        check(*args)
+    def edited_meanwhile(*args: Any) -> str | None:
+        why = check(*args)
         example.write_text(example.read_text() + "# edited meanwhile\n")
+        return why
 
-    monkeypatch.setattr(rule_writer, "_check", edited_meanwhile)
-    with pytest.raises(RuleWriteError, match="changed while the rule was being written, twice"):
+    monkeypatch.setattr(rule_writer, "_took_effect", edited_meanwhile)
+    with pytest.raises(RuleWriteError, match="changed while it was being written, twice"):
         write(example, WRITE, "ask-for-writes")
     assert example.read_text().count("# edited meanwhile") == 2 and "always-allow" not in example.read_text()
     assert files_in(example.parent) == ["ipybox.toml"]

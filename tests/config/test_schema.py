@@ -1,4 +1,5 @@
-"""The published JSON Schema of `ipybox.toml`: current with the models, and judging files as they do."""
+"""The published JSON Schema of `ipybox.toml`: current with the models, judging files as they do, and
+shipped in the package (`ipybox/data/`, which the repository's `schemas/` and `ipybox.toml.example` link to)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from ipybox.config.schema import SCHEMA_FILE, render, workspace_schema
+from ipybox.config.schema import SCHEMA_FILE, example_path, render, schema_path, workspace_schema
+from ipybox.sandbox import schema as sandbox_schema
 from tests.config.conftest import ROOT
 
 EXAMPLES = ["ipybox.toml.example", "example-workspace/ipybox.toml"]
@@ -27,15 +29,26 @@ def test_schema_file_is_current() -> None:
     assert path.read_text() == render(), "schemas/ drifted: run `python -m ipybox.config.schema`"
 
 
+def test_the_repository_paths_are_the_packaged_files() -> None:
+    """The schemas and the example are package data; the repository's paths for people lead to them."""
+    data = ROOT / "ipybox" / "data"
+    assert (ROOT / "schemas").resolve() == data / "schemas" == schema_path().parent
+    assert (ROOT / "ipybox.toml.example").resolve() == data / "ipybox.toml.example" == example_path()
+    assert schema_path(sandbox_policy=True) == data / "schemas" / sandbox_schema.SCHEMA_FILE
+
+
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_example_files_validate(example: str, validator: jsonschema.Draft202012Validator) -> None:
     text = (ROOT / example).read_text()
     schema_line = text.splitlines()[0]
     assert schema_line.startswith("#:schema ")
-    # The directive is relative to the file: it must lead to the schema.
-    assert (ROOT / example).parent.joinpath(schema_line.removeprefix("#:schema ")).resolve() == (
-        ROOT / "schemas" / SCHEMA_FILE
-    )
+    # The directive is relative to the file (as editors open it, through the repository's symlinks or
+    # in the installed package): it must lead to the schema.
+    assert (ROOT / example).parent.joinpath(schema_line.removeprefix("#:schema ")).resolve() == schema_path()
+    if example == "ipybox.toml.example":
+        assert (
+            example_path().parent.joinpath(schema_line.removeprefix("#:schema ")).resolve() == schema_path()
+        )
     errors = [error.message for error in validator.iter_errors(tomllib.loads(text))]
     assert errors == []
 

@@ -438,7 +438,7 @@ def test_missing_file(workspace: Path) -> None:
     assert (error.line, error.column) == (None, None)
     assert (
         str(error)
-        == f"{workspace / 'ipybox.toml'}: no such file: create ipybox.toml (see ipybox.toml.example)"
+        == f"{workspace / 'ipybox.toml'}: no such file: create ipybox.toml (`ipybox init` writes one)"
     )
 
 

@@ -41,6 +41,7 @@ import ipybox
 from ipybox.codeact.layout import GENTOOLS, MCPPARSE, action_tool_name
 from ipybox.mcp_server.workspace_mcp import create_server
 from ipybox.running.state import StatePaths, remove_leftovers
+from ipybox.sandbox.container import NESTING_FLAGS
 from ipybox.sandbox.doctor import run_checks, sandbox_ready
 from tests.servers.params import CACHE
 
@@ -48,8 +49,13 @@ ROOT = Path(__file__).resolve().parents[2]
 MARKETPLACE = ROOT / ".claude-plugin" / "marketplace.json"
 PLUGINS = ROOT / "plugins"
 CLAUDE = CACHE / "npm-clients" / "node_modules" / ".bin" / "claude"
-# Each plugin and the options it gives `ipybox mcp` after `--workspace <project dir>`.
+# Each plugin that runs the installed `ipybox` command, and the options it gives `ipybox mcp` after
+# `--workspace <project dir>`.
 PLUGIN_OPTIONS = {"codeact-default": [], "codeact-sandbox": ["--sandbox"]}
+# The plugin that runs ipybox's container image instead (built by scripts/docker-build), and its command.
+DOCKER_PLUGIN = "codeact-docker"
+DOCKER_IMAGE = "ipybox"
+DOCKER_ARGS = ["run", "-i", "--rm", "-v", "${CLAUDE_PROJECT_DIR}:/workspace", DOCKER_IMAGE]
 SKILL = Path("skills") / "codeact" / "SKILL.md"
 # The tools the skill is about; the rest of the server's tools must be named in it too.
 CODEACT_TOOLS = ["execute_ipython_cell", "register_mcp_server", "save_code_action", "search_tools"]
@@ -82,20 +88,24 @@ def test_the_marketplace_lists_the_default_and_sandbox_plugins_each_with_its_dir
     assert marketplace["name"] == "ipybox"
     assert marketplace["owner"]["name"]
     plugins = marketplace_plugins()
-    # No codeact-docker until there is a container image to run.
-    assert list(plugins) == list(PLUGIN_OPTIONS)
+    assert list(plugins) == [*PLUGIN_OPTIONS, DOCKER_PLUGIN]
     for entry in marketplace["plugins"]:
         assert entry["source"].startswith("./plugins/") and entry["description"]
-        assert "ipybox" in entry["description"] and "PATH" in entry["description"]
+        # What each needs: the command on PATH, or the image.
+        needs = "scripts/docker-build" if entry["name"] == DOCKER_PLUGIN else "PATH"
+        assert "ipybox" in entry["description"] and needs in entry["description"]
     for name, directory in plugins.items():
         manifest = read_json(directory / ".claude-plugin" / "plugin.json")
         assert manifest["name"] == name
-        assert "pip install ipybox" in manifest["description"]
+        needs = "scripts/docker-build" if name == DOCKER_PLUGIN else "pip install ipybox"
+        assert needs in manifest["description"]
         assert (directory / "README.md").is_file()
 
 
 def test_each_plugin_runs_ipybox_mcp_on_the_project_directory() -> None:
-    for name, directory in marketplace_plugins().items():
+    plugins = marketplace_plugins()
+    for name in PLUGIN_OPTIONS:
+        directory = plugins[name]
         servers = read_json(directory / ".mcp.json")["mcpServers"]
         # The installed `ipybox` command, never a download at run time (`uvx ipybox`).
         assert servers == {
@@ -351,3 +361,85 @@ def test_codeact_sandbox_installed_in_claude_code_connects_with_sandboxed_kernel
     assert "Failed" not in listing, listing
     config = tomllib.loads((project / "ipybox.toml").read_text())
     assert config["sandbox"]["enabled"] is True
+
+
+# -- codeact-docker: ipybox's container image ---------------------------------------------------------------
+
+
+def test_the_docker_plugin_runs_the_image_on_the_project_directory() -> None:
+    servers = read_json(PLUGINS / DOCKER_PLUGIN / ".mcp.json")["mcpServers"]
+    # stdin open (-i) for MCP, the container removed when the session ends, the project at /workspace.
+    assert servers == {"ipybox": {"command": "docker", "args": DOCKER_ARGS}}
+
+
+def test_the_image_the_docker_plugin_runs_serves_the_mounted_workspace_over_stdio() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert 'CMD ["ipybox", "mcp", "--workspace", "/workspace"]' in dockerfile.splitlines()
+    assert "WORKDIR /workspace" in dockerfile.splitlines()
+    # scripts/docker-build tags the image with the name the plugin runs.
+    assert f"tag=${{1:-{DOCKER_IMAGE}}}" in (ROOT / "scripts" / "docker-build").read_text()
+
+
+def test_the_docker_plugins_readme_says_how_to_build_the_image_and_what_the_container_leaves_open() -> None:
+    readme = " ".join((PLUGINS / DOCKER_PLUGIN / "README.md").read_text().split())
+    assert "scripts/docker-build" in readme
+    for heading in ("Isolated by the container", "Not isolated", "The project directory", "The network"):
+        assert heading in readme, heading
+    # The flags it names to nest the sandbox are those ipybox's own error and `ipybox doctor` name.
+    assert NESTING_FLAGS in readme
+
+
+@pytest.fixture(scope="module")
+def docker_image() -> str:
+    """The image the docker plugin runs, when Docker answers and the image is built (scripts/test-docker)."""
+    assert shutil.which("docker") is not None, "docker is not installed: scripts/test-docker installs it"
+    inspect = ["docker", "image", "inspect", "--format", "{{.Config.User}}", DOCKER_IMAGE]
+    done = subprocess.run(inspect, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, f"no image {DOCKER_IMAGE!r} (or no Docker daemon): run scripts/test-docker"
+    return done.stdout.strip()
+
+
+def containers_on(project: Path) -> list[str]:
+    done = subprocess.run(
+        ["docker", "ps", "--quiet", "--filter", f"volume={project}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.split()
+
+
+@pytest.mark.integration
+@pytest.mark.docker
+def test_codeact_docker_installed_in_claude_code_connects_to_the_image(
+    claude: Path, marketplace: Path, docker_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    cli = install(claude, marketplace, DOCKER_PLUGIN, tmp_path_factory)
+    report = json.loads(
+        cli.run(
+            "plugin",
+            "validate",
+            "--strict",
+            "--json",
+            str(marketplace / "plugins" / DOCKER_PLUGIN),
+            cwd=cli.home,
+        )
+    )
+    assert report["success"], report
+    project = tmp_path_factory.mktemp("project").resolve()  # no ipybox.toml: the image makes one
+    if os.geteuid() == 0:  # the image's user stands for the host user it was built for
+        uid, _, gid = docker_image.partition(":")
+        os.chown(project, int(uid), int(gid or uid))
+
+    listing = cli.run("mcp", "list", cwd=project)
+
+    line = f"plugin:{DOCKER_PLUGIN}:ipybox: docker run -i --rm -v {project}:/workspace {DOCKER_IMAGE} - ✔ Connected"
+    assert line in listing.splitlines(), listing
+    config = tomllib.loads((project / "ipybox.toml").read_text())
+    assert config["sandbox"]["enabled"] is False  # in the image the container is the boundary
+    # Claude Code's stop (SIGINT to `docker run`) reaches ipybox in the container, which is then removed.
+    deadline = time.monotonic() + 30
+    while (left := containers_on(project)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"containers of {project} were left running: {left}"

@@ -64,6 +64,7 @@ def test_a_bubblewrap_that_cannot_sandbox_is_refused_with_the_reason(
     fake.write_text(f"#!/bin/sh\necho '{stderr}' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("IPYBOX_IN_CONTAINER", "0")  # the host's advice, also where tests run in a container
     check_sandbox.cache_clear()
     try:
         with pytest.raises(SandboxUnavailableError, match=expected):

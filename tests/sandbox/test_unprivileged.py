@@ -6,6 +6,10 @@ from a workspace elsewhere (`ATTACK_TESTS`, less those marked `root_only`), agai
 which `scripts/test-user` creates together with a Python that user can run, and checks that all of them
 passed, this one included: there it takes the other branch and checks that it runs unprivileged. Run
 unprivileged, the other sandbox tests already are the unprivileged run: it only checks that.
+
+The checkout need not be readable by that user (a clone in `/root` or in a 0700 home is not):
+`scripts/test-user run` shows it the checkout, at the same path, in a private mount namespace of the run's
+own, and changes no permission on disk (its header says how; it costs milliseconds).
 """
 
 from __future__ import annotations
@@ -105,8 +109,9 @@ def test_sandbox_tests_pass_as_an_unprivileged_user() -> None:
         "PYTHONDONTWRITEBYTECODE": "1",  # the checkout is not the user's to write
         UNPRIVILEGED_USER_VARIABLE: USER,
     }
-    command = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups", "--"]
-    command += [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    # Not setpriv here: the checkout may be in a home directory the user can't enter (`/root/ipybox`), and
+    # `run` makes it visible to the user in a private mount namespace, changing no permission on disk.
+    command = ["bash", "scripts/test-user", "run", python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     with tempfile.TemporaryDirectory(prefix="ipybox-unprivileged-") as reports:
         os.chown(reports, user.pw_uid, user.pw_gid)
         report = Path(reports) / "report.xml"
@@ -140,3 +145,43 @@ def test_sandbox_tests_pass_as_an_unprivileged_user() -> None:
         f"{SANDBOX_TESTS}/{Path(__file__).name}::{test_sandbox_tests_pass_as_an_unprivileged_user.__name__}"
     )
     assert this_test in passed  # there it took the unprivileged branch, and its checks passed
+
+
+@pytest.mark.root_only
+@pytest.mark.skipif(os.geteuid() != 0, reason="running a command as another user takes root")
+def test_run_shows_the_user_a_checkout_in_a_closed_home_and_nothing_else_there(tmp_path: Path) -> None:
+    made = subprocess.run(
+        ["bash", "scripts/test-user"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert made.returncode == 0, f"scripts/test-user failed:\n{made.stderr}"
+    # A home only its owner may enter, holding a clone that is closed too, and another file.
+    home = tmp_path / "alice"
+    checkout = home / "ipybox"
+    (checkout / "scripts").mkdir(parents=True)
+    (checkout / "scripts" / "test-user").write_bytes((ROOT / "scripts" / "test-user").read_bytes())
+    (checkout / "pyproject.toml").write_text("the checkout's own file\n")
+    (home / "private.txt").write_text("the owner's other file\n")
+    home.chmod(0o700)
+    checkout.chmod(0o700)
+    user = pwd.getpwnam(USER)
+
+    setpriv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups", "--"]
+    run = ["bash", str(checkout / "scripts" / "test-user"), "run"]
+
+    def as_user(*command: str, prefix: list[str] = run) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*prefix, *command], capture_output=True, text=True, timeout=60)
+
+    denied = as_user("cat", str(checkout / "pyproject.toml"), prefix=setpriv)
+    assert denied.returncode != 0 and "Permission denied" in denied.stderr  # closed to the user on disk
+
+    shown = as_user("sh", "-c", "id -u; pwd; cat pyproject.toml; ls -A ..")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == [str(user.pw_uid), str(checkout), "the checkout's own file", "ipybox"]
+    hidden = as_user("cat", str(home / "private.txt"))
+    assert hidden.returncode != 0 and "No such file" in hidden.stderr
+    unwritable = as_user("touch", str(checkout / "new-file"))
+    assert unwritable.returncode != 0 and not (checkout / "new-file").exists()
+
+    # Nothing changed on disk, and the mounts were the run's own: none is left here.
+    assert (home.stat().st_mode & 0o777, checkout.stat().st_mode & 0o777) == (0o700, 0o700)
+    assert str(home) not in Path("/proc/self/mountinfo").read_text()

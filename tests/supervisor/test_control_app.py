@@ -4,15 +4,16 @@ control protocol of `ipybox.running.status` for anything that implements `Contro
 
 `SmallWorkspace` is a minimal real implementation of `Controlled`: a real `LeaseTable`, kernels named by
 a counter, and `apply_server` that loads a real `ipybox.toml` and reports with the supervisor's
-`server_outcome`.
+`server_outcome` (passing a listener the steps of the server it applies, as the reconciler does).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ipybox.asgi_server import EmbeddedServer
 from ipybox.config import CONFIG_FILE, ConfigError, load_config
-from ipybox.running.control_client import ControlClient
-from ipybox.running.state import SupervisorState
+from ipybox.progress import PartTimer, Progress, ProgressEvent, ProgressStep, server_part
+from ipybox.running.control_client import ControlClient, ControlRequestError
+from ipybox.running.state import NotRunningError, SupervisorState
 from ipybox.running.status import (
     CallerId,
     GatewayStatus,
@@ -60,6 +62,7 @@ class SmallWorkspace:
         self.shutdown_requested = False
         self.fail_with: Exception | None = None
         self.console_off = False
+        self.hold: asyncio.Event | None = None
         self._kernels = itertools.count(1)
 
     def status(self) -> WorkspaceStatus:
@@ -102,13 +105,24 @@ class SmallWorkspace:
         await websocket.accept()
         await websocket.close()
 
-    async def apply_server(self, name: str) -> ServerOutcome:
+    async def apply_server(self, name: str, progress: Progress | None = None) -> ServerOutcome:
         path = self.workspace / CONFIG_FILE
         try:
             config, error = load_config(path), None
         except ConfigError as e:
             config, error = None, e
         servers = config.enabled_servers() if config is not None else {}
+        if progress is not None and name in servers:
+            timer = PartTimer()
+            steps: tuple[ProgressStep, ...] = ("connecting", "listing tools", "generating")
+            for step in steps:
+                progress(timer.event(server_part(name), step))
+                await asyncio.sleep(0)  # each reaches the client as the workspace gets there
+                if self.hold is not None:  # until the test saw the event arrive
+                    await self.hold.wait()
+            if self.fail_with is not None:
+                raise self.fail_with
+            progress(timer.event(server_part(name), "ready", "1 tool"))
         status = ReconcilerStatus(
             generation=1, servers={n: MCPServerStatus(state="ready", tools=1, generation=1) for n in servers}
         )
@@ -277,3 +291,161 @@ def test_an_approvers_name_reaches_the_workspace_as_one_short_printable_line(cli
     with client.websocket_connect("/approvers?who=" + "alice%1b[2J%0aon pts/3" + "x" * 200) as websocket:
         who = websocket.receive_text()
     assert who.startswith("alice[2Jon pts/3") and len(who) == 80
+
+
+NDJSON = {"Accept": "application/x-ndjson"}
+
+
+def test_applying_with_ndjson_streams_the_servers_events_then_its_outcome(client: TestClient) -> None:
+    response = client.post("/servers/fs/apply", headers=NDJSON)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/x-ndjson")
+    lines = [json.loads(line) for line in response.text.splitlines()]
+    assert [line["kind"] for line in lines] == ["progress"] * 4 + ["outcome"]
+    events = [ProgressEvent.model_validate(line) for line in lines[:-1]]
+    assert [(e.what, e.step, e.done) for e in events] == [
+        ("server fs", "connecting", False),
+        ("server fs", "listing tools", False),
+        ("server fs", "generating", False),
+        ("server fs", "ready", True),
+    ]
+    outcome = ServerOutcome.model_validate(lines[-1])
+    assert (outcome.name, outcome.state, outcome.generation) == ("fs", "ready", 1)
+
+
+def test_without_ndjson_applying_answers_with_the_outcome_alone(client: TestClient) -> None:
+    response = client.post("/servers/fs/apply", headers={"Accept": "application/json"})
+    assert response.headers["content-type"] == "application/json"
+    assert ServerOutcome.model_validate(response.json()).state == "ready"
+
+
+def test_a_streamed_apply_that_fails_ends_with_an_error_line(
+    client: TestClient, target: SmallWorkspace
+) -> None:
+    target.fail_with = RuntimeError("the workspace is still starting")
+    lines = [json.loads(line) for line in client.post("/servers/fs/apply", headers=NDJSON).text.splitlines()]
+    assert [line["kind"] for line in lines] == ["progress"] * 3 + ["error"]
+    assert lines[-1]["error"] == "RuntimeError: the workspace is still starting"
+
+
+@pytest.fixture
+async def control(target: SmallWorkspace) -> AsyncIterator[ControlClient]:
+    """A `ControlClient` talking to the control app of `target` over a real Unix socket."""
+    with tempfile.TemporaryDirectory(prefix="ipybox-test-") as run_dir:  # short: a socket path
+        socket = Path(run_dir) / "control.sock"
+        server = EmbeddedServer(control_app(target, TOKEN), "test-control")
+        await server.start(unix_socket=socket)
+        try:
+            async with ControlClient(state_of(target.workspace, socket)) as client:
+                yield client
+        finally:
+            await server.stop()
+
+
+def state_of(workspace: Path, socket: Path) -> SupervisorState:
+    return SupervisorState(
+        pid=1,
+        workspace=str(workspace),
+        started_at="",
+        control_socket=str(socket),
+        control_token=TOKEN,
+        gateway_socket="",
+        gateway_token="",
+        log_file="",
+    )
+
+
+async def test_the_control_client_passes_each_event_to_progress_and_returns_the_outcome(
+    control: ControlClient,
+) -> None:
+    seen: list[ProgressEvent] = []
+    outcome = await control.apply_server("fs", progress=seen.append)
+    assert [e.step for e in seen] == ["connecting", "listing tools", "generating", "ready"]
+    assert isinstance(outcome, ServerOutcome) and outcome.state == "ready"
+    # An absent server has no steps: the outcome alone.
+    assert (await control.apply_server("other", progress=seen.append)).state == "absent"
+    assert len(seen) == 4
+
+
+async def test_each_event_reaches_the_client_while_the_server_is_still_being_applied(
+    control: ControlClient, target: SmallWorkspace
+) -> None:
+    # The apply waits after its first event until the client has that event: a buffered answer would
+    # never finish (the guard below turns that into a failure).
+    target.hold = asyncio.Event()
+    seen: list[str] = []
+
+    def arrived(event: ProgressEvent) -> None:
+        seen.append(event.step)
+        assert target.hold is not None
+        target.hold.set()
+
+    outcome = await asyncio.wait_for(control.apply_server("fs", progress=arrived), 60)
+    assert outcome.state == "ready" and seen[0] == "connecting"
+
+
+async def test_a_failed_streamed_apply_is_a_control_request_error(
+    control: ControlClient, target: SmallWorkspace
+) -> None:
+    target.fail_with = RuntimeError("the workspace is still starting")
+    seen: list[ProgressEvent] = []
+    with pytest.raises(ControlRequestError, match="RuntimeError: the workspace is still starting"):
+        await control.apply_server("fs", progress=seen.append)
+    assert [e.step for e in seen] == ["connecting", "listing tools", "generating"]
+
+
+CHUNKED = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+async def answering(answer: bytes, tmp: Path) -> tuple[asyncio.Server, Path]:
+    """A Unix socket server that reads a request, writes `answer` and hangs up: a stream cut short."""
+    socket = tmp / "control.sock"
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    return await asyncio.start_unix_server(handle, path=str(socket)), socket
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "message"),
+    [
+        # The workspace went away mid-stream (the chunked body never ends).
+        (
+            CHUNKED + chunk(b'{"kind":"progress","what":"server fs","step":"connecting"}\n'),
+            NotRunningError,
+            "lost",
+        ),
+        # The stream ended properly, but without the outcome.
+        (
+            CHUNKED + chunk(b'{"kind":"progress","what":"server fs","step":"connecting"}\n') + b"0\r\n\r\n",
+            ControlRequestError,
+            "before the outcome",
+        ),
+        # A line this version does not know.
+        (CHUNKED + chunk(b'{"kind":"surprise"}\n') + b"0\r\n\r\n", ControlRequestError, "unexpected body"),
+    ],
+    ids=["cut-off", "no-outcome", "unknown-line"],
+)
+async def test_a_broken_stream_is_one_clear_error(
+    answer: bytes, error: type[Exception], message: str
+) -> None:
+    with tempfile.TemporaryDirectory(prefix="ipybox-test-") as run_dir:
+        server, socket = await answering(answer, Path(run_dir))
+        seen: list[ProgressEvent] = []
+        try:
+            async with ControlClient(state_of(Path(run_dir), socket)) as control:
+                with pytest.raises(error, match=message):
+                    await control.apply_server("fs", progress=seen.append)
+        finally:
+            server.close()
+            await server.wait_closed()
+    if message != "unexpected body":
+        assert [e.step for e in seen] == ["connecting"]

@@ -1,0 +1,50 @@
+"""`EmbeddedServer`: a port it cannot have is one error naming the endpoint, the address and the reason,
+never uvicorn's `sys.exit`."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+from starlette.applications import Starlette
+
+from ipybox.asgi_server import EmbeddedServer, ListenError
+from ipybox.errors import IpyboxError
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
+async def test_a_port_in_use_is_one_error_naming_the_endpoint_address_and_what_to_do(taken_port: int) -> None:
+    server = EmbeddedServer(Starlette(), "ipybox-console")
+    with pytest.raises(ListenError) as raised:
+        await server.start(host="127.0.0.1", port=taken_port)
+    message = str(raised.value)
+    assert f"ipybox-console cannot listen on 127.0.0.1:{taken_port}" in message
+    assert "Address already in use" in message and "0 for a free one" in message
+    assert isinstance(raised.value, IpyboxError) and isinstance(raised.value, OSError)
+    assert not server.running
+
+
+async def test_an_address_that_is_not_this_machines_is_refused_with_the_systems_reason() -> None:
+    with pytest.raises(ListenError, match=r"cannot listen on 192\.0\.2\.1:0: .*assign"):
+        await EmbeddedServer(Starlette(), "x").start(host="192.0.2.1", port=0)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+async def test_port_zero_listens_on_a_free_port_that_accepts_connections(host: str) -> None:
+    server = EmbeddedServer(Starlette(), "x")
+    await server.start(host=host, port=0)
+    try:
+        assert server.port
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family) as client:
+            client.connect((host, server.port))
+    finally:
+        await server.stop()
