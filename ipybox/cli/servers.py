@@ -319,7 +319,9 @@ def _add(directory: Path, args: argparse.Namespace, command: list[str]) -> int:
         package = _package(config, name)
         print(f"{package}: {', '.join(modules)}")
         example = f"from {package} import {modules[0]}" if modules else f"import {package}"
-        print(f"  in the workspace's kernels: `{example}`; `help({package})` lists its tools")
+        print(
+            f"  in the workspace's kernels: `{example}`; `import {package}; help({package})` lists its tools"
+        )
     if not ok and outcome is not None:
         print(f"ipybox: {_failure(path, name, outcome)}", file=sys.stderr)
         return EXIT_ERROR

@@ -200,7 +200,8 @@ def _wait_until_up(workspace: Path, process: subprocess.Popen[bytes], output: _C
         output.read()
         if process.poll() is not None:
             output.read()
-            last = output.last_line()
+            # The child's own error line already says `ipybox: `.
+            last = (output.last_line() or "").removeprefix("ipybox: ")
             return f"ipybox up failed: {last if last else f'exit {process.returncode}'}"
         try:
             state = read_state(workspace)

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -145,6 +146,25 @@ def test_up_refuses_an_invalid_file_with_its_position(tmp_path: Path) -> None:
         in done.stderr
     )
     assert not pids_anywhere("cli-invalid")
+
+
+def test_a_console_port_in_use_fails_up_with_one_line_naming_the_setting(tmp_path: Path) -> None:
+    workspace = make_workspace(tmp_path, "cli-port")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = workspace / "ipybox.toml"
+        config.write_text(config.read_text() + f"\n[endpoints]\nconsole_port = {port}\n")
+        done = ipybox("up", "-d", str(workspace))
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"ipybox: ipybox up failed: the web console: ipybox-console cannot listen on 127.0.0.1:{port}: Address "
+        "already in use (another program uses it; choose another port, or 0 for a free one) (set by "
+        "[endpoints] console_port)\n"
+    )
+    assert not pids_anywhere("cli-port")
+    assert not (workspace / ".ipybox" / "state.json").exists()
 
 
 def test_validate(tmp_path: Path) -> None:
