@@ -11,7 +11,7 @@ from ipybox.progress import MAX_DETAIL, PartTimer, ProgressEvent, ProgressHub, e
 
 
 def event(what: str = "gateway", step: str = "starting") -> ProgressEvent:
-    return ProgressEvent.model_validate({"what": what, "step": step})
+    return ProgressEvent.from_dict({"what": what, "step": step})
 
 
 def test_a_listener_sees_only_the_events_after_it_subscribed_and_until_it_unsubscribed() -> None:
@@ -90,7 +90,7 @@ def test_a_long_detail_is_clipped() -> None:
 
 def test_events_round_trip_as_json_lines_tagged_progress() -> None:
     original = PartTimer().event(server_part("time"), "ready", "2 tools")
-    line = original.model_dump_json()
+    line = original.to_json()
     assert "\n" not in line and line.startswith('{"kind":"progress"')
-    assert ProgressEvent.model_validate_json(line) == original
+    assert ProgressEvent.from_json(line) == original
     assert original.what == "server time"

@@ -149,7 +149,7 @@ def _log_to_terminal() -> None:
 
 
 def _ndjson_line(event: ProgressEvent) -> None:
-    sys.stdout.write(event.model_dump_json() + "\n")
+    sys.stdout.write(event.to_json() + "\n")
     sys.stdout.flush()
 
 
@@ -249,7 +249,7 @@ class _ChildOutput:
 
         if line.startswith(b'{"kind":"progress"'):
             try:
-                event = ProgressEvent.model_validate_json(line)
+                event = ProgressEvent.from_json(line)
             except ValidationError:
                 pass
             else:

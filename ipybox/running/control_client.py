@@ -12,6 +12,7 @@ went away), one that ends without its last line or with a line this version does
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from types import TracebackType
@@ -40,11 +41,15 @@ from ipybox.running.status import (
 _Answer = TypeVar("_Answer", bound=BaseModel)
 
 _NDJSON = "application/x-ndjson"
-_ApplyLine = TypeAdapter[ProgressEvent | ServerOutcome | StreamFailure](
-    Annotated[ProgressEvent | ServerOutcome | StreamFailure, Field(discriminator="kind")]
-)
 # The longest line of a stream read: an outcome with every problem of a large ipybox.toml fits easily.
 _MAX_LINE = 16 * 1024 * 1024
+
+
+@functools.cache
+def _apply_line_adapter() -> TypeAdapter[ProgressEvent | ServerOutcome | StreamFailure]:
+    # Built on first use: only `ipybox server add` reads the stream, and building it costs milliseconds
+    # every process that imports this module would pay.
+    return TypeAdapter(Annotated[ProgressEvent | ServerOutcome | StreamFailure, Field(discriminator="kind")])
 
 
 class ControlRequestError(WorkspaceError, RuntimeError):
@@ -144,7 +149,7 @@ class ControlClient:
 
     def _apply_line(self, path: str, line: bytes) -> ProgressEvent | ServerOutcome | StreamFailure:
         try:
-            return _ApplyLine.validate_json(line)
+            return _apply_line_adapter().validate_json(line)
         except ValidationError:
             pass
         try:  # a supervisor that does not stream answers with the outcome alone, untagged

@@ -192,8 +192,9 @@ def _forget(task: asyncio.Future[ServerOutcome]) -> None:
         logger.warning("applying a server for a client that left failed: %s", task.exception())
 
 
-def _line(model: BaseModel) -> bytes:
-    return model.model_dump_json().encode() + b"\n"
+def _line(model: BaseModel | ProgressEvent) -> bytes:
+    text = model.to_json() if isinstance(model, ProgressEvent) else model.model_dump_json()
+    return text.encode() + b"\n"
 
 
 def _json(model: BaseModel, status_code: int) -> JSONResponse:

@@ -61,7 +61,7 @@ class Clock:
 
 def ev(what: str, step: str, detail: str | None = None, elapsed: float | None = None) -> ProgressEvent:
     done = step in ("ready", "failed")
-    return ProgressEvent.model_validate(
+    return ProgressEvent.from_dict(
         {
             "what": what,
             "step": step,

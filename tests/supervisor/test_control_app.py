@@ -302,7 +302,7 @@ def test_applying_with_ndjson_streams_the_servers_events_then_its_outcome(client
     assert response.headers["content-type"].startswith("application/x-ndjson")
     lines = [json.loads(line) for line in response.text.splitlines()]
     assert [line["kind"] for line in lines] == ["progress"] * 4 + ["outcome"]
-    events = [ProgressEvent.model_validate(line) for line in lines[:-1]]
+    events = [ProgressEvent.from_dict(line) for line in lines[:-1]]
     assert [(e.what, e.step, e.done) for e in events] == [
         ("server fs", "connecting", False),
         ("server fs", "listing tools", False),
