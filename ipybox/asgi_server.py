@@ -129,8 +129,11 @@ class EmbeddedServer:
             self.port = self._server.servers[0].sockets[0].getsockname()[1]
 
     def _bind(self, host: str, port: int) -> socket.socket:
-        # As uvicorn chooses: IPv6 for an address with a colon.
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        # As uvicorn chooses: IPv6 for an address with a colon. The protocol is named, not left 0: asyncio
+        # sets TCP_NODELAY only on sockets whose `proto` says TCP, and without it every response waits
+        # for the client's delayed ACK (an ask reached the console in 50 ms instead of 10).
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, port))

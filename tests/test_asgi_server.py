@@ -48,3 +48,16 @@ async def test_port_zero_listens_on_a_free_port_that_accepts_connections(host: s
             client.connect((host, server.port))
     finally:
         await server.stop()
+
+
+async def test_connections_are_served_without_nagles_delay() -> None:
+    # asyncio turns Nagle's algorithm off only on connections of a socket whose protocol says TCP; with it
+    # on, each response waited for the client's delayed ACK (about 40 ms).
+    server = EmbeddedServer(Starlette(), "x")
+    await server.start(host="127.0.0.1", port=0)
+    try:
+        assert server._server is not None
+        listening = [sock for s in server._server.servers for sock in s.sockets]
+        assert listening and all(sock.proto == socket.IPPROTO_TCP for sock in listening)
+    finally:
+        await server.stop()
