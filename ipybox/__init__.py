@@ -26,7 +26,13 @@ if TYPE_CHECKING:
     from ipybox.approval.request import ApprovalRequest
     from ipybox.codeact.actions import CodeActionError, SavedAction
     from ipybox.executor.code_executor import CodeExecutor
-    from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
+    from ipybox.kernels.result import (
+        CodeExecutionChunk,
+        CodeExecutionError,
+        CodeExecutionResult,
+        ResourceLimitError,
+    )
+    from ipybox.limits import ResourceLimits
     from ipybox.mcp_apigen import generate_mcp_sources
 
 __version__ = "0.10.0.dev0"
@@ -36,6 +42,8 @@ _EXPORTS: dict[str, str] = {
     "CodeExecutionResult": "ipybox.kernels.result",
     "CodeExecutionChunk": "ipybox.kernels.result",
     "CodeExecutionError": "ipybox.kernels.result",
+    "ResourceLimitError": "ipybox.kernels.result",
+    "ResourceLimits": "ipybox.limits.spec",
     "generate_mcp_sources": "ipybox.mcp_apigen",
     "ApprovalRequest": "ipybox.approval.request",
     "CodeActionError": "ipybox.codeact.actions",
@@ -49,6 +57,8 @@ __all__ = [
     "CodeExecutionError",
     "CodeExecutionResult",
     "CodeExecutor",
+    "ResourceLimitError",
+    "ResourceLimits",
     "SavedAction",
     "generate_mcp_sources",
 ]

@@ -15,6 +15,7 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     ├── ServerWriteError                 ipybox.config.server_writer         ValueError
     ├── SandboxUnavailableError          ipybox.sandbox                      RuntimeError
     ├── SandboxPolicyError               ipybox.sandbox.policy               ValueError
+    ├── LimitUnavailableError            ipybox.limits.enforcement           RuntimeError
     ├── KernelError                      ipybox.errors
     │   ├── GatewayStartError            ipybox.kernels.gateway              RuntimeError
     │   ├── GatewayError                 ipybox.kernels.kernel_connection    RuntimeError
@@ -24,11 +25,13 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     │   ├── KernelDied                   ipybox.kernels.kernel_connection
     │   ├── ExecutionTimeoutError        ipybox.kernels.kernel_client        TimeoutError
     │   └── CodeExecutionError           ipybox.kernels.result
-    │       └── KernelDiedError          ipybox.kernels.result
+    │       ├── KernelDiedError          ipybox.kernels.result
+    │       └── ResourceLimitError       ipybox.kernels.result
     ├── MCPServerError                   ipybox.mcp_client.errors
     │   ├── ServerParamsError            ipybox.mcp_client.errors
     │   ├── ServerStartError             ipybox.mcp_client.errors
     │   ├── ServerConnectError           ipybox.mcp_client.errors
+    │   │   └── ServerMemoryLimitError   ipybox.mcp_client.errors
     │   ├── ServerTimeoutError           ipybox.mcp_client.errors
     │   │   └── CallTimeoutError         ipybox.mcp_client.errors
     │   ├── ResultTooLargeError          ipybox.mcp_client.errors

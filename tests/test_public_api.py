@@ -34,6 +34,8 @@ PUBLIC: list[tuple[str, dict[str, str]]] = [
             "CodeExecutionError": "ipybox.kernels.result",
             "CodeExecutionResult": "ipybox.kernels.result",
             "CodeExecutor": "ipybox.executor.code_executor",
+            "ResourceLimitError": "ipybox.kernels.result",
+            "ResourceLimits": "ipybox.limits.spec",
             "SavedAction": "ipybox.codeact.actions",
             "generate_mcp_sources": "ipybox.mcp_apigen.sources",
         },

@@ -101,19 +101,25 @@ async def _exec(
 def _doctor(as_json: bool) -> int:
     import json
 
+    from ipybox.cli.doctor import limits_report
     from ipybox.sandbox.doctor import THREAT_MODEL, run_checks, sandbox_ready
 
     checks = run_checks()
     ready = sandbox_ready(checks)
+    limits = limits_report()  # reported, but the exit status says whether sandbox=True works
     if as_json:
         threats = [{"what": what, "how": how} for what, how in THREAT_MODEL]
-        report = {"sandbox": ready, "checks": [check.as_dict() for check in checks], "threat_model": threats}
+        report = {
+            "sandbox": ready,
+            "checks": [check.as_dict() for check in checks],
+            "limits": limits.as_dict(),
+            "threat_model": threats,
+        }
         print(json.dumps(report, indent=2))
     else:
-        for check in checks:
-            mark = "ok" if check.ok else ("MISSING" if check.required else "no")
-            print(f"{mark:>7}  {check.name}: {check.detail}")
-        print(f"\nsandbox=True {'works' if ready else 'is not available'} on this machine")
+        print("\n".join(check.line() for check in checks))
+        print(f"\nsandbox=True {'works' if ready else 'is not available'} on this machine\n")
+        print("\n".join(check.line() for check in limits.checks))
         print("\nWhat a sandboxed kernel can do, and how what the host reads later is protected:")
         for what, how in THREAT_MODEL:
             print(f"  {what.replace('`', '')}: {how.replace('`', '')}")

@@ -22,7 +22,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -32,7 +32,7 @@ from ipybox.errors import IpyboxError
 if TYPE_CHECKING:
     from ipybox.progress import Progress, ProgressEvent
     from ipybox.running.state import SupervisorState
-    from ipybox.running.status import MCPServerStatus, WorkspaceStatus
+    from ipybox.running.status import KernelsStatus, KernelStatus, MCPServerStatus, WorkspaceStatus
 
 EXIT_ERROR = 1
 PROGRESS_ENV = "IPYBOX_PROGRESS"
@@ -169,7 +169,8 @@ def _up_detached(workspace: Path) -> int:
         with progress_on_terminal() as progress:
             env = {**os.environ, PROGRESS_ENV: "ndjson"} if progress is not None else None
             process = subprocess.Popen(
-                [sys.executable, "-m", "ipybox.cli", "up", str(workspace)],
+                # -P: nothing in the current directory (often the workspace) shadows ipybox's imports.
+                [sys.executable, "-P", "-m", "ipybox.cli", "up", str(workspace)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -350,6 +351,8 @@ def status(workspace: Path, as_json: bool) -> int:
     print(f"  gateway: {'running' if info.gateway.running else 'DOWN'}, restarts: {info.restarts}")
     pool = info.pool
     print(f"  kernels: {pool.idle} idle of {pool.size}, {pool.leased} leased ({info.leases} leases)")
+    if info.kernels is not None:
+        _print_kernels(info.kernels)
     if info.console is not None:
         print(f"  console: {info.console}  ({info.pending_asks} pending asks; `ipybox console` to log in)")
     elif info.pending_asks:
@@ -368,13 +371,63 @@ def status(workspace: Path, as_json: bool) -> int:
     return 0
 
 
+def _print_kernels(health: KernelsStatus) -> None:
+    """The limits once, what happens to idle kernels, then one line per kernel (leased ones first)."""
+    from ipybox.limits import describe_limit, format_bytes
+
+    if not health.reported:
+        print(f"  kernel usage: not known ({health.error})")
+        return
+    limits = ", ".join(describe_limit(name, value) for name, value in health.limits.items()) or "none"
+    enforced = f" ({health.mechanism})" if health.mechanism else ""
+    idle = f"deleted after {_span(health.max_idle)} idle" if health.max_idle is not None else "kept"
+    if health.recycle_rss is not None:
+        idle += f", recycled past {format_bytes(health.recycle_rss)}"
+    if health.reaped or health.recycled:
+        idle += f" ({health.reaped} deleted, {health.recycled} recycled so far)"
+    print(f"  limits:  {limits} per kernel{enforced}; idle leased kernels {idle}")
+    for kernel in health.kernels:
+        print(f"    {_kernel_line(kernel, format_bytes)}")
+
+
+def _kernel_line(kernel: KernelStatus, size: Callable[[float], str]) -> str:
+    held = {"leased": f"lease {(kernel.lease or '')[:8]}", "pool": "warm pool"}.get(kernel.role, kernel.role)
+    state = kernel.execution_state or "unknown"
+    if kernel.idle_s is not None:
+        state += f" {_span(kernel.idle_s)}"
+    usage = kernel.usage
+    if usage is None:
+        return f"kernel {kernel.kernel_id[:8]}  {held:<14}  {state:<12}  usage not reported"
+    parts = [
+        f"RSS {size(usage.memory)}" if usage.memory is not None else "RSS ?",
+        f"peak {size(usage.memory_peak)}" if usage.memory_peak is not None else "peak ?",
+        f"CPU {usage.cpu_seconds:.2f} s" if usage.cpu_seconds is not None else "CPU ?",
+        f"{usage.processes} processes" if usage.processes is not None else "processes ?",
+    ]
+    if usage.oom_kills:
+        parts.append(f"{usage.oom_kills} killed for memory")
+    return f"kernel {kernel.kernel_id[:8]}  {held:<14}  {state:<12}  {'  '.join(parts)}"
+
+
+def _span(seconds: float) -> str:
+    """`0.5 s`, `42 s`, `31 min`, `2.5 h`."""
+    if seconds < 10:
+        return f"{round(seconds, 1):g} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def _server_line(server: MCPServerStatus) -> str:
     if server.error:
         where = f" ({server.location})" if server.location else ""
         return f"error{where}: {server.error}"
-    fields = server.model_dump(exclude={"parsers", "parser_errors", "location"})
+    fields = server.model_dump(exclude={"parsers", "parser_errors", "location", "stopped"})
     line = ", ".join(f"{key} {value}" for key, value in fields.items() if value is not None)
-    return line + (f", parsers {', '.join(server.parsers)}" if server.parsers else "")
+    line += f", parsers {', '.join(server.parsers)}" if server.parsers else ""
+    return line + (f"; not running: {server.stopped}" if server.stopped else "")
 
 
 def down(workspace: Path) -> int:

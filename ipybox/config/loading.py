@@ -95,6 +95,7 @@ def _load(path: Path, source: str) -> WorkspaceConfig:
             raise _unknown_keys(reserved, data)
         # mypy knows the fields as __init__'s arguments, not BaseSettings' own `_env_file`.
         config = WorkspaceConfig(_env_file=dotenv, **data)  # type: ignore[call-arg]
+        _check_across_tables(config)
     except ValidationError as e:
         raise ConfigError(path, _problems(e.errors(), path, source, data, dotenv)) from None
     except SettingsError as e:
@@ -142,6 +143,20 @@ def _syntax_problem(path: Path, error: tomllib.TOMLDecodeError) -> ConfigProblem
         return ConfigProblem(str(path), None, None, f"not valid TOML: {message}")
     reason = f"not valid TOML: {message[: place.start()]}"
     return ConfigProblem(str(path), int(place.group(1)), int(place.group(2)), reason)
+
+
+def _check_across_tables(config: WorkspaceConfig) -> None:
+    """What one table says about another, reported at the key that can't hold (as a `ValidationError`, so it
+    is placed like the rest)."""
+    limits = config.kernel.limits
+    if limits.tmp is not None and "tmp" in limits.model_fields_set and not config.sandbox.enabled:
+        reason = (
+            "[kernel.limits] tmp sizes the private /tmp of sandboxed kernels, and [sandbox] enabled = false: "
+            'unsandboxed kernels share the host\'s /tmp. Remove tmp, or set it to "unlimited"'
+        )
+        error: Any = {"type": "value_error", "loc": ("kernel", "limits", "tmp"), "input": limits.tmp}
+        error["ctx"] = {"error": ValueError(reason)}
+        raise ValidationError.from_exception_data(WorkspaceConfig.__name__, [error])
 
 
 def _unknown_keys(keys: list[str], data: Mapping[str, Any]) -> ValidationError:

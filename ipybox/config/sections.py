@@ -10,6 +10,13 @@ env = { API_BASE = "http://localhost:8000", TOKEN = "${API_TOKEN}" }
 warm_pool = 1
 timeout = 120
 approve_shell = true          # `!cmd` and `%%bash` are decided by [approval] rules (server "shell")
+max_idle = 1800               # seconds: a leased kernel idle longer is deleted (default: never)
+recycle_rss = "2GiB"          # an idle leased kernel using more memory is deleted (default: never)
+[kernel.limits]               # per kernel; these are the defaults ("unlimited" lifts one)
+memory = "4GiB"
+processes = 256
+open_files = 4096
+tmp = "1GiB"                  # sandboxed kernels' private /tmp
 
 [sandbox]
 enabled = true
@@ -27,8 +34,11 @@ port = 0
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from typing import Any
 
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, TypeAdapter, ValidationInfo, field_validator
+
+from ipybox.limits import WorkspaceLimits
 from ipybox.mcp_client.params import ServerSandbox
 
 LOOPBACK_HOSTS = ("127.0.0.1", "::1")
@@ -73,6 +83,17 @@ class KernelSection(_Table):
         require_shell_escape: With `approve_shell`: code in kernels can't start processes but through the
             `!` form and the cell magics (`subprocess`, `os.system`, ... raise). A guard against mistakes,
             not a boundary: the sandbox is.
+        limits: `[kernel.limits]`: what each kernel, with everything it starts, may use (memory, cpus,
+            processes, open_files, tmp; `ipybox.limits.ResourceLimits`). On by default: memory 4 GiB, 256
+            processes, 4096 open files, and a 1 GiB `/tmp` for sandboxed kernels. A limit this machine
+            can't enforce stops `ipybox up` with an error naming it (`ipybox doctor` tells what it offers).
+        max_idle: Seconds a leased kernel may sit idle (nothing executed, nothing running) before it is
+            deleted to give its memory back; the application's next execution runs on a fresh kernel and
+            its output starts with a notice saying so. Default: never (`None`): an attached agent may
+            come back after hours, and its kernel's state should be there; the memory limit already
+            bounds what an idle kernel can hold. Applies from the next check on, without a restart.
+        recycle_rss: Memory (bytes, or `"2GiB"`) past which an idle leased kernel is deleted the same
+            way, for kernels that grow over days. Default: never.
     """
 
     env: dict[str, str] = Field(default_factory=dict)
@@ -80,6 +101,27 @@ class KernelSection(_Table):
     timeout: float = Field(default=120, gt=0)
     approve_shell: bool = False
     require_shell_escape: bool = False
+    limits: WorkspaceLimits = Field(default_factory=WorkspaceLimits)
+    max_idle: float | None = Field(default=None, gt=0)
+    recycle_rss: ByteSize | None = Field(default=None, gt=0)
+
+    @field_validator("max_idle", "recycle_rss", mode="before")
+    @classmethod
+    def _not_a_flag(cls, value: Any, info: ValidationInfo) -> Any:
+        # TOML's `true` would pass as 1 (second, byte); leaving the key out is how to have none.
+        if isinstance(value, bool):
+            kind = "a size" if info.field_name == "recycle_rss" else "a number of seconds"
+            raise ValueError(
+                f"{info.field_name} takes {kind}, not {str(value).lower()}; leave it out for none"
+            )
+        if info.field_name == "recycle_rss" and isinstance(value, str):
+            try:
+                TypeAdapter(ByteSize).validate_python(value)
+            except ValueError:
+                raise ValueError(
+                    f'not a size: {value!r}; write bytes, or a number with a unit like "2GiB" or "512MiB"'
+                ) from None
+        return value
 
     @field_validator("require_shell_escape")
     @classmethod

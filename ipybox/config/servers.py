@@ -11,6 +11,11 @@ url = "https://api.githubcopilot.com/mcp/"
 headers = { Authorization = "Bearer ${GITHUB_TOKEN}" }
 call_timeout = 600                    # seconds a tool call may wait for its answer (default 300)
 max_result_size = "16MiB"             # the largest answer (default 64 MiB)
+
+[servers.fetch]
+command = "uvx"
+args = ["mcp-server-fetch"]
+limits = { memory = "512MiB", processes = 64 }   # keys of [kernel.limits]; none by default
 ```
 
 A server's table is the server-parameters model of `ipybox.mcp_client.params` (the one `generate_mcp_sources`,
@@ -97,6 +102,11 @@ class StdioServerSection(StdioServerParams):
         max_result_size: The largest answer the server may send, in bytes or with a unit ("64MiB",
             "500KB"); a larger one is read past, never held, and the call fails with a `result_too_large`
             error. At least 64 KiB. Default: "64MiB".
+        limits: What the server and every process it starts may use: the keys of `[kernel.limits]`
+            (`memory`, `cpus`, `processes`, `open_files`, `tmp` (only with `sandbox`), `enforce`), e.g.
+            `limits = { memory = "512MiB", processes = 64 }`. Default: none (a server is a third-party
+            program with its own needs). A server killed for going over its memory limit fails the call
+            that was running with an error saying so, and starts again on the next call.
         enabled: Whether the workspace uses the server; a disabled one is kept in the file only.
 
     Example:
@@ -117,8 +127,8 @@ class StdioServerSection(StdioServerParams):
                 defaults to it).
 
         Returns:
-            `{"command", "args"[, "env"][, "cwd"][, "sandbox"][, "call_timeout"][, "max_result_size"]}`,
-            `sandbox` being the policy in the published format (left out when the server runs
+            `{"command", "args"[, "env"][, "cwd"][, "sandbox"][, "call_timeout"][, "max_result_size"][,
+            "limits"]}`, `sandbox` being the policy in the published format (left out when the server runs
             unsandboxed), the limits in seconds and bytes (left out when not set).
         """
         params: dict[str, Any] = {"command": self.command, "args": list(self.args)}
@@ -135,6 +145,8 @@ class StdioServerSection(StdioServerParams):
             params["call_timeout"] = self.call_timeout
         if self.max_result_size is not None:
             params["max_result_size"] = int(self.max_result_size)
+        if self.limits is not None and (limits := dump_server_params(self).get("limits")):
+            params["limits"] = limits
         return params
 
 

@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 import jinja2
 
+from ipybox.limits import describe_limit, format_bytes
 from ipybox.rules import ApprovalPolicy, Rule
 from ipybox.rules.engine import SEVERITY, rule_id
 
@@ -176,6 +177,11 @@ def _duration(seconds: float) -> str:
     return f"{hours // 24} days {hours % 24} h"
 
 
+def _limits_text(limits: Mapping[str, float]) -> str:
+    """A kernel's limits as a person reads them: `memory 4 GiB, processes 256, open files 4096`."""
+    return ", ".join(describe_limit(name, value) for name, value in limits.items()) or "none"
+
+
 def _query(fields: Mapping[str, Any], **extra: Any) -> str:
     """A query string of the fields given (empty ones left out)."""
     given = {**fields, **extra}
@@ -195,6 +201,8 @@ def environment() -> jinja2.Environment:
     env.filters["seconds_left"] = _seconds_left
     env.filters["duration"] = _duration
     env.filters["show_json"] = show_json
+    env.filters["size"] = format_bytes
+    env.filters["limits_text"] = _limits_text
     env.globals["args_view"] = args_view
     env.globals["query"] = _query
     return env

@@ -2,7 +2,8 @@
 console is tested in process against a target of the test's own.
 
 Contract: every method answers at once from memory, except `answer` (which may write `ipybox.toml` for an
-`always` answer, in a thread) and `audit` reads (the console pages the log itself, in a thread).
+`always` answer, in a thread), `status_with_kernels` (which asks the kernel gateway, for 2 s at most) and
+`audit` reads (the console pages the log itself, in a thread).
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ class ConsoleTarget(Protocol):
     def status(self) -> WorkspaceStatus:
         """What runs: servers (state, tools, error and its place in `ipybox.toml`), kernels, leases,
         sandbox, endpoints."""
+        ...
+
+    async def status_with_kernels(self) -> WorkspaceStatus:
+        """`status()` with each kernel's memory, CPU time and processes, and the limits (`kernels`)."""
         ...
 
     def explain(self, call: ToolCall) -> list[tuple[ToolCall, Verdict]]:

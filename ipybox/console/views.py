@@ -10,7 +10,8 @@ Routes:
   with a page that refreshes to it, not a 303: a strict same-site cookie is not sent on a redirect
   that continues a navigation begun on another site (the login link clicked in a chat's web page), but
   it is on a navigation the console's own page starts.
-- `GET /`, `GET /fragments/overview`: what runs (`target.status()`).
+- `GET /`, `GET /fragments/overview`: what runs, each kernel's memory and CPU time included
+  (`target.status_with_kernels()`).
 - `GET /asks`, `GET /asks/{id}/card`, `POST /asks/{id}/answer`: pending asks and their answers.
 - `GET /events`: the event stream (`ipybox.console.events`).
 - `GET /audit`: the audit log, newest first, filtered, a page at a time (read in a thread).
@@ -121,15 +122,15 @@ class ConsoleViews:
     # -- overview
 
     async def overview(self, request: Request) -> Response:
-        return self.render(request, "overview.html", **self._overview())
+        return self.render(request, "overview.html", **await self._overview())
 
     async def overview_fragment(self, request: Request) -> Response:
-        return self.render(request, "_overview.html", **self._overview())
+        return self.render(request, "_overview.html", **await self._overview())
 
-    def _overview(self) -> dict[str, Any]:
+    async def _overview(self) -> dict[str, Any]:
         board = self.target.board
         return {
-            "status": self.target.status(),
+            "status": await self.target.status_with_kernels(),
             "people": {"console": board.people("console"), "terminal": board.people("terminal")},
             "ask_routes": self.target.policy.ask,
         }

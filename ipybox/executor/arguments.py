@@ -5,12 +5,12 @@
 | argument | embedded (no `workspace`) | workspace (`workspace=DIR`) |
 | --- | --- | --- |
 | `images_dir`, `output_dir`, `max_output_chars`, `log_level`, `kernel_init_timeout` | yes | yes |
-| `working_dir`, `kernel_env`, `sandbox`, `sandbox_config`, `spare_kernel`, `mcp_servers`, `mcptools_dir`, `approval_timeout`, `connect_timeout`, `approve_tool_calls`, `approve_shell_cmds`, `require_shell_escape` | yes | no: `ipybox.toml` decides |
+| `working_dir`, `kernel_env`, `sandbox`, `sandbox_config`, `limits`, `spare_kernel`, `mcp_servers`, `mcptools_dir`, `approval_timeout`, `connect_timeout`, `approve_tool_calls`, `approve_shell_cmds`, `require_shell_escape` | yes | no: `ipybox.toml` decides |
 | `tool_server_host`, `tool_server_port`, `kernel_gateway_host`, `kernel_gateway_port`, `kernel_gateway_url`, `kernel_gateway_token` | yes (see below) | no: the supervisor runs them |
 
 Within the embedded backend some arguments exclude others (`sandbox=True` with `kernel_gateway_url` or
 `tool_server_port`; `approve_shell_cmds=True` with `kernel_gateway_url`; `require_shell_escape=True` without
-`approve_shell_cmds=True`; `kernel_gateway_host`/`_port` with `kernel_gateway_url`; `kernel_gateway_token` without
+`approve_shell_cmds=True`; `limits` with `kernel_gateway_url`; `kernel_gateway_host`/`_port` with `kernel_gateway_url`; `kernel_gateway_token` without
 it; `sandbox_config` without `sandbox=True`). Each such argument raises `ValueError` naming it and what to do.
 
 An argument counts as given when the caller passed it, whatever its value (`CodeExecutor` defaults to
@@ -59,6 +59,7 @@ _SET_BY_WORKSPACE: Mapping[str, str] = {
     "kernel_gateway_port": "the workspace's supervisor runs the kernel gateway",
     "kernel_gateway_url": "the workspace's supervisor runs the kernel gateway",
     "kernel_gateway_token": "the workspace's supervisor runs the kernel gateway",
+    "limits": "the kernels' limits are set by the workspace's ipybox.toml ([kernel.limits])",
 }
 """Arguments of the embedded backend only, with why they don't apply to a workspace."""
 
@@ -103,6 +104,12 @@ def _check_embedded(given: Mapping[str, object]) -> None:
         )
     sandbox = given.get("sandbox") is True
     url = given.get("kernel_gateway_url") is not None
+    limits = given.get("limits")
+    if url and limits is not None and getattr(limits, "any", False):
+        raise ValueError(
+            "limits= applies to kernels of the embedded gateway; a gateway at kernel_gateway_url starts "
+            "kernels its own way (set limits there): drop one of the two"
+        )
     if sandbox and url:
         raise ValueError(
             "sandbox=True sandboxes kernels of the embedded gateway; a gateway at kernel_gateway_url "

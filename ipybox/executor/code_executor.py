@@ -46,6 +46,7 @@ from ipybox.kernels.gateway import GatewayEndpoint, KernelGateway
 from ipybox.kernels.kernel_client import DEFAULT_MAX_OUTPUT_CHARS, ExecutionTimeoutError, KernelClient
 from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, KernelDiedError
 from ipybox.kernels.timer import Cancellation
+from ipybox.limits import ResourceLimits
 from ipybox.mcp_client.registry import ServerRegistry
 from ipybox.tool_server.tool_server import ToolServer
 
@@ -160,6 +161,7 @@ class _Embedded:
                 approve_shell=x.approve_shell_cmds,
                 require_shell_escape=x.require_shell_escape,
                 reset_cwd=x.reset_cwd,
+                limits=x.limits,
             )
             address, token = self.tool_server.calls_address, self.tool_server.call_token
             kernel_env: dict[str, str] | None = None
@@ -419,6 +421,11 @@ class CodeExecutor:
         require_shell_escape: With `approve_shell_cmds`: `subprocess`, `os.system`, `os.exec*`,
             `os.spawn*`, `os.posix_spawn*` and `pty.spawn` called from cell code raise `RuntimeError`
             naming the `!` form, so commands go through approval.
+        limits: What the kernel, with everything it starts, may use (`ResourceLimits(memory="2GiB",
+            processes=128, ...)`; default: nothing limited, as in ipybox 0.9). Enforced by the operating
+            system (a control group, else `setrlimit`); a limit this machine can't enforce fails `start()`
+            with `LimitUnavailableError`. Code that goes over the memory limit ends with `ResourceLimitError`.
+            Not with `kernel_gateway_url` (that gateway starts kernels its own way).
         workspace: A directory where `ipybox up` runs: attach to it instead of starting a gateway and a tool
             server of its own. The kernel comes from the workspace's warm pool (ready in milliseconds), runs
             in the workspace directory under the workspace's sandbox and environment, and its tool calls
@@ -463,6 +470,7 @@ class CodeExecutor:
         approve_tool_calls: bool | Unset = UNSET,
         approve_shell_cmds: bool | Unset = UNSET,
         require_shell_escape: bool | Unset = UNSET,
+        limits: ResourceLimits | Unset | None = UNSET,
         workspace: str | Path | None = None,
     ) -> None:
         arguments = {
@@ -489,6 +497,7 @@ class CodeExecutor:
             "approve_tool_calls": approve_tool_calls,
             "approve_shell_cmds": approve_shell_cmds,
             "require_shell_escape": require_shell_escape,
+            "limits": limits,
         }
         given = {name: value for name, value in arguments.items() if value is not UNSET}
         for message in check_arguments(given, workspace=workspace is not None):
@@ -521,6 +530,7 @@ class CodeExecutor:
         # them). The MCP server sets "elicitation" or "none" for its sessions, by what the client can do.
         self._ask_answers: Answers = "application"
         self.require_shell_escape: bool = _given(require_shell_escape, False)
+        self.limits: ResourceLimits = _given(limits, None) or ResourceLimits()
         # As in ipybox 0.9.2: only a working_dir the caller names is restored before each cell.
         self.reset_cwd: bool = self.workspace is None and _given(working_dir, None) is not None
         self._backend: _Backend = (

@@ -39,6 +39,7 @@ from ipybox.in_kernel.tool_runner import SERVER_ENV, TOKEN_ENV
 from ipybox.in_kernel.working_dir import CWD_RESET_ENV
 from ipybox.kernels.gateway import KernelGateway
 from ipybox.kernels.kernelspec import KernelSpec, sandboxed_kernel_spec
+from ipybox.limits import ResourceLimits
 from ipybox.mcp_apigen.parsers import parsers_dir
 from ipybox.mcp_client.params import resolve_placeholders as _resolve_placeholders
 from ipybox.sandbox import DomainProxy, SandboxPolicy
@@ -58,6 +59,8 @@ class KernelSetup:
         prefixed_env: Pass `KERNEL_ENV_X` of `dotenv` and the host's environment as `X`.
         dotenv: The `.env` file read for placeholders and `KERNEL_ENV_*` (ignored when it does not exist).
         sandbox: The sandbox policy kernels run under; `None` runs them unsandboxed.
+        limits: What each kernel may use (`ResourceLimits()`: nothing limited).
+        limits_source: Where `limits` were set, for the error about one this machine can't enforce.
         mcptools_dir: Where the generated tool packages are (absolute).
         refresh_mcptools: Tell kernels where `mcptools_dir` is, so regenerated packages are imported anew.
         approve_shell: Kernels ask the tool server before shell commands run (`!cmd`, `%%bash`, ...).
@@ -77,6 +80,8 @@ class KernelSetup:
     approve_shell: bool = False
     require_shell_escape: bool = False
     reset_cwd: bool = False
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    limits_source: str = "limits"
 
     @property
     def needs_proxy(self) -> bool:
@@ -140,6 +145,7 @@ class KernelSetup:
             self.working_dir,
             tool_socket=Path(tool_address.removeprefix("unix:")),
             proxy_socket=proxy_socket,
+            tmp_size=self.limits.tmp,
         )
 
     def prepare_dirs(self) -> None:
@@ -168,6 +174,7 @@ def embedded_kernel_setup(
     approve_shell: bool = False,
     require_shell_escape: bool = False,
     reset_cwd: bool = False,
+    limits: ResourceLimits | None = None,
 ) -> KernelSetup:
     """What `CodeExecutor`'s embedded gateway starts kernels with.
 
@@ -183,6 +190,7 @@ def embedded_kernel_setup(
         approve_shell=approve_shell,
         require_shell_escape=require_shell_escape,
         reset_cwd=reset_cwd,
+        limits=limits or ResourceLimits(),
     )
 
 
@@ -203,7 +211,18 @@ def workspace_kernel_setup(config: WorkspaceConfig, workspace: Path, state_dir: 
         refresh_mcptools=True,
         approve_shell=config.kernel.approve_shell,
         require_shell_escape=config.kernel.require_shell_escape,
+        limits=_workspace_limits(config),
+        limits_source="[kernel.limits]",
     )
+
+
+def _workspace_limits(config: WorkspaceConfig) -> ResourceLimits:
+    limits = config.kernel.limits
+    # The default /tmp size is for sandboxed kernels' private /tmp: unsandboxed ones have none (an explicit
+    # `tmp` without the sandbox is a config error, reported at its line).
+    if not config.sandbox.enabled and "tmp" not in limits.model_fields_set:
+        return limits.without_tmp()
+    return limits
 
 
 def _hide(policy: SandboxPolicy, path: Path) -> SandboxPolicy:
@@ -258,6 +277,7 @@ async def start_kernel_gateway(
 
     Raises:
         SandboxUnavailableError: The setup is sandboxed and the machine can't sandbox.
+        LimitUnavailableError: The setup's limits ask for one this machine can't enforce.
         ValueError: A `${VAR}` placeholder names a variable that is not set, or see `kernel_spec`.
     """
     # Everything that can fail on the caller's input fails before any process starts.
@@ -282,6 +302,8 @@ async def start_kernel_gateway(
             log_level=log_level,
             request_env=request_env,
             token=token,
+            limits=setup.limits,
+            limits_source=setup.limits_source,
         )
         await gateway.start()
     except BaseException:

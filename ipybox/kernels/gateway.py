@@ -22,12 +22,17 @@ from ipybox import process
 from ipybox.errors import KernelError
 from ipybox.kernels.gateway_main import READY_PREFIX
 from ipybox.kernels.kernelspec import KERNEL_NAME, KernelSpec
+from ipybox.limits import Limiter, ResourceLimits
 
 logger = logging.getLogger(__name__)
 
 # What a kernel gets from the host when nothing else is asked for: enough to find programs, a home and a
 # locale, and nothing that could be a secret.
 _HOST_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "USER", "LOGNAME", "TZ", "TMPDIR", "SHELL")
+
+
+LIMITS_PLAN_FILE = "limits.json"
+"""In the gateway's runtime directory: the `Limiter` its kernel manager starts kernels under."""
 
 
 class GatewayStartError(KernelError, RuntimeError):
@@ -101,6 +106,9 @@ class KernelGateway:
         request_env: Variables a kernel start request may set for its kernel (e.g. a per-kernel token);
             kernels keep the environment above either way.
         token: The auth token (default: a new random one), e.g. to keep clients working across a restart.
+        limits: What each kernel (with everything it starts) may use; checked against the machine by
+            `start()` (`LimitUnavailableError` for one it can't enforce). The gateway itself runs outside them.
+        limits_source: Where `limits` were set, for that error's message (e.g. `[kernel.limits]`).
 
     Example:
         ```python
@@ -124,6 +132,8 @@ class KernelGateway:
         startup_timeout: float = 60,
         request_env: Sequence[str] = (),
         token: str | None = None,
+        limits: ResourceLimits | None = None,
+        limits_source: str = "limits",
     ) -> None:
         if host == "localhost":
             host = "127.0.0.1"
@@ -140,6 +150,9 @@ class KernelGateway:
         self.startup_timeout = startup_timeout
         self.request_env = list(request_env)
         self.token = token or secrets.token_urlsafe(32)
+        self.limits = limits or ResourceLimits()
+        self.limits_source = limits_source
+        self._limiter: Limiter | None = None
         self._process: asyncio.subprocess.Process | None = None
         self._runtime_dir: Path | None = None
         self._log_file: IO[bytes] | None = None
@@ -206,11 +219,18 @@ class KernelGateway:
 
         Raises:
             RuntimeError: The gateway is already running.
+            LimitUnavailableError: `limits` asks for a limit this machine can't enforce.
             GatewayStartError: It exited or did not listen within `startup_timeout`; the message carries the
                 end of its log.
         """
         if self._process is not None:
             raise RuntimeError("the kernel gateway is already running")
+        self._limiter = Limiter.open(
+            self.limits,
+            sandboxed=self.kernel_spec.sandboxed,
+            private_tmp=self.kernel_spec.private_tmp,
+            source=self.limits_source,
+        )
         self._runtime_dir = Path(tempfile.mkdtemp(prefix="ipybox-gateway-"))
         try:
             await self._spawn()
@@ -235,6 +255,11 @@ class KernelGateway:
         (self._runtime_dir / "ipc").mkdir(mode=0o700)
         self.kernel_spec.write(data_dir, runtime_dir=self._runtime_dir)
         env = kernel_base_env(self.env)
+        limits_plan = ""
+        if self._limiter is not None:
+            plan_path = self._runtime_dir / LIMITS_PLAN_FILE
+            plan_path.write_text(json.dumps(self._limiter.as_json()))
+            limits_plan = str(plan_path)
         config = {
             "KernelGatewayApp": {
                 "ip": self.host,
@@ -254,7 +279,10 @@ class KernelGateway:
             "SeedingMappingKernelManager": {
                 "kernel_manager_class": "ipybox.kernels.gateway_kernels.PrivateIpcKernelManager"
             },
-            "PrivateIpcKernelManager": {"ipc_root": str(self._runtime_dir / "ipc")},
+            "PrivateIpcKernelManager": {
+                "ipc_root": str(self._runtime_dir / "ipc"),
+                "limits_plan": limits_plan,
+            },
             # Notice a dead kernel in half a second instead of three, and restart it once: ipybox never
             # reuses a restarted kernel (its state is gone), so a kernel that cannot start is reported in
             # about a second instead of after five restarts.
@@ -280,6 +308,9 @@ class KernelGateway:
         stderr = self._open_log()
         self._process = await asyncio.create_subprocess_exec(
             sys.executable,
+            # -P: the working directory (the workspace, which kernels write) is not put on sys.path, so no
+            # file there (a planted `tornado.py`, a project's `json.py`) is imported by the gateway instead.
+            "-P",
             "-m",
             "ipybox.kernels.gateway_main",
             *where,
@@ -376,4 +407,9 @@ class KernelGateway:
         if self._runtime_dir is not None:
             shutil.rmtree(self._runtime_dir, ignore_errors=True)
             self._runtime_dir = None
+        if self._limiter is not None:
+            # Last: what a kernel started outside its process tree (setsid, a double fork) is still in its
+            # group, and ends here.
+            self._limiter.close()
+            self._limiter = None
         self._endpoint = None

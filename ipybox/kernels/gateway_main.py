@@ -67,6 +67,48 @@ def _enable_websocket_nodelay() -> None:
     KernelWebsocketHandler.open = open_with_nodelay  # type: ignore[method-assign]
 
 
+def _report_in_kernel_models() -> None:
+    # Every kernel model the gateway serves (`GET /api/kernels`, `/api/kernels/{id}`) says what the kernel
+    # may use and uses (`PrivateIpcKernelManager.ipybox_report`): `ipybox status` shows it, and a client
+    # whose kernel died asks it why (its memory limit, and the peak).
+    from jupyter_server.services.kernels.kernelmanager import MappingKernelManager
+
+    original: Any = MappingKernelManager.kernel_model
+
+    def kernel_model(self: Any, kernel_id: str) -> dict[str, Any]:
+        model: dict[str, Any] = original(self, kernel_id)
+        report = getattr(self._kernels.get(kernel_id), "ipybox_report", None)
+        if report is not None:
+            try:
+                model["ipybox"] = report()
+            except Exception as e:  # a model without the report beats no model
+                self.log.warning("could not report kernel %s's usage: %s", kernel_id, e)
+        return model
+
+    MappingKernelManager.kernel_model = kernel_model  # type: ignore[method-assign]
+
+
+def _close_websockets_of_deleted_kernels() -> None:
+    # jupyter_server shuts a deleted kernel down but leaves its websockets open (only their ZMQ channels
+    # close), so a client connected to it sends its next execute into nothing and waits for its timeout.
+    # Closing them tells every client at once (`KernelDied`: "the gateway closed the connection"), as a
+    # gateway that exits does; the workspace's idle kernel reaper relies on it.
+    from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
+    from jupyter_server.services.kernels.kernelmanager import MappingKernelManager
+
+    original: Any = MappingKernelManager._async_shutdown_kernel
+
+    async def shutdown_kernel(self: Any, kernel_id: str, now: bool = False, restart: bool = False) -> Any:
+        if not restart:
+            for connection in list(ZMQChannelsWebsocketConnection._open_sockets):
+                if connection.kernel_id == kernel_id and connection.websocket_handler is not None:
+                    connection.websocket_handler.close()
+        return await original(self, kernel_id, now=now, restart=restart)
+
+    MappingKernelManager._async_shutdown_kernel = shutdown_kernel  # type: ignore[method-assign]
+    MappingKernelManager.shutdown_kernel = shutdown_kernel
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="ipybox-gateway")
     where = parser.add_mutually_exclusive_group(required=True)
@@ -83,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     for name in _OPTIONAL_FORMAT_CHECKERS:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     _enable_websocket_nodelay()
+    _close_websockets_of_deleted_kernels()
+    _report_in_kernel_models()
 
     from kernel_gateway.gatewayapp import KernelGatewayApp
     from tornado import httpserver, netutil

@@ -49,9 +49,11 @@ from ipybox.kernels.result import (
     CodeExecutionError,
     CodeExecutionResult,
     KernelDiedError,
+    ResourceLimitError,
     StreamName,
 )
 from ipybox.kernels.timer import Cancellation, ExecutionTimer
+from ipybox.limits import format_bytes
 
 __all__ = [
     "Cancellation",
@@ -65,6 +67,7 @@ __all__ = [
     "KernelClient",
     "KernelDiedError",
     "KernelStartError",
+    "ResourceLimitError",
 ]
 
 logger = logging.getLogger(__name__)
@@ -482,8 +485,10 @@ class KernelClient:
                             yield chunk
                 except KernelDied:
                     # Whether the gateway answers is asked before the replacement (a restarted one would),
-                    # what became of it after (its supervisor knows once it restarted it).
+                    # what became of it after (its supervisor knows once it restarted it); what the kernel
+                    # used against its limits too, before its group goes with it.
                     down = await self._gateway_down(kernel)
+                    report = await kernel.report() if down is None else None
                     try:
                         await self._replace_kernel()
                         after = "It was replaced by a fresh kernel: all state is lost."
@@ -491,6 +496,8 @@ class KernelClient:
                         after = "All state is lost, and no fresh kernel can be started without the gateway."
                     except Exception as e:
                         after = f"All state is lost, and no fresh kernel could be started: {e}"
+                    if (limit_error := _memory_kill(report, after, collector)) is not None:
+                        raise limit_error from None
                     cause = await self._death_cause(kernel, down)
                     raise KernelDiedError(
                         f"The kernel died while running this code ({cause}). {after}",
@@ -510,6 +517,10 @@ class KernelClient:
                 if error is not None:
                     traceback = strip_ansi("\n".join(error.get("traceback", [])))
                     ename, evalue = error.get("ename", ""), error.get("evalue", "")
+                    if ename == "MemoryError" and (
+                        limit_error := _memory_refused(await kernel.report(), traceback, evalue, result)
+                    ):
+                        raise limit_error
                     raise CodeExecutionError(
                         traceback or f"{ename}: {evalue}", ename=ename, evalue=evalue, result=result
                     )
@@ -607,6 +618,58 @@ class KernelClient:
             kernel_restarted=False,
             result=collector.result(),
         )
+
+
+def _memory_kill(
+    report: dict[str, Any] | None, after: str, collector: OutputCollector
+) -> ResourceLimitError | None:
+    """The error for a kernel that its control group's OOM killer ended, or `None` when that is not what
+    killed it (no memory limit, no OOM kill counted)."""
+    if not report:
+        return None
+    limit = report.get("limits", {}).get("memory")
+    usage = report.get("usage", {})
+    if not limit or not usage.get("oom_kills") or report.get("mechanism") == "rlimit":
+        return None
+    peak = usage.get("memory_peak")
+    return ResourceLimitError(
+        f"The code went over the kernel's memory limit ({_memory_text(limit, peak)}), and the kernel was "
+        f"killed by the system's out-of-memory killer. {after} The next execution runs on the fresh kernel.",
+        limit="memory",
+        value=limit,
+        peak=peak,
+        kernel_restarted=True,
+        result=collector.result(),
+    )
+
+
+def _memory_refused(
+    report: dict[str, Any] | None, traceback: str, evalue: str, result: CodeExecutionResult
+) -> ResourceLimitError | None:
+    """The error for a `MemoryError` raised because the kernel's address-space limit refused an
+    allocation (`setrlimit`), or `None` when the kernel has no such limit."""
+    if not report or report.get("mechanism") != "rlimit":
+        return None
+    limit = report.get("limits", {}).get("memory")
+    if not limit:
+        return None
+    peak = report.get("usage", {}).get("memory_peak")
+    return ResourceLimitError(
+        f"{traceback}\n\nMemoryError: the code asked for more memory than the kernel's limit allows "
+        f"({_memory_text(limit, peak)}; enforced per process on its address space). The kernel keeps its state.",
+        limit="memory",
+        value=limit,
+        peak=peak,
+        kernel_restarted=False,
+        ename="MemoryError",
+        evalue=evalue,
+        result=result,
+    )
+
+
+def _memory_text(limit: float, peak: int | None) -> str:
+    text = f"limit {format_bytes(limit)}"
+    return f"{text}, peak {format_bytes(peak)}" if peak else text
 
 
 def _exceeded(timeout: float) -> str:

@@ -348,6 +348,23 @@ class KernelConnection:
             },
         )
 
+    async def report(self) -> dict[str, Any] | None:
+        """What the gateway tells about this kernel's limits and usage (`"ipybox"` of its kernel model:
+        mechanism, limits, usage), or `None` when it tells nothing (another gateway, the kernel is gone).
+        Never raises."""
+        try:
+            async with (
+                asyncio.timeout(5),
+                self.http.get(f"{self.endpoint.url}/api/kernels/{self.kernel_id}") as response,
+            ):
+                if response.status != 200:
+                    return None
+                model = await response.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        report = model.get("ipybox") if isinstance(model, dict) else None
+        return report if isinstance(report, dict) else None
+
     async def interrupt(self) -> None:
         """Ask the gateway to interrupt the kernel (as configured by its kernelspec)."""
         async with self.http.post(f"{self.endpoint.url}/api/kernels/{self.kernel_id}/interrupt") as response:

@@ -55,6 +55,8 @@ class KernelSpec:
         env: Extra environment variables, merged by jupyter_client into the kernel's environment.
         display_name: The name Jupyter shows for it.
         resources: Files to write next to `kernel.json` (`{resource_dir}` in `argv` names that directory).
+        sandboxed: Whether the kernels run in ipybox's sandbox.
+        private_tmp: Whether that sandbox gives each kernel a private `/tmp` (whose size a limit can set).
     """
 
     argv: list[str] = field(default_factory=default_kernel_argv)
@@ -63,6 +65,8 @@ class KernelSpec:
     display_name: str = "Python 3 (ipybox)"
     # Files written next to kernel.json (`{resource_dir}` in the argv names that directory).
     resources: dict[str, str] = field(default_factory=dict)
+    sandboxed: bool = False
+    private_tmp: bool = False
 
     def write(self, data_dir: Path, name: str = KERNEL_NAME, runtime_dir: Path | None = None) -> Path:
         """Write `kernels/<name>/kernel.json` under a Jupyter data dir and return its directory.
@@ -96,6 +100,7 @@ def sandboxed_kernel_spec(
     tool_socket: Path | None = None,
     proxy_socket: Path | None = None,
     home: Path | None = None,
+    tmp_size: int | None = None,
 ) -> KernelSpec:
     """A kernelspec whose kernels run in this platform's sandbox, confined by `policy`.
 
@@ -107,10 +112,12 @@ def sandboxed_kernel_spec(
         proxy_socket: The [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket, when the policy allows
             domains (Linux only: macOS refuses such policies).
         home: What `~` in the policy stands for.
+        tmp_size: Each kernel's private `/tmp` size in bytes (Linux only; None: no limit of its own).
 
     Raises:
         SandboxUnavailableError: This machine can't sandbox, or (macOS) the policy allows domains.
-        ValueError: The policy allows domains but no proxy socket was given (Linux).
+        ValueError: The policy allows domains but no proxy socket was given (Linux), or a `tmp_size` was
+            given (macOS) or is not a whole number of bytes above zero.
     """
     # Here, not at the top: the sandbox brings pydantic, which a gateway without a sandbox never needs.
     from ipybox.sandbox.platforms import sandboxed_kernel_launch
@@ -127,10 +134,13 @@ def sandboxed_kernel_spec(
         tool_socket=tool_socket,
         proxy_socket=proxy_socket,
         home=home,
+        tmp_size=tmp_size,
     )
     return KernelSpec(
         argv=list(launch.argv),
         interrupt_mode=launch.interrupt_mode,
         display_name="Python 3 (ipybox, sandboxed)",
         resources=dict(launch.resources),
+        sandboxed=True,
+        private_tmp=sys.platform.startswith("linux"),
     )

@@ -86,3 +86,38 @@ class KernelDiedError(CodeExecutionError):
 
     Its state is lost; the executor has already replaced it with a fresh kernel.
     """
+
+
+class ResourceLimitError(CodeExecutionError):
+    """The code went over one of its kernel's resource limits (its memory limit): the message names the
+    limit and the peak, and whether the kernel kept its state.
+
+    Where the kernel itself had to be killed (a control group's memory limit: the kernel's OOM killer ends
+    the largest process), its state is lost and the executor has already replaced it with a fresh kernel,
+    on which the next execution runs. Where the allocation failed instead (`setrlimit`'s address-space
+    limit: a `MemoryError` in the cell), the kernel keeps its state.
+
+    Attributes:
+        limit: Which limit (`memory`).
+        value: The limit (bytes).
+        peak: The most the kernel used (bytes), when known.
+        kernel_restarted: Whether the kernel was killed and replaced (its state is lost).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit: str,
+        value: float,
+        peak: int | None = None,
+        kernel_restarted: bool,
+        ename: str = "ResourceLimitError",
+        evalue: str = "",
+        result: CodeExecutionResult | None = None,
+    ) -> None:
+        super().__init__(message, ename=ename, evalue=evalue, result=result)
+        self.limit = limit
+        self.value = value
+        self.peak = peak
+        self.kernel_restarted = kernel_restarted

@@ -16,6 +16,15 @@ Every tool call is bounded, and every one is answered:
   unanswered: lone surrogates, invalid UTF-8); over HTTP it is checked once read. Either way the call raises
   `ResultTooLargeError` and the connection stays up.
 
+A stdio server with `limits` runs inside them ([Limiter][ipybox.limits.limiter.Limiter]): each start opens
+a limiter of its own (a limit this machine can't enforce fails the start with `ServerStartError`, naming
+it), its command line joins its control group and takes its rlimits before it runs (outside the sandbox's:
+bubblewrap and everything under it are in the group), and when it stops everything left in the group is
+killed and the group removed: a server can't leave processes behind, not even ones that left its process
+group. A server the out-of-memory killer ended for going over its memory limit fails the call that was
+running (or its start) with `ServerMemoryLimitError`, naming the limit and the peak, rather than "connection
+lost"; the group's counters are read before it is removed, so the start's error can say so too.
+
 Example:
     ```python
     async with MCPConnection("time", {"command": "mcp-server-time"}) as conn:
@@ -30,10 +39,14 @@ import asyncio
 import errno
 import json
 import math
+import os
 import re
+import shutil
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self, TypeVar
@@ -44,16 +57,19 @@ import mcp_types as types
 from mcp.client._transport import TransportStreams
 from mcp.client.session import ClientSession
 from mcp.client.sse import sse_client
+from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from ipybox.limits import Limited, Limiter, LimitUnavailableError, Usage
 from ipybox.mcp_client.errors import (
     CallTimeoutError,
     MCPServerError,
     ResultTooLargeError,
     ServerConnectError,
+    ServerMemoryLimitError,
     ServerNotRunningError,
     ServerStartError,
     ServerTimeoutError,
@@ -68,7 +84,6 @@ from ipybox.mcp_client.params import (
     parse_server_params,
 )
 from ipybox.mcp_client.stdio_transport import MESSAGE_TOO_LARGE, parse_message, stdio_transport
-from ipybox.sandbox.policy import SandboxPolicy
 
 _T = TypeVar("_T")
 
@@ -127,6 +142,10 @@ class MCPConnection:
         # The streamable HTTP transport turns HTTP errors into JSON-RPC errors without the status:
         # the responses are recorded here to report them.
         self._http_errors: list[httpx2.Response] = []
+        # A stdio server's limits while it runs, its pid, and what it had used when it ended.
+        self._limited: Limited | None = None
+        self._pid: int | None = None
+        self._last_usage: Usage | None = None
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -262,8 +281,10 @@ class MCPConnection:
                 # The SDK abandons the request with CONNECTION_CLOSED, but the connection is fine.
                 raise ResultTooLargeError(self.server_name, tool_name, None, int(match.group(1))) from None
             if e.code == types.CONNECTION_CLOSED or self._failure is not None:
-                raise self._failure or ServerConnectError(
-                    self.server_name, f"connection lost while {what}: {e.message}"
+                raise (
+                    self._failure
+                    or self._memory_kill()
+                    or ServerConnectError(self.server_name, f"connection lost while {what}: {e.message}")
                 ) from None
             if e.code == types.REQUEST_TIMEOUT:
                 if tool_name is not None and timeout is not None:
@@ -287,9 +308,23 @@ class MCPConnection:
                 raise ToolCallError(self.server_name, tool_name, str(e)) from None
             raise MCPServerError(self.server_name, f"error while {what}: {e}") from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-            raise self._failure or ServerConnectError(
-                self.server_name, f"connection lost while {what}"
+            raise (
+                self._failure
+                or self._memory_kill()
+                or ServerConnectError(self.server_name, f"connection lost while {what}")
             ) from None
+
+    def _memory_kill(self) -> ServerMemoryLimitError | None:
+        """The error for a stdio server the out-of-memory killer ended for going over its memory limit
+        (read from its group while it runs, else from what it had used when it ended); `None` otherwise."""
+        limits = self.params.limits if isinstance(self.params, StdioServerParams) else None
+        if limits is None or limits.memory is None:
+            return None
+        limited = self._limited
+        usage = limited.usage(self._pid) if limited is not None else self._last_usage
+        if usage is None or not usage.oom_kills:
+            return None
+        return ServerMemoryLimitError(self.server_name, int(limits.memory), usage.memory_peak)
 
     async def _run(self, ready: asyncio.Future[None]) -> None:
         stderr = self._stderr_file()
@@ -335,16 +370,7 @@ class MCPConnection:
         params = self.params
         if isinstance(params, StdioServerParams):
             assert stderr is not None
-            if (policy := params.sandbox_policy()) is not None:
-                return _sandboxed_stdio(params, policy, stderr, self.max_result_size)
-            return stdio_transport(
-                params.command,
-                params.args,
-                env=params.env,
-                cwd=params.cwd,
-                errlog=stderr,
-                max_message_size=self.max_result_size,
-            )
+            return self._stdio(params, stderr)
         if params.transport == "sse":
             return _reparsing(
                 sse_client(params.url, headers=params.headers or None, timeout=self.connect_timeout)
@@ -355,6 +381,79 @@ class MCPConnection:
             params, self.connect_timeout, read_timeout, self.max_result_size, self._http_errors
         )
 
+    @asynccontextmanager
+    async def _stdio(self, params: StdioServerParams, stderr: IO[bytes]) -> AsyncIterator[TransportStreams]:
+        """The stdio server's process: in its sandbox, if it has one, inside its limits, if it has any."""
+        policy, limits = params.sandbox_policy(), params.limits
+        limiter: Limiter | None = None
+        if limits is not None and limits.any:
+            try:
+                # Off the event loop: it may wait for the groups of a host that died to empty. Shielded: a
+                # parent group made for a start cancelled meanwhile must come back to be closed below.
+                with anyio.CancelScope(shield=True):
+                    limiter = await anyio.to_thread.run_sync(
+                        partial(
+                            Limiter.open,
+                            limits,
+                            sandboxed=policy is not None,
+                            private_tmp=sys.platform.startswith("linux"),  # macOS's sandbox has none
+                            source=f"[servers.{self.server_name}.limits]",
+                        )
+                    )
+            except LimitUnavailableError as e:
+                raise ServerStartError(self.server_name, str(e)) from None
+            except OSError as e:
+                raise ServerStartError(
+                    self.server_name, f"cannot make the control group of its limits: {e}"
+                ) from None
+        limited: Limited | None = None
+        try:
+            async with AsyncExitStack() as stack:
+                argv = [params.command, *params.args]
+                if policy is not None:
+                    from ipybox.sandbox.command import sandboxed
+
+                    workspace = Path(params.cwd) if params.cwd else Path.cwd()
+                    tmp_size = int(limits.tmp) if limits is not None and limits.tmp is not None else None
+                    argv = await stack.enter_async_context(
+                        sandboxed(argv, policy, workspace, tmp_size=tmp_size)
+                    )
+                if limiter is not None:
+                    if policy is None:
+                        _check_command(params)  # else the wrapper's shell would only say so on stderr
+                    try:
+                        limited = limiter.start("server")
+                    except OSError as e:
+                        raise ServerStartError(
+                            self.server_name, f"cannot set the limits of its control group: {e}"
+                        ) from None
+                    # Outermost, so bubblewrap (and the network bridge under it) are limited too.
+                    argv = limited.argv(argv)
+                    self._limited = limited
+                yield await stack.enter_async_context(
+                    stdio_transport(
+                        argv[0],
+                        argv[1:],
+                        env=params.env,
+                        cwd=params.cwd,
+                        errlog=stderr,
+                        max_message_size=self.max_result_size,
+                        started=self._started,
+                    )
+                )
+        finally:
+            # The transport has stopped the process; what is left of its tree goes with the group.
+            with anyio.CancelScope(shield=True):
+                if limited is not None:
+                    self._last_usage = limited.usage(self._pid)
+                    self._limited = None
+                    await anyio.to_thread.run_sync(limited.release)
+                if limiter is not None:
+                    await anyio.to_thread.run_sync(limiter.close)
+
+    def _started(self, pid: int) -> None:
+        self._pid = pid
+
     def _translate(self, exc: BaseException, stderr: IO[bytes] | None) -> MCPServerError | None:
         """The one error to report for `exc` (an exception group is searched for its cause), or `None`
         for a cancellation that must propagate."""
@@ -362,6 +461,10 @@ class MCPConnection:
         for leaf in leaves:
             if isinstance(leaf, MCPServerError):
                 return leaf
+        # Killed for its memory while starting: whatever broke next (the handshake, a pipe) is not news.
+        cancelled = all(isinstance(leaf, asyncio.CancelledError) for leaf in leaves)
+        if not cancelled and (killed := self._memory_kill()) is not None:
+            return killed
         name, params = self.server_name, self.params
         for leaf in leaves:
             if (
@@ -393,27 +496,6 @@ class MCPConnection:
             return None
         leaf = interesting[0]
         return ServerConnectError(name, f"{type(leaf).__name__}: {leaf}" + _tail(stderr))
-
-
-@asynccontextmanager
-async def _sandboxed_stdio(
-    params: StdioServerParams, policy: SandboxPolicy, stderr: IO[bytes], max_message_size: int
-) -> AsyncIterator[TransportStreams]:
-    from ipybox.sandbox.command import sandboxed
-
-    workspace = Path(params.cwd) if params.cwd else Path.cwd()
-    async with (
-        sandboxed([params.command, *params.args], policy, workspace) as argv,
-        stdio_transport(
-            argv[0],
-            argv[1:],
-            env=params.env,
-            cwd=params.cwd,
-            errlog=stderr,
-            max_message_size=max_message_size,
-        ) as streams,
-    ):
-        yield streams
 
 
 @asynccontextmanager
@@ -522,6 +604,20 @@ def _result_size(result: types.CallToolResult) -> int:
     if result.structured_content is not None:
         size += len(json.dumps(result.structured_content, separators=(",", ":"), ensure_ascii=False))
     return size
+
+
+def _check_command(params: StdioServerParams) -> None:
+    """Raise `FileNotFoundError` (as starting it would) when the server's command can't be found: started
+    through the limits' wrapper, a missing command would only be the wrapper's message on stderr."""
+    command, cwd = params.command, params.cwd or os.getcwd()
+    if os.sep in command:
+        path = os.path.join(cwd, command)
+        found = os.path.isfile(path) and os.access(path, os.X_OK)
+    else:
+        environ = get_default_environment() | dict(params.env)
+        found = shutil.which(command, path=environ.get("PATH", os.defpath)) is not None
+    if not found:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

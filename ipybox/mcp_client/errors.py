@@ -6,6 +6,7 @@ Every message is a single line that names the server, so it can be shown to a us
 from __future__ import annotations
 
 from ipybox.errors import IpyboxError
+from ipybox.limits.spec import format_bytes
 
 
 def one_line(text: str, limit: int = 2000) -> str:
@@ -39,6 +40,31 @@ class ServerStartError(MCPServerError):
 class ServerConnectError(MCPServerError):
     """The server could not be reached, refused the connection, answered with an HTTP error, or the
     connection was lost."""
+
+
+class ServerMemoryLimitError(ServerConnectError):
+    """A stdio server went over the memory limit of its `limits` and the system's out-of-memory killer
+    ended it (a control group's limit: the process is killed, not refused an allocation). The call that
+    was running fails with this; the server starts again on the next call, and the other servers never
+    noticed.
+
+    Attributes:
+        limit: The memory limit, in bytes.
+        peak: The most the server used, in bytes (`None`: not known).
+    """
+
+    def __init__(self, server_name: str, limit: int, peak: int | None) -> None:
+        self.limit = limit
+        self.peak = peak
+        used = f", peak {format_bytes(peak)}" if peak is not None else ""
+        super().__init__(
+            server_name,
+            f"went over its memory limit (limit {format_bytes(limit)}{used}) and was stopped; it starts "
+            f"again on the next call. If it needs more, raise memory in [servers.{server_name}.limits] (or "
+            "'limits' in its server_params)",
+        )
+        # "MCP server 'x' went over ...": the detail reads as the rest of the sentence.
+        self.args = (f"MCP server {server_name!r} {self.detail}",)
 
 
 class ServerTimeoutError(MCPServerError):

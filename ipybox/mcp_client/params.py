@@ -27,6 +27,10 @@ The contract:
 - `call_timeout` and `max_result_size` bound each tool call, for both kinds; left out, they are the tool
   server's (`DEFAULT_CALL_TIMEOUT`, `DEFAULT_MAX_RESULT_SIZE`). A change to them is a change of the
   server's parameters (the workspace restarts the server).
+- `limits` (stdio servers only) bounds the server's process tree: the keys of `[kernel.limits]`
+  (`ipybox.limits.ResourceLimits`), and none by default: a server is a third-party program whose needs
+  ipybox can't guess, unlike a kernel. `tmp` sizes a sandboxed server's private `/tmp`, so it is an error
+  on a server that is not sandboxed (it would share the host's `/tmp`, which can't be sized).
 
 Example:
     ```python
@@ -60,6 +64,7 @@ from pydantic import (
     Tag,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
     WithJsonSchema,
     field_serializer,
     field_validator,
@@ -67,6 +72,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from ipybox.limits.spec import ResourceLimits
 from ipybox.mcp_client.errors import ServerParamsError
 from ipybox.sandbox.policy import SandboxPolicy
 
@@ -257,6 +263,10 @@ class StdioServerParams(_Params):
             bytes or with a unit (`"64MiB"`, `"500KB"`); a larger answer is read past, never held, and
             the call fails with `ResultTooLargeError`. At least 64 KiB. Default: the tool server's
             (`DEFAULT_MAX_RESULT_SIZE`, 64 MiB).
+        limits: What the server's process and everything it starts may use, with the keys of
+            `[kernel.limits]` (e.g. `{"memory": "512MiB", "processes": 32}`; `tmp` only with `sandbox`).
+            Default: none. A server killed for going over its memory limit fails the call that was running
+            with `ServerMemoryLimitError`, and starts again on the next call.
     """
 
     command: str = Field(min_length=1)
@@ -268,6 +278,23 @@ class StdioServerParams(_Params):
     )
     call_timeout: float | None = Field(default=None, gt=0)
     max_result_size: ResultSize | None = None
+    limits: ResourceLimits | None = None
+
+    @field_validator("limits")
+    @classmethod
+    def _tmp_needs_the_sandbox(cls, limits: ResourceLimits | None, info: ValidationInfo) -> Any:
+        # `sandbox` is validated before `limits` (field order); when it failed, that is the error to fix.
+        if limits is None or limits.tmp is None or "sandbox" not in info.data:
+            return limits
+        sandbox = info.data["sandbox"]
+        if sandbox is None or not sandbox.enabled:
+            raise PydanticCustomError(
+                "server_limits",
+                "tmp sizes the private /tmp of a sandboxed server, and this server is not sandboxed (it "
+                "shares the host's /tmp, which can't be sized): set sandbox = true, or remove tmp",
+                {"key": "tmp"},
+            )
+        return limits
 
     @model_validator(mode="before")
     @classmethod
@@ -301,6 +328,13 @@ class StdioServerParams(_Params):
         if sandbox.model_fields_set <= {"enabled"}:
             return sandbox.enabled
         return sandbox.model_dump(by_alias=True, exclude_unset=True)
+
+    @field_serializer("limits")
+    def _limits_as_given(self, limits: ResourceLimits | None) -> Any:
+        # The keys given, in bytes; "unlimited" (None) is what no key means for a server, and TOML has no null.
+        if limits is None:
+            return None
+        return limits.model_dump(mode="json", exclude_unset=True, exclude_none=True)
 
     def sandbox_policy(self) -> SandboxPolicy | None:
         return self.sandbox.policy() if self.sandbox is not None and self.sandbox.enabled else None
@@ -351,7 +385,7 @@ class HttpServerParams(_Params):
         return "sse" if "/sse" in urlsplit(self.url).path else "streamable_http"
 
 
-STDIO_ONLY_KEYS = ("args", "env", "cwd", "sandbox")
+STDIO_ONLY_KEYS = ("args", "env", "cwd", "sandbox", "limits")
 HTTP_ONLY_KEYS = ("headers", "type")
 STDIO_KEYS = tuple(StdioServerParams.model_fields)
 """The keys of a stdio server's parameters, in documentation order."""

@@ -26,6 +26,10 @@ has used since they started or is calling now (a caller's reset takes it off the
 reset never ends another kernel's in-flight call or the server state it relies on; shared servers keep
 running. `stop()` is the workspace-wide reset, an operator's or the embedding application's action (and
 a single-kernel tool server's reset, whose one caller uses every server).
+
+A server that ended by itself (it crashed, or went over its memory limit: `ServerMemoryLimitError`) fails
+the call that found it gone with that error, is dropped, and starts again on the next call; until then
+`stopped(name)` says why it is not running, for a workspace's status.
 """
 
 from __future__ import annotations
@@ -130,6 +134,8 @@ class MCPServers:
         # stop a server another caller's call is about to use) until they return.
         self._users: dict[str, set[str]] = {}
         self._in_flight: dict[str, Counter[str]] = {}
+        # Why a server that ended by itself is not running (until it starts again or is stopped).
+        self._stopped: dict[str, str] = {}
 
     @property
     def names(self) -> list[str]:
@@ -192,6 +198,7 @@ class MCPServers:
                 raise
             self._connections[server_name] = connection
             self._tools[server_name] = self._listed[server_name] = {tool.name: tool for tool in tools}
+            self._stopped.pop(server_name, None)
             return connection
 
     def resolve_key(self, server_name: str, package_root: str | None = None) -> str:
@@ -322,7 +329,9 @@ class MCPServers:
             self._users.setdefault(server_name, set()).add(caller)
             try:
                 return await connection.call_tool(tool_name, arguments)
-            except ServerConnectError:
+            except ServerConnectError as e:
+                if self._connections.get(server_name) is connection:  # not restarted meanwhile
+                    self._stopped[server_name] = str(e)
                 await self._close(server_name)
                 raise
         finally:
@@ -331,6 +340,12 @@ class MCPServers:
                 del in_flight[caller]
             if not in_flight:
                 self._in_flight.pop(server_name, None)
+
+    def stopped(self, server_name: str) -> str | None:
+        """Why a server that was started is not running now, when it ended by itself (the error of the
+        call that found it gone, e.g. "MCP server 'x' went over its memory limit ..."); `None` while it
+        runs, once it started again, and after it was stopped on purpose."""
+        return self._stopped.get(server_name)
 
     def calls_in_flight(self, server_name: str) -> dict[str, int]:
         """The calls to a server that have not returned yet, by caller."""
@@ -361,6 +376,10 @@ class MCPServers:
     async def stop(self, server_name: str | None = None) -> None:
         """Stop one server, or all of them (they start again on their next call)."""
         names = [server_name] if server_name is not None else list(self._connections)
+        if server_name is None:
+            self._stopped.clear()
+        else:
+            self._stopped.pop(server_name, None)
         await asyncio.gather(*(self._close(name) for name in names))
 
     async def _close(self, server_name: str) -> None:

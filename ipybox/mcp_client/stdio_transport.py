@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import IO, Any
 
@@ -83,6 +83,7 @@ async def stdio_transport(
     cwd: str | None,
     errlog: IO[bytes],
     max_message_size: int,
+    started: Callable[[int], None] | None = None,
 ) -> AsyncIterator[TransportStreams]:
     """Start `command` and yield the `(read, write)` streams of its MCP messages (see the module docstring).
 
@@ -93,6 +94,7 @@ async def stdio_transport(
         cwd: Its working directory (default: the current one).
         errlog: Where its stderr goes (a real file).
         max_message_size: The largest message, in bytes, the server may send.
+        started: Called with the process's pid once it started (e.g. to read its usage).
 
     Raises:
         OSError: The process could not be started (e.g. command not found).
@@ -104,6 +106,8 @@ async def stdio_transport(
         cwd=cwd,
         start_new_session=True,
     )
+    if started is not None:
+        started(process.pid)
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     writer_done = anyio.Event()

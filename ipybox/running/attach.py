@@ -12,8 +12,8 @@ from ipybox.approval.approval_client import ApprovalClient
 from ipybox.approval.channel import Answers
 from ipybox.approval.request import ApprovalRequest
 from ipybox.kernels.gateway import GatewayEndpoint
-from ipybox.kernels.kernel_client import KernelClient
 from ipybox.running.control_client import ControlClient
+from ipybox.running.leased_client import LeasedKernelClient
 from ipybox.running.state import read_state
 from ipybox.running.status import LeaseId
 
@@ -57,7 +57,7 @@ class WorkspaceSession:
         endpoint = GatewayEndpoint(
             "http://localhost", self.state.gateway_token, unix_socket=Path(self.state.gateway_socket)
         )
-        self.kernel_client = KernelClient(
+        self.kernel_client = LeasedKernelClient(
             endpoint,
             images_dir=images_dir,
             output_dir=output_dir,
@@ -66,6 +66,7 @@ class WorkspaceSession:
             ready_timeout=kernel_init_timeout,
             kernel_source=self._lease_kernel,
             gateway_loss=self._gateway_loss,
+            replaced=self._replaced,
         )
         self._approvals: ApprovalClient | None = None
         self._lost: str | None = None  # the last lease answer's `lost`, until asked for
@@ -123,6 +124,12 @@ class WorkspaceSession:
     async def _gateway_loss(self) -> str | None:
         # The supervisor restarted the gateway before it answered the lease of the replacement kernel,
         # and said so in that answer.
+        lost, self._lost = self._lost, None
+        return lost
+
+    def _replaced(self) -> str | None:
+        # Why the workspace took the kernel this lease held before the current one (reaped while idle,
+        # recycled, its gateway restarted), for the notice of the next execution; told once.
         lost, self._lost = self._lost, None
         return lost
 

@@ -7,7 +7,7 @@ Contract:
   (`model_dump(mode="json")`); `ControlClient` validates the JSON back into them. Nothing between the
   processes is a bare `dict`.
 - `WorkspaceStatus` serializes to the JSON `ipybox status --json` has always printed (same keys, same
-  nesting), so scripts reading it keep working.
+  nesting; keys are only ever added, like `kernels`), so scripts reading it keep working.
 - `ServerOutcome` is the one answer to "what became of server X": `ready` (its package is generated, at
   `generation`), `failed` (it could not be started: `error`), `config_error` (`ipybox.toml` does not load:
   `problems` are the ones located in `[servers.X]`, or all of them when none is, with `about_server`
@@ -72,6 +72,9 @@ class MCPServerStatus(_Model):
         parser_errors: Parsers that do not work, one line each: `mcpparse/<server>/<module>.py:LINE:COL:
             message` (relative to the workspace). They never fail the server: `run()` works.
         location: Where its table starts, `ipybox.toml:LINE:COL` (`None` when not known).
+        stopped: Why the server is not running now, when it ended by itself after it started (e.g. "MCP
+            server 'x' went over its memory limit (limit 64 MiB, peak 64 MiB) and was stopped"); it
+            starts again on its next call. `None` while it runs.
     """
 
     state: ServerState
@@ -81,6 +84,7 @@ class MCPServerStatus(_Model):
     parsers: list[str] = []
     parser_errors: list[str] = []
     location: str | None = None
+    stopped: str | None = None
 
 
 class ReconcilerStatus(_Model):
@@ -110,6 +114,81 @@ class ActionStatus(_Model):
     stale: bool = False
 
 
+class KernelUsage(_Model):
+    """What one kernel, with everything it started, uses (`ipybox.limits.Usage`, as the gateway reports
+    it: from the kernel's control group, or from `/proc` without one). `None`: not known here.
+
+    Attributes:
+        memory: Bytes in use now (its RSS; a control group also counts its page cache and `/tmp`).
+        memory_peak: The most it has used.
+        cpu_seconds: CPU time used.
+        processes: Processes and threads now.
+        oom_kills: Processes the out-of-memory killer ended for going over its memory limit.
+    """
+
+    memory: int | None = None
+    memory_peak: int | None = None
+    cpu_seconds: float | None = None
+    processes: int | None = None
+    oom_kills: int = 0
+
+
+KernelRole = Literal["leased", "pool", "other"]
+"""`leased`: held by an attached application; `pool`: ready in the warm pool; `other`: neither (being
+started for the pool, or deleted)."""
+
+
+class KernelStatus(_Model):
+    """One kernel of the workspace's gateway, as the gateway reported it.
+
+    Attributes:
+        kernel_id: Its id on the gateway.
+        role: See `KernelRole`.
+        lease: The lease holding it (`leased`).
+        execution_state: The gateway's word for it: `idle`, `busy`, `starting`, ...
+        last_activity: When it last sent a message (ISO 8601, UTC).
+        idle_s: Seconds since its last activity or since it was leased, whichever came later; `None`
+            while it is not `idle`.
+        usage: What it uses; `None` when the gateway did not say.
+    """
+
+    kernel_id: KernelId
+    role: KernelRole
+    lease: LeaseId | None = None
+    execution_state: str | None = None
+    last_activity: str | None = None
+    idle_s: float | None = None
+    usage: KernelUsage | None = None
+
+
+class KernelsStatus(_Model):
+    """Every kernel's usage against the workspace's limits, asked of the gateway for this status (one
+    `GET /api/kernels`, with a short timeout: a gateway that does not answer leaves `kernels` empty).
+
+    Attributes:
+        reported: Whether the gateway answered.
+        error: Why it did not.
+        mechanism: How the limits are enforced (`cgroup2`, `cgroup1`, `rlimit`; `None`: no limits, or
+            no kernel to ask).
+        limits: Each kernel's limits by name (`memory` in bytes, `cpus`, `processes`, ...).
+        max_idle: `[kernel] max_idle` in effect: a leased kernel idle longer (seconds) is deleted.
+        recycle_rss: `[kernel] recycle_rss` in effect: an idle leased kernel using more (bytes) is deleted.
+        reaped: Leased kernels deleted for `max_idle` since the workspace started.
+        recycled: Leased kernels deleted for `recycle_rss` since the workspace started.
+        kernels: Leased kernels first, then the warm pool's, then others.
+    """
+
+    reported: bool
+    error: str | None = None
+    mechanism: str | None = None
+    limits: dict[str, int | float] = {}
+    max_idle: float | None = None
+    recycle_rss: int | None = None
+    reaped: int = 0
+    recycled: int = 0
+    kernels: list[KernelStatus] = []
+
+
 class WorkspaceStatus(_Model):
     """`GET /status`: what runs in the workspace.
 
@@ -121,6 +200,8 @@ class WorkspaceStatus(_Model):
         console: The web console's address (without a login token), when it is served.
         pending_asks: `ask`s waiting for an answer now.
         actions: The saved code actions, with what each may call.
+        kernels: Each kernel's RSS, CPU time and processes, and the limits (`GET /status` asks the
+            gateway; `None` in a status built without asking it).
     """
 
     workspace: str
@@ -141,6 +222,7 @@ class WorkspaceStatus(_Model):
     console: str | None = None
     pending_asks: int = 0
     actions: list[ActionStatus] = []
+    kernels: KernelsStatus | None = None
 
 
 class Problem(_Model):

@@ -9,6 +9,9 @@ Because the sandbox wraps the kernel process, `!` commands and subprocesses are 
 With `network.allowedDomains`, the host's [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket is
 bind-mounted too and the process starts under [netbridge][ipybox.sandbox.netbridge], which makes that
 proxy the sandbox's `HTTP(S)_PROXY`: the only way out, and only to those domains.
+
+`tmp_size` bounds the private `/tmp` (and `/dev/shm`) in bytes: see [view][ipybox.sandbox.view]. A kernel's
+size travels in its launch plan, so the gateway's in-process command line and the launcher agree.
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ def bwrap_args(
     writable: Sequence[Path] = (),
     readable: Sequence[Path] = (),
     home: Path | None = None,
+    tmp_size: int | None = None,
 ) -> list[str]:
     """bubblewrap options (without the executable and the command) for a process confined by `policy`.
 
@@ -106,8 +110,12 @@ def bwrap_args(
         writable: More paths to bind read-write at the same path (e.g. the kernel's ipc dir).
         readable: Paths under `/tmp` to bind read-only (the private `/tmp` hides them otherwise).
         home: The home directory `~` in the policy stands for (default: the current user's).
+        tmp_size: The private `/tmp`'s size in bytes (None: no limit of its own).
+
+    Raises:
+        ValueError: `tmp_size` is not a whole number of bytes above zero.
     """
-    view = bwrap_view(policy, workspace, writable=writable, readable=readable, home=home)
+    view = bwrap_view(policy, workspace, writable=writable, readable=readable, home=home, tmp_size=tmp_size)
     return [*NAMESPACE_ARGS, *mount_args(view), *environment_args(workspace)]
 
 
@@ -131,11 +139,19 @@ def bwrap_view(
     writable: Sequence[Path] = (),
     readable: Sequence[Path] = (),
     home: Path | None = None,
+    tmp_size: int | None = None,
 ) -> View:
-    """The filesystem view of a process confined by `policy` (mounted by [view][ipybox.sandbox.view])."""
+    """The filesystem view of a process confined by `policy` (mounted by [view][ipybox.sandbox.view]),
+    with a private `/tmp` of `tmp_size` bytes (None: no limit of its own).
+
+    Raises:
+        ValueError: `tmp_size` is not a whole number of bytes above zero.
+    """
     # The private /tmp would hide an interpreter or a checkout that lives under /tmp: keep them visible.
     readable = [*_python_dirs_under_tmp(), *readable]
-    return policy.view(workspace, home or Path.home(), writable=writable, readable=readable)
+    view = policy.view(workspace, home or Path.home(), writable=writable, readable=readable)
+    view.tmp_size = tmp_size
+    return view
 
 
 def environment_args(workspace: Path) -> list[str]:
@@ -172,6 +188,7 @@ def sandboxed_command(
     writable: Sequence[Path] = (),
     readable: Sequence[Path] = (),
     home: Path | None = None,
+    tmp_size: int | None = None,
 ) -> list[str]:
     """The command line that runs `command` inside bubblewrap, confined by `policy`.
 
@@ -184,10 +201,12 @@ def sandboxed_command(
         writable: More directories to bind read-write.
         readable: More directories under `/tmp` to keep visible, read-only.
         home: What `~` in the policy stands for.
+        tmp_size: The private `/tmp`'s size in bytes (None: no limit of its own).
 
     Raises:
         SandboxUnavailableError: bubblewrap is missing or can't create namespaces here.
-        ValueError: The policy allows domains but no proxy socket was given.
+        ValueError: The policy allows domains but no proxy socket was given, or `tmp_size` is not a
+            whole number of bytes above zero.
     """
     bwrap = check_sandbox()
     readable = list(readable)
@@ -197,7 +216,9 @@ def sandboxed_command(
             raise ValueError("network.allowedDomains needs a DomainProxy: pass its proxy_socket")
         readable.append(proxy_socket.parent)
         prefix = [sys.executable, "-m", "ipybox.sandbox.netbridge", str(proxy_socket), "--"]
-    args = bwrap_args(policy, workspace.resolve(), readable=readable, writable=writable, home=home)
+    args = bwrap_args(
+        policy, workspace.resolve(), readable=readable, writable=writable, home=home, tmp_size=tmp_size
+    )
     return [bwrap, *args, "--", *prefix, *command]
 
 
@@ -210,6 +231,7 @@ def sandboxed_kernel_launch(
     tool_socket: Path | None = None,
     proxy_socket: Path | None = None,
     home: Path | None = None,
+    tmp_size: int | None = None,
 ) -> SandboxedKernelLaunch:
     """How to start the kernel `kernel_argv` inside bubblewrap, confined by `policy`.
 
@@ -227,10 +249,13 @@ def sandboxed_kernel_launch(
         proxy_socket: The [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket, when the policy allows
             domains.
         home: What `~` in the policy stands for.
+        tmp_size: Each kernel's private `/tmp` size in bytes (None: no limit of its own); it is part of
+            the plan.
 
     Raises:
         SandboxUnavailableError: bubblewrap is missing or can't create namespaces here.
-        ValueError: The policy allows domains but no proxy socket was given.
+        ValueError: The policy allows domains but no proxy socket was given, or `tmp_size` is not a
+            whole number of bytes above zero.
     """
     bwrap = check_sandbox()
     readable: list[Path] = []
@@ -245,10 +270,11 @@ def sandboxed_kernel_launch(
         readable.append(proxy_socket.parent)
         prefix = [sys.executable, "-m", "ipybox.sandbox.netbridge", str(proxy_socket), "--"]
     workspace = workspace.resolve()
-    view = bwrap_view(policy, workspace, readable=readable, home=home)
+    view = bwrap_view(policy, workspace, readable=readable, home=home, tmp_size=tmp_size)
     plan = make_plan(bwrap, list(NAMESPACE_ARGS), view, environment_args(workspace), prefix)
     argv = (
         sys.executable,
+        "-P",  # runs on the host, in the workspace: nothing there may shadow its imports
         "-m",
         LAUNCH_MODULE,
         f"{{resource_dir}}/{PLAN_FILE}",

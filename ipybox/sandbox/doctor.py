@@ -4,7 +4,10 @@ can do (the threat model, the same table as in the README).
 In a container (`ipybox.sandbox.container`) the "container" check says whether bubblewrap can nest there,
 and when it can't, why (the runtime's default seccomp/AppArmor confinement), that the container is then the
 isolation boundary, and which `docker run` flags would let it nest, at what cost. It is not required:
-`sandbox=True` needs the namespaces check, which already fails in such a container."""
+`sandbox=True` needs the namespaces check, which already fails in such a container.
+
+The command also reports how this machine enforces resource limits, as more `Check`s made by
+`ipybox.cli.doctor` (`ipybox.limits` is this package's sibling layer, so neither imports the other)."""
 
 from __future__ import annotations
 
@@ -35,6 +38,11 @@ class Check:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def line(self) -> str:
+        """The check as `ipybox doctor` prints it: `ok`, `MISSING` (required) or `no`, name, detail."""
+        mark = "ok" if self.ok else ("MISSING" if self.required else "no")
+        return f"{mark:>7}  {self.name}: {self.detail}"
 
 
 # What a sandboxed kernel (Linux) can read, write and reach, and how each thing the host reads later from a

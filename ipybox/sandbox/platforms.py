@@ -2,6 +2,10 @@
 
 The functions here have the signatures of the bubblewrap ones and hand over to the module of the platform
 the process runs on; elsewhere they raise `SandboxUnavailableError`, and nothing runs unsandboxed.
+
+A size for the private `/tmp` (`tmp_size`) exists only on Linux: macOS's sandbox has no private `/tmp`, so
+there a size is refused (`ValueError`) rather than dropped; callers that check limits first (ipybox's
+enforcement check) never get that far.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ def sandboxed_command(
     readable: Sequence[Path] = (),
     home: Path | None = None,
     temp_dir: Path | None = None,
+    tmp_size: int | None = None,
 ) -> list[str]:
     """The command line that runs `command` in this platform's sandbox, confined by `policy`.
 
@@ -57,11 +62,12 @@ def sandboxed_command(
         home: What `~` in the policy stands for.
         temp_dir: A directory for the process's temp files that outlives it; required on macOS, which
             has no private `/tmp` (Linux sandboxes get one and ignore this).
+        tmp_size: The private `/tmp`'s size in bytes (Linux only; None: no limit of its own).
 
     Raises:
         SandboxUnavailableError: This machine can't sandbox, or (macOS) the policy allows domains.
-        ValueError: The policy allows domains but no proxy socket was given (Linux), or no `temp_dir`
-            was given (macOS).
+        ValueError: The policy allows domains but no proxy socket was given (Linux), no `temp_dir`
+            was given (macOS), or a `tmp_size` was (macOS) or is not a whole number of bytes above zero.
     """
     system = platform.system()
     if system == "Linux":
@@ -73,8 +79,10 @@ def sandboxed_command(
             writable=writable,
             readable=readable,
             home=home,
+            tmp_size=tmp_size,
         )
     if system == "Darwin":
+        _refuse_tmp_size(tmp_size)
         if temp_dir is None:
             raise ValueError(
                 "the macOS sandbox has no private /tmp: pass a temp_dir that outlives the process"
@@ -97,6 +105,7 @@ def sandboxed_kernel_launch(
     tool_socket: Path | None = None,
     proxy_socket: Path | None = None,
     home: Path | None = None,
+    tmp_size: int | None = None,
 ) -> SandboxedKernelLaunch:
     """How to start the kernel `kernel_argv` in this platform's sandbox, confined by `policy`.
 
@@ -116,10 +125,12 @@ def sandboxed_kernel_launch(
         proxy_socket: The [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket, when the policy allows
             domains (Linux only: macOS refuses such policies).
         home: What `~` in the policy stands for.
+        tmp_size: Each kernel's private `/tmp` size in bytes (Linux only; None: no limit of its own).
 
     Raises:
         SandboxUnavailableError: This machine can't sandbox, or (macOS) the policy allows domains.
-        ValueError: The policy allows domains but no proxy socket was given (Linux).
+        ValueError: The policy allows domains but no proxy socket was given (Linux), or a `tmp_size` was
+            given (macOS) or is not a whole number of bytes above zero.
     """
     system = platform.system()
     if system == "Linux":
@@ -131,8 +142,10 @@ def sandboxed_kernel_launch(
             tool_socket=tool_socket,
             proxy_socket=proxy_socket,
             home=home,
+            tmp_size=tmp_size,
         )
     if system == "Darwin":
+        _refuse_tmp_size(tmp_size)
         if tool_server_dir is None and tool_socket is not None:
             tool_server_dir = tool_socket.parent
         return seatbelt.seatbelt_kernel_launch(
@@ -155,6 +168,15 @@ def sandbox_supported() -> bool:
     except SandboxUnavailableError:
         return False
     return True
+
+
+def _refuse_tmp_size(tmp_size: int | None) -> None:
+    # A size that can't be applied is an error, never silently unlimited.
+    if tmp_size is not None:
+        raise ValueError(
+            f"a size for the private /tmp ({tmp_size} bytes) needs Linux: the macOS sandbox has no "
+            'private /tmp to limit; leave the tmp limit out (or set it to "unlimited") on macOS'
+        )
 
 
 def _unsupported(system: str) -> SandboxUnavailableError:

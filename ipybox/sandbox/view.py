@@ -26,6 +26,14 @@ listing and bubblewrap's mount) is simply absent inside, which is as good as hid
 listed, hence hidden, at the next start. Nothing hidden is bound by a path found once when the gateway
 started: such a bind failed every later kernel start once its path was gone.
 
+The private `/tmp` and its size: bubblewrap's `/tmp` and `/dev` are tmpfs, that is memory, and without a
+size each may grow to half the host's RAM (measured: writing to `/dev` itself or to `/dev/shm`, a directory of
+the `/dev` tmpfs, worked as `nobody` too). With `View.tmp_size` the private `/tmp` is a tmpfs of that many
+bytes (`--size`), `/dev/shm` (POSIX shared memory, `multiprocessing`'s semaphores) a tmpfs of its own of the
+same size, and `/dev` read-only, so the sandbox's in-memory files are bounded by twice `tmp_size`; writing
+past it is `ENOSPC` ("No space left on device") in the process, which keeps running. Without a size the
+mounts are what they always were.
+
 Kept stdlib-only: the kernel launcher ([launch][ipybox.sandbox.launch]) imports it for every kernel start.
 """
 
@@ -46,6 +54,7 @@ _GLOB_CHARS = frozenset("*?[")
 # Mounted by bubblewrap itself: `--proc`, `--dev` and a private `/tmp`.
 _SPECIAL = {"/proc": ["--proc", "/proc"], "/dev": ["--dev", "/dev"], "/tmp": ["--tmpfs", "/tmp"]}
 _PRIVATE_TMP = "/tmp"
+_SHM = "/dev/shm"
 
 
 class PathRule:
@@ -79,6 +88,11 @@ class View:
         sockets: Host Unix sockets the sandbox may connect to.
         hidden: Absent inside, whether they exist now or later.
         protected: Read-only inside writable trees, and impossible to create there.
+        tmp_size: The private `/tmp`'s size in bytes (and `/dev/shm`'s; `/dev` is then read-only), or
+            `None`: as large as the host lets a tmpfs be (half its RAM).
+
+    Raises:
+        ValueError: `tmp_size` is not a whole number of bytes above zero.
     """
 
     def __init__(
@@ -89,6 +103,7 @@ class View:
         sockets: list[str] | None = None,
         hidden: list[PathRule] | None = None,
         protected: list[PathRule] | None = None,
+        tmp_size: int | None = None,
     ) -> None:
         self.workspace = workspace
         self.writable = list(writable or [])
@@ -96,6 +111,22 @@ class View:
         self.sockets = list(sockets or [])
         self.hidden = list(hidden or [])
         self.protected = list(protected or [])
+        self.tmp_size = tmp_size
+
+    @property
+    def tmp_size(self) -> int | None:
+        return self._tmp_size
+
+    @tmp_size.setter
+    def tmp_size(self, size: int | None) -> None:
+        # Checked here, not left to bubblewrap: it refuses 0 with a message naming `--size` (which the
+        # user never wrote), and a tmpfs `size=0` would mean no limit at all.
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size <= 0):
+            raise ValueError(
+                f"the private /tmp's size must be a whole number of bytes above zero, not {size!r}; "
+                "leave it out (None) for no limit"
+            )
+        self._tmp_size = size
 
     def to_json(self) -> dict[str, Any]:
         rules = {key: [vars(rule) for rule in getattr(self, key)] for key in ("hidden", "protected")}
@@ -105,6 +136,7 @@ class View:
             "readable": self.readable,
             "sockets": self.sockets,
             **rules,
+            "tmp_size": self.tmp_size,
         }
 
     @classmethod
@@ -116,6 +148,8 @@ class View:
             sockets=list(data.get("sockets", [])),
             hidden=[PathRule(**rule) for rule in data.get("hidden", [])],
             protected=[PathRule(**rule) for rule in data.get("protected", [])],
+            # Absent from plans written before sizes existed: no limit, as then.
+            tmp_size=data.get("tmp_size"),
         )
 
 
@@ -144,6 +178,7 @@ def _has_glob(text: str) -> bool:
 class _Planner:
     def __init__(self, view: View) -> None:
         self.workspace = posixpath.normpath(view.workspace)
+        self.tmp_size = view.tmp_size
         self.writable = [self.workspace, *(posixpath.normpath(p) for p in view.writable)]
         self.hidden_names = self._names(view.hidden)
         protected = self._names(view.protected)
@@ -247,10 +282,20 @@ class _Planner:
             args += ["--remount-ro", path]
         return args
 
+    def _special_args(self, remount: list[str]) -> list[str]:
+        """`/proc`, `/dev` and the private `/tmp`; with a size, `/dev/shm` too (see the module docstring)."""
+        if self.tmp_size is None:
+            return [arg for special in _SPECIAL.values() for arg in special]
+        size = ["--size", str(self.tmp_size)]
+        # `--dev` makes /dev an unsized tmpfs with /dev/shm a plain directory of it: either could hold
+        # gigabytes past the /tmp limit. /dev/shm gets a sized tmpfs of its own, /dev itself turns
+        # read-only (non-recursive: /dev/shm, /dev/pts and the device binds stay as they are).
+        remount.append("/dev")
+        return [*_SPECIAL["/proc"], *_SPECIAL["/dev"], *size, "--tmpfs", _SHM, *size, *_SPECIAL["/tmp"]]
+
     def _emit_dir(self, directory: str, args: list[str], remount: list[str]) -> None:
         if directory == "/":
-            for special in _SPECIAL.values():
-                args += special
+            args += self._special_args(remount)
         elif directory != self.workspace and self._hidden(directory):
             return
         else:

@@ -1,7 +1,8 @@
 """The supervisor's control endpoint (a Unix socket, bearer token): status, leases of kernels from the
 warm pool for attached applications, their approval websockets, applying a server, shutdown.
 
-- `GET /status`: what runs (`WorkspaceStatus`).
+- `GET /status`: what runs (`WorkspaceStatus`), with each kernel's usage asked of the gateway (`kernels`;
+  within 2 s also when the gateway does not answer).
 - `POST /leases`: a new lease (`LeaseCreated`); `DELETE /leases/{lease}`: release it and its kernels
   (`LeaseReleased`).
 - `POST /leases/{lease}/kernels`: a ready kernel from the pool (`KernelLeased`).
@@ -63,6 +64,7 @@ class Controlled(Protocol):
     """What the control endpoint drives (the supervisor)."""
 
     def status(self) -> WorkspaceStatus: ...
+    async def status_with_kernels(self) -> WorkspaceStatus: ...
     def new_lease(self) -> LeaseId: ...
     async def lease_kernel(self, lease: LeaseId) -> KernelLeased: ...
     async def release_lease(self, lease: LeaseId) -> None: ...
@@ -94,7 +96,7 @@ def control_app(target: Controlled, token: str) -> ASGIApp:
         return respond
 
     async def status(request: Request) -> WorkspaceStatus:
-        return target.status()
+        return await target.status_with_kernels()
 
     async def new_lease(request: Request) -> LeaseCreated:
         return LeaseCreated(lease=target.new_lease())

@@ -14,8 +14,9 @@ Contract:
 - A lease holds one kernel at a time: binding a kernel to it hands back the one it held (its application
   replaced it after it died, or on reset), whose caller is forgotten then, so `ipybox status` counts one
   leased kernel per application and a dead kernel's token is revoked at once.
-- A lease outlives a recycle of the kernels or a gateway restart (`unbind_kernels`): its application gets a
-  fresh kernel under it, and the answer says why its kernel was taken (`Bound.lost`).
+- A lease outlives a recycle of the kernels or a gateway restart (`unbind_kernels`), and the reaping of
+  its idle kernel (`take`): its application gets a fresh kernel under it, and the answer says why its
+  kernel was taken (`Bound.lost`).
 - `UnknownLeaseError` (a `KeyError`) for a lease the table does not hold; the control endpoint answers
   404 to it.
 
@@ -188,6 +189,19 @@ class LeaseTable:
         self._tokens.clear()
         self._lease_of.clear()
         return tokens
+
+    def take(self, lease: LeaseId, kernel: KernelId, lost: str) -> tuple[CallerToken, ...] | None:
+        """The workspace takes `kernel` from `lease` to delete it (idle too long, grown too large: see
+        `ipybox.supervisor.kernel_health`): the lease stays, without a kernel, and gets `lost` back with
+        its next one (`Bound.lost`). Returns the kernel's caller token, to revoke; `None` when the lease
+        does not hold `kernel` (any more), and then nothing changed."""
+        entry = self._leases.get(lease)
+        if entry is None or kernel not in entry.kernels:
+            return None
+        caller = entry.kernels.pop(kernel)
+        entry.lost = lost
+        token = self._forget(caller) if caller is not None else None
+        return (token,) if token is not None else ()
 
     # -- approval channels
 

@@ -61,6 +61,7 @@ from ipybox.config import CONFIG_FILE, WorkspaceConfig, load_config
 from ipybox.config.loading import MAX_NESTING
 from ipybox.config.positions import KeyPath, Position, key_positions, too_deep
 from ipybox.config.rule_writer import write_answer_rule
+from ipybox.config.sections import KernelSection
 from ipybox.console.endpoint import ConsoleEndpoint
 from ipybox.executor.kernel_setup import start_kernel_gateway, workspace_kernel_setup
 from ipybox.in_kernel.tool_runner import TOKEN_ENV
@@ -98,6 +99,7 @@ from ipybox.running.status import (
 )
 from ipybox.sandbox import DomainProxy
 from ipybox.supervisor.control_app import control_app
+from ipybox.supervisor.kernel_health import KernelHealth
 from ipybox.supervisor.leases import LeaseTable
 from ipybox.supervisor.mcp_endpoint import MCPEndpoint
 from ipybox.supervisor.outcome import server_outcome
@@ -161,6 +163,7 @@ class Supervisor:
         self.reconciler: Reconciler | None = None
         self.approver: WorkspaceApprover | None = None
         self.leases = LeaseTable()
+        self.health = KernelHealth(self)  # kernels' usage for the status; the idle kernel reaper
         self.restarts: dict[str, int] = {"gateway": 0, "tool_server": 0}
         self._kernels_lock = asyncio.Lock()
         self.kernel_generation = 0  # kernels recycled or restarted this many times
@@ -265,7 +268,7 @@ class Supervisor:
                 if self.mcp_url is not None:
                     served.append(f"mcp {self.mcp_url}")
         await self.reconciler.apply(self.config)
-        watchers += [self.reconciler.watch, self._watch_gateway, self._watch_tool_server]
+        watchers += [self.reconciler.watch, self._watch_gateway, self._watch_tool_server, self.health.reap]
         self._watchers.start(watchers)
         parts.push_async_callback(self._watchers.stop)
         self._ready = True
@@ -386,13 +389,47 @@ class Supervisor:
             kernel_generation=self.kernel_generation,
             restarts=dict(self.restarts),
             config_error=str(reconciler.error) if reconciler is not None and reconciler.error else None,
-            reconciler=self._located(_reconciler_status(reconciler)),
+            reconciler=self._with_stops(self._located(_reconciler_status(reconciler))),
             state_dir=str(self.paths.dir),
             mcp=self.mcp_url,
             console=self.console_url,
             pending_asks=len(self.board.pending),
             actions=_action_statuses(reconciler),
         )
+
+    def _with_stops(self, status: ReconcilerStatus) -> ReconcilerStatus:
+        """`status` with why each server that ended by itself is not running (e.g. its memory limit)."""
+        if self.tool_server is None or not status.servers:
+            return status
+        stopped = {name: self.tool_server.servers.stopped(name) for name in status.servers}
+        servers = {
+            name: server.model_copy(update={"stopped": stopped[name]}) if stopped[name] else server
+            for name, server in status.servers.items()
+        }
+        return status.model_copy(update={"servers": servers})
+
+    async def status_with_kernels(self) -> WorkspaceStatus:
+        """`status()` with each kernel's usage and the limits (`kernels`), asked of the gateway: at most
+        `kernel_health.STATUS_TIMEOUT` later, also when the gateway does not answer."""
+        kernels = await self.health.status()
+        return self.status().model_copy(update={"kernels": kernels})
+
+    def kernel_settings(self) -> KernelSection:
+        """`[kernel]` as in effect now: the reconciler's last applied configuration (an edit of
+        `max_idle` applies without recycling kernels), else the one started with."""
+        config = self.reconciler.config if self.reconciler is not None else None
+        return (config or self.config).kernel
+
+    async def reclaim_kernel(self, lease: LeaseId, kernel: KernelId, why: str) -> bool:
+        """Take `kernel` from `lease` and delete it (the idle kernel reaper's); the lease's next kernel
+        comes with `why`. `False` when the lease no longer holds it (nothing was done)."""
+        tokens = self.leases.take(lease, kernel, why)
+        if tokens is None:
+            return False
+        self._revoke(tokens)
+        if self.pool is not None:
+            await self.pool.release(kernel)
+        return True
 
     def _located(self, status: ReconcilerStatus) -> ReconcilerStatus:
         """`status` with each server's place in `ipybox.toml` (`ipybox.toml:LINE:COL` of its table)."""
@@ -470,6 +507,7 @@ class Supervisor:
         self._revoke(bound.tokens)
         for replaced in bound.replaced:
             pool.discard(replaced)
+        self.health.leased(KernelId(kernel_id))
         return KernelLeased(kernel_id=KernelId(kernel_id), lost=bound.lost)
 
     async def _claim_kernel(self) -> tuple[KernelPool, str]:

@@ -62,6 +62,7 @@ from ipybox.mcp_client import (
     CallTimeoutError,
     MCPServerError,
     ResultTooLargeError,
+    ServerMemoryLimitError,
     ToolCallError,
     tool_result_value,
 )
@@ -330,8 +331,10 @@ class ToolServer:
     async def _execute(self, call: ToolCall, key: str) -> dict[str, Any]:
         """Run an approved call on the server `key` (`servers.resolve_key`): `{"result": value}`, or an
         error the kernel's `ToolRunner` raises: `tool_error`, `call_timeout` (no answer within the server's
-        `call_timeout`), `result_too_large` (over its `max_result_size`), `server_error`, `unknown_server`.
-        A timed-out or too-large call fails alone: the server keeps serving every other call."""
+        `call_timeout`), `result_too_large` (over its `max_result_size`), `server_memory_limit` (the server
+        went over the memory of its `limits` and was stopped; it starts again on the next call),
+        `server_error`, `unknown_server`. A timed-out or too-large call fails alone: the server keeps
+        serving every other call."""
         server_name, tool_name = call.server, call.tool
         try:
             result = await self.servers.call(key, tool_name, dict(call.args), caller=call.caller)  # starts it
@@ -349,6 +352,8 @@ class ToolServer:
             return error("call_timeout", str(e))
         except ResultTooLargeError as e:  # dropped unread (stdio), the server keeps serving other calls
             return error("result_too_large", str(e))
+        except ServerMemoryLimitError as e:  # killed for its memory; the other servers never noticed
+            return error("server_memory_limit", str(e))
         except MCPServerError as e:
             return error("server_error", str(e))
         except UnknownServerError as e:  # unregistered while the call waited for its decision

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -22,6 +23,7 @@ from ipybox.cli.main import main
 from ipybox.config import load_config
 from ipybox.config.schema import example_path, schema_path
 from ipybox.config.server_catalog import CATALOG
+from ipybox.limits import WorkspaceLimits
 from ipybox.rules.calls import ToolCall
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -246,6 +248,37 @@ def test_the_default_file_is_the_golden_one(workspace: Path) -> None:
     """The default `ipybox.toml`, byte for byte (regenerate: `python -m tests.cli.test_init`)."""
     assert init(workspace) == 0
     assert _normalised((workspace / "ipybox.toml").read_text(), workspace) == GOLDEN.read_text()
+
+
+def _uncommented_limits(text: str) -> str:
+    """The commented-out `[kernel.limits]` block of `text`, uncommented: the table line and its `key = value`
+    lines (comment lines between them, which explain the keys, are left out)."""
+    lines = text.splitlines()
+    start = lines.index("# [kernel.limits]")
+    block = ["[kernel.limits]"]
+    for line in lines[start + 1 :]:
+        if not line.startswith("#"):
+            break
+        if re.fullmatch(r"# [a-z_]+ = .+", line):
+            block.append(line.removeprefix("# "))
+    return "\n".join(block) + "\n"
+
+
+@pytest.mark.parametrize("source", ["template", "example"])
+def test_the_commented_limits_block_uncommented_loads_as_the_workspace_defaults(
+    source: str, workspace: Path
+) -> None:
+    if source == "template":
+        assert init(workspace) == 0
+        text = (workspace / "ipybox.toml").read_text()
+    else:
+        workspace.mkdir()
+        text = example_path().read_text()
+    block = _uncommented_limits(text)
+    keys = {line.split(" = ")[0] for line in block.splitlines()[1:]}
+    assert {"memory", "cpus", "processes", "open_files", "tmp"} <= keys  # every limit is shown
+    (workspace / "ipybox.toml").write_text(block)
+    assert load_config(workspace).kernel.limits == WorkspaceLimits()
 
 
 def test_without_a_sandbox_here_the_file_still_asks_for_it_and_says_so(

@@ -72,6 +72,29 @@ def test_status(running: tuple[Path, str]) -> None:
     assert info["pool"] == {"size": 1, "idle": 1, "leased": 0} or info["pool"]["size"] == 1  # type: ignore[index]
 
 
+def test_status_shows_each_kernels_memory_and_cpu(running: tuple[Path, str]) -> None:
+    workspace, _ = running
+
+    def pool_kernels() -> list[dict[str, object]]:
+        kernels = status_json(workspace)["kernels"]
+        assert isinstance(kernels, dict) and kernels["reported"] is True
+        return [kernel for kernel in kernels["kernels"] if kernel["role"] == "pool"]
+
+    wait_until(lambda: pool_kernels() != [])  # the warm pool's kernel may still be starting
+    [kernel] = pool_kernels()
+    usage = kernel["usage"]
+    assert isinstance(usage, dict) and usage["memory"] > 10 * 1024**2 and usage["cpu_seconds"] > 0
+    assert usage["processes"] >= 1 and usage["oom_kills"] == 0
+    kernels = status_json(workspace)["kernels"]
+    assert kernels["limits"]["memory"] == 4 * 1024**3  # type: ignore[index]
+    human = ipybox("status", str(workspace)).stdout
+    assert "  limits:  memory 4 GiB, processes 256, open files 4096 per kernel (" in human
+    assert "idle leased kernels kept" in human
+    prefix = f"    kernel {str(kernel['kernel_id'])[:8]}  warm pool  "
+    [line] = [line for line in human.splitlines() if line.startswith(prefix)]
+    assert all(word in line for word in (" RSS ", " MiB", " CPU ", " processes"))
+
+
 def test_logs(running: tuple[Path, str]) -> None:
     workspace, _ = running
     logs = ipybox("logs", str(workspace))

@@ -178,3 +178,11 @@ def test_several_changes_at_once(write_config: WriteConfig) -> None:
         kernel_reasons=("kernel.warm_pool: 1 -> 0",),
     )
     assert changes.to_generate == ("github", "time")
+
+
+def test_max_idle_and_recycle_rss_apply_without_replacing_kernels_or_a_restart(
+    write_config: WriteConfig,
+) -> None:
+    """The idle kernel reaper reads them from the configuration in effect at each check."""
+    changes = _edit(write_config, "timeout = 60\n", 'timeout = 60\nmax_idle = 600\nrecycle_rss = "2GiB"\n')
+    assert changes == ConfigChanges()

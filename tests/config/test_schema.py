@@ -60,6 +60,8 @@ def test_example_files_validate(example: str, validator: jsonschema.Draft202012V
         '[servers.fs]\ncommand = "x"\n[servers.fs.sandbox.filesystem]\ndenyRead = ["~/.x"]\n',
         '[servers.gh]\nurl = "https://example.com/mcp"\ntype = "sse"\n',
         '[endpoints]\nhost = "::1"\n',
+        '[kernel.limits]\nmemory = "unlimited"\ncpus = 1.5\nprocesses = "unlimited"\ntmp = "512MiB"\n',
+        '[servers.fs]\ncommand = "x"\nlimits = { memory = 536870912, open_files = "unlimited" }\n',
     ],
 )
 def test_schema_accepts(text: str, validator: jsonschema.Draft202012Validator) -> None:
@@ -86,6 +88,9 @@ def test_schema_knows_the_published_spelling_only(validator: jsonschema.Draft202
         '[endpoints]\nhost = "0.0.0.0"\n',
         "[kernel]\nwarm_pool = -1\n",
         '[[approval.rules]]\ntool = "x"\n',
+        '[kernel.limits]\nmemory = "lots"\n',
+        "[kernel.limits]\nprocesses = 0\n",
+        '[kernel.limits]\ncpus = "none"\n',
     ],
 )
 def test_schema_rejects_what_the_models_reject(text: str, validator: jsonschema.Draft202012Validator) -> None:

@@ -32,6 +32,16 @@ _policy = st.fixed_dictionaries(
         ),
     },
 )
+_limits = st.fixed_dictionaries(
+    {},
+    optional={
+        "memory": st.sampled_from(["64MiB", "2 GB", 1 << 30, "unlimited"]),
+        "cpus": st.sampled_from([0.5, 2, "unlimited"]),
+        "processes": st.integers(1, 4096),
+        "open_files": st.sampled_from([64, "unlimited"]),
+        "enforce": st.sampled_from(["auto", "cgroup", "rlimit"]),
+    },
+)
 _stdio = st.fixed_dictionaries(
     {"command": _value.filter(bool)},
     optional={
@@ -39,6 +49,7 @@ _stdio = st.fixed_dictionaries(
         "env": st.dictionaries(_key, _value, max_size=3),
         "cwd": _value,
         "sandbox": st.one_of(st.booleans(), _policy),
+        "limits": _limits,
     },
 )
 _url = st.sampled_from(

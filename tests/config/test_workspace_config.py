@@ -627,3 +627,57 @@ def test_a_dotenv_that_is_not_utf8_is_one_clear_error(write_config: WriteConfig,
     (workspace / ".env").write_bytes(b"IPYBOX_KERNEL__TIMEOUT=\xff\xfe\n")
     with pytest.raises(ConfigError, match=r"\.env: not UTF-8 text"):
         load_config(path)
+
+
+def test_kernel_limits_default_on_and_unlimited_lifts_one(write_config: WriteConfig) -> None:
+    assert load_config(write_config("")).kernel.limits.memory == 4 * 1024**3
+    limits = load_config(write_config('[kernel.limits]\nmemory = "unlimited"\ncpus = 1.5\n')).kernel.limits
+    assert limits.memory is None and limits.cpus == 1.5 and limits.processes == 256
+
+
+@pytest.mark.parametrize(
+    ("toml", "place", "reason"),
+    [
+        ('[kernel.limits]\nmemory = "lots"\n', ":2:1: kernel.limits.memory", "not a size: 'lots'"),
+        ("[kernel.limits]\nprocesses = false\n", ":2:1: kernel.limits.processes", 'use "unlimited"'),
+        (
+            "[kernel.limits]\nswap = 1\n",
+            ":2:1: unknown key 'swap' in [kernel.limits]",
+            "expected one of: memory",
+        ),
+        (
+            '[sandbox]\nenabled = false\n[kernel.limits]\ntmp = "1GiB"\n',
+            ":4:1: kernel.limits.tmp",
+            "unsandboxed kernels share the host's /tmp",
+        ),
+    ],
+)
+def test_a_bad_kernel_limit_is_a_config_error_at_its_line(
+    write_config: WriteConfig, toml: str, place: str, reason: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write_config(toml))
+    assert place in str(caught.value) and reason in str(caught.value)
+
+
+def test_max_idle_and_recycle_rss_are_off_unless_set(write_config: WriteConfig) -> None:
+    kernel = load_config(write_config("")).kernel
+    assert kernel.max_idle is None and kernel.recycle_rss is None
+    kernel = load_config(write_config('[kernel]\nmax_idle = 1800\nrecycle_rss = "2GiB"\n')).kernel
+    assert kernel.max_idle == 1800 and kernel.recycle_rss == 2 * 1024**3
+
+
+@pytest.mark.parametrize(
+    ("toml", "place", "reason"),
+    [
+        ('[kernel]\nrecycle_rss = "big"\n', ":2:1: kernel.recycle_rss", "not a size: 'big'"),
+        ("[kernel]\nmax_idle = true\n", ":2:1: kernel.max_idle", "takes a number of seconds, not true"),
+        ("[kernel]\nmax_idle = 0\n", ":2:1: kernel.max_idle", "greater than 0"),
+    ],
+)
+def test_a_bad_max_idle_or_recycle_rss_is_a_config_error_at_its_line(
+    write_config: WriteConfig, toml: str, place: str, reason: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write_config(toml))
+    assert place in str(caught.value) and reason in str(caught.value)

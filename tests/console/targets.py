@@ -13,6 +13,11 @@ from ipybox.approval.asks import AskAnswer, AskBoard, PendingAsk
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict, split_commands
 from ipybox.running.status import (
     GatewayStatus,
+    KernelId,
+    KernelsStatus,
+    KernelStatus,
+    KernelUsage,
+    LeaseId,
     MCPServerStatus,
     PoolStatus,
     ReconcilerStatus,
@@ -71,8 +76,44 @@ def policy_of(text: str = RULES) -> ApprovalPolicy:
     return ApprovalPolicy.model_validate(tomllib.loads(text)["approval"])
 
 
+MiB = 1024**2
+
+KERNELS = KernelsStatus(
+    reported=True,
+    mechanism="cgroup1",
+    limits={"memory": 4096 * MiB, "processes": 256, "open_files": 4096},
+    max_idle=1800,
+    recycle_rss=2048 * MiB,
+    reaped=2,
+    recycled=1,
+    kernels=[
+        KernelStatus(
+            kernel_id=KernelId("0f1e2d3c-aaaa-bbbb-cccc-000000000001"),
+            role="leased",
+            lease=LeaseId("9a8b7c6d5e4f00000000000000000001"),
+            execution_state="idle",
+            last_activity="2026-11-24T08:01:00Z",
+            idle_s=75.0,
+            usage=KernelUsage(
+                memory=int(312.5 * MiB), memory_peak=1024 * MiB, cpu_seconds=12.345, processes=14, oom_kills=1
+            ),
+        ),
+        KernelStatus(
+            kernel_id=KernelId("4b5a6978-aaaa-bbbb-cccc-000000000002"),
+            role="pool",
+            execution_state="idle",
+            idle_s=600.0,
+            usage=KernelUsage(memory=52 * MiB, memory_peak=53 * MiB, cpu_seconds=0.41, processes=12),
+        ),
+    ],
+)
+"""Two kernels as a workspace with limits reports them: one leased (it went over its memory limit once),
+one ready in the warm pool."""
+
+
 def status_of(**changes: object) -> WorkspaceStatus:
-    """A status as a running workspace reports it, with one failed server located in the file."""
+    """A status as a running workspace reports it, with one failed server located in the file and the
+    kernels of `KERNELS`."""
     base = WorkspaceStatus(
         workspace="/home/me/project",
         pid=4242,
@@ -102,6 +143,7 @@ def status_of(**changes: object) -> WorkspaceStatus:
         state_dir="/home/me/project/.ipybox",
         mcp="http://127.0.0.1:8123/mcp",
         console="http://127.0.0.1:8124/",
+        kernels=KERNELS,
     )
     return base.model_copy(update=changes)
 
@@ -128,6 +170,9 @@ class WorkspaceTarget:
 
     def status(self) -> WorkspaceStatus:
         return self.workspace_status.model_copy(update={"pending_asks": len(self.board.pending)})
+
+    async def status_with_kernels(self) -> WorkspaceStatus:
+        return self.status()  # the test's status carries `kernels` when it set them
 
     def explain(self, call: ToolCall) -> list[tuple[ToolCall, Verdict]]:
         if call.server == "shell":

@@ -15,6 +15,7 @@ from ipybox.approval.asks import AskAnswer
 from ipybox.console.app import ConsoleApp
 from ipybox.console.rendering import TEMPLATES_DIR
 from ipybox.rules import ToolCall, Verdict
+from ipybox.running.status import KernelsStatus
 from tests.console.conftest import ORIGIN, PORT, csrf_of
 from tests.console.targets import WorkspaceTarget, status_of
 
@@ -328,6 +329,37 @@ async def test_the_overview_shows_servers_with_state_tools_error_and_where_in_th
         assert '<span id="overview-pending">1</span> pending ask' in page
         assert "http://127.0.0.1:8123/mcp" in page and "restarted 1×" in page
         assert '<span class="pill pill-on" id="sandbox-state">on</span>' in page
+
+
+async def test_the_overview_shows_each_kernels_memory_cpu_and_the_limits(
+    browser: httpx.AsyncClient, target: WorkspaceTarget
+) -> None:
+    for page in [(await browser.get("/")).text, (await browser.get("/fragments/overview")).text]:
+        text = html.unescape(page)
+        leased = page[page.index('data-role="leased"') : page.index('data-role="pool"')]
+        assert "lease <code" in leased and ">9a8b7c6d</code>" in leased and ">0f1e2d3c</code>" in leased
+        assert '<td class="memory">312 MiB</td>' in leased
+        assert "1.0 GiB" in leased or "1 GiB" in leased
+        assert "1 killed for memory" in leased
+        assert '<td class="cpu">12.35 s</td>' in leased and '<td class="processes">14</td>' in leased
+        assert "idle, 1 min 15 s" in leased
+        assert '<td class="memory">52 MiB</td>' in page and "warm pool" in page
+        assert "limits: memory 4 GiB, processes 256, open files 4096 (cgroup1)" in text
+        assert "deleted after 30 min 00 s idle, recycled past 2 GiB; so far 2 deleted" in text
+
+
+async def test_a_gateway_that_did_not_answer_leaves_the_usage_out_with_why_escaped(
+    browser: httpx.AsyncClient, target: WorkspaceTarget
+) -> None:
+    unanswered = KernelsStatus(
+        reported=False, error="the kernel gateway answered <b>502</b> to GET /api/kernels"
+    )
+    target.workspace_status = status_of(kernels=unanswered)
+    page = (await browser.get("/fragments/overview")).text
+    assert 'id="kernels-table"' not in page and "<b>502</b>" not in page
+    assert "Usage not known: the kernel gateway answered &lt;b&gt;502&lt;/b&gt; to GET /api/kernels" in page
+    target.workspace_status = status_of(kernels=None)  # a status built without asking the gateway
+    assert 'id="kernel-usage"' not in (await browser.get("/fragments/overview")).text
 
 
 # -- audit

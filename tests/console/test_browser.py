@@ -92,6 +92,10 @@ async def test_the_login_link_leads_to_the_overview_and_works_once(
     assert page.url == console.url  # the token left the address bar
     assert await page.text_content("#workspace h1") == "/home/me/project"
     assert await page.text_content('tr[data-server="broken"] td:nth-child(4)') == "ipybox.toml:12:1"
+    leased = 'tr[data-role="leased"]'
+    assert await page.text_content(f"{leased} td.memory") == "312 MiB"  # each kernel's RSS and CPU time
+    assert await page.text_content(f"{leased} td.cpu") == "12.35 s"
+    assert await page.text_content('tr[data-role="pool"] td.memory') == "52 MiB"
     assert target.board.people("console") == 1  # the open page can answer
     await screenshot(page, "overview")
     link = console.login_url()

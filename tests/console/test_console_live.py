@@ -68,6 +68,11 @@ async def test_a_person_answers_a_kernels_ask_once_then_always_from_the_console(
 ) -> None:
     await screenshot(page, "live-overview")
     assert await page.inner_text("#workspace") != ""
+    # The warm pool's kernel, as the gateway measures it (the page refreshes every 3 s while it starts).
+    memory = await page.wait_for_selector('#kernels-table tr[data-role="pool"] td.memory', timeout=60_000)
+    assert memory is not None and (await memory.inner_text()).endswith(" MiB")
+    cpu = await page.inner_text('#kernels-table tr[data-role="pool"] td.cpu')
+    assert cpu.endswith(" s") and float(cpu.removesuffix(" s")) > 0
     await page.click("#nav-asks")
     await page.wait_for_selector('#live[data-state="on"]')
     async with CodeExecutor(workspace=supervisor.workspace) as executor:

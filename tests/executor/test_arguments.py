@@ -10,7 +10,7 @@ from typing import Any
 import psutil
 import pytest
 
-from ipybox import CodeExecutor
+from ipybox import CodeExecutor, ResourceLimits
 
 # Everything an embedded executor takes that a workspace's ipybox.toml decides instead, with a value.
 WORKSPACE_DECIDES: dict[str, Any] = {
@@ -29,6 +29,7 @@ WORKSPACE_DECIDES: dict[str, Any] = {
     "mcp_servers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}},
     "mcptools_dir": "tools",
     "working_dir": ".",
+    "limits": ResourceLimits(memory="1GiB"),
 }
 
 
@@ -91,6 +92,10 @@ def test_a_workspace_executor_takes_the_arguments_about_its_own_results(tmp_path
             "drop kernel_gateway_port=",
         ),
         ({"kernel_gateway_token": "secret"}, "pass kernel_gateway_url= or drop kernel_gateway_token="),
+        (
+            {"kernel_gateway_url": "http://127.0.0.1:8888", "limits": ResourceLimits(processes=10)},
+            "limits= applies to kernels of the embedded gateway",
+        ),
     ],
 )
 def test_embedded_arguments_that_exclude_each_other_are_refused(kwargs: dict[str, Any], message: str) -> None:

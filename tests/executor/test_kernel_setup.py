@@ -67,7 +67,11 @@ def test_the_same_policy_gives_both_callers_the_same_kernelspec(tmp_path: Path) 
     # The workspace hides its state directory; given that policy, the embedded description builds the same.
     assert str(workspace / ".ipybox") in supervisor.sandbox.filesystem.deny_read
     embedded = embedded_kernel_setup(
-        workspace, {}, sandbox=supervisor.sandbox, mcptools_dir=workspace / "mcptools"
+        workspace,
+        {},
+        sandbox=supervisor.sandbox,
+        mcptools_dir=workspace / "mcptools",
+        limits=supervisor.limits,
     )
     assert supervisor.kernel_spec(TOOLS) == embedded.kernel_spec(TOOLS)
     assert supervisor.kernel_spec(TOOLS) is not None
@@ -175,3 +179,31 @@ def test_no_configured_variable_can_turn_shell_approval_off_or_fake_a_working_di
     assert SHELL_APPROVAL_ENV not in off and CWD_RESET_ENV not in off
     escape = KernelSetup(working_dir=tmp_path, approve_shell=True, require_shell_escape=True)
     assert escape.kernel_env("unix:/tools.sock")[SHELL_APPROVAL_ENV] == "escape"
+
+
+def test_a_workspace_limits_its_kernels_by_default_and_an_embedded_executor_does_not(tmp_path: Path) -> None:
+    supervisor, embedded = _setups(_workspace(tmp_path, "[sandbox]\nenabled = true\n"), {})
+    assert supervisor.limits.set_limits() == {
+        "memory": 4 * 1024**3,
+        "processes": 256,
+        "open_files": 4096,
+        "tmp": 1024**3,
+    }
+    assert supervisor.limits_source == "[kernel.limits]"
+    assert not embedded.limits.any
+
+
+def test_an_unsandboxed_workspace_drops_the_default_tmp_size_and_keeps_the_rest(tmp_path: Path) -> None:
+    toml = '[sandbox]\nenabled = false\n[kernel.limits]\nmemory = "2GiB"\n'
+    supervisor, _ = _setups(_workspace(tmp_path, toml), {})
+    assert supervisor.limits.tmp is None and supervisor.limits.memory == 2 * 1024**3
+    assert supervisor.limits.processes == 256
+
+
+def test_a_sandboxed_workspace_sizes_its_kernels_private_tmp(tmp_path: Path) -> None:
+    supervisor, _ = _setups(
+        _workspace(tmp_path, '[sandbox]\nenabled = true\n[kernel.limits]\ntmp = "64MiB"\n'), {}
+    )
+    spec = supervisor.kernel_spec(TOOLS)
+    assert spec is not None and spec.sandboxed
+    assert str(64 * 1024**2) in next(iter(spec.resources.values()))  # the launch plan's tmpfs size

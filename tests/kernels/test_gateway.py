@@ -129,3 +129,17 @@ async def test_host_signal_leaves_no_processes(sig: signal.Signals, tmp_path: Pa
         if host.poll() is None:
             host.kill()
             host.wait()
+
+
+async def test_no_file_in_the_working_directory_is_imported_by_the_gateway_instead_of_its_own(
+    tmp_path: Path,
+) -> None:
+    # The gateway runs in the workspace, which kernels write: a module there named like one the gateway
+    # imports must stay a file, not become code the host runs. (Kernels do import from their working
+    # directory, as Jupyter's do: these two are the gateway's alone.)
+    planted = tmp_path / "planted"
+    for name in ("kernel_gateway", "jupyter_server"):
+        (tmp_path / f"{name}.py").write_text(f"open({str(planted)!r}, 'a').write('{name}')\n")
+    async with KernelGateway(working_dir=tmp_path) as gateway, KernelClient(gateway.endpoint) as client:
+        assert (await client.execute("print(1)")).text == "1"
+    assert not planted.exists()

@@ -41,6 +41,7 @@ def test_a_sandboxed_kernelspec_on_linux_starts_the_kernel_through_the_launcher(
     spec_dir, kernel_json = written(spec, tmp_path / "data")
     assert kernel_json["argv"] == [
         sys.executable,
+        "-P",
         "-m",
         "ipybox.sandbox.launch",
         f"{{resource_dir}}/{PLAN_FILE}",

@@ -116,3 +116,47 @@ def test_bad_call_limits_give_one_clear_error(limits: dict[str, object], fragmen
     with pytest.raises(ServerParamsError) as info:
         parse_server_params("srv", {"command": "x", **limits}, environ={})
     assert fragment in str(info.value)
+
+
+def test_resource_limits_of_a_stdio_server_are_none_unless_given_and_dump_as_given() -> None:
+    unlimited = parse_server_params("srv", {"command": "x"}, environ={})
+    assert isinstance(unlimited, StdioServerParams) and unlimited.limits is None  # no defaults for servers
+    raw = {"command": "x", "limits": {"memory": "64MiB", "processes": 32, "open_files": "unlimited"}}
+    params = parse_server_params("srv", raw, environ={})
+    assert isinstance(params, StdioServerParams) and params.limits is not None
+    assert (params.limits.memory, params.limits.processes, params.limits.open_files) == (
+        64 * 1024**2,
+        32,
+        None,
+    )
+    dumped = dump_server_params(params)
+    assert dumped == {"command": "x", "limits": {"memory": 64 * 1024**2, "processes": 32}}
+    assert parse_server_params("srv", dumped, environ={}) == params
+
+
+def test_a_tmp_limit_needs_a_sandboxed_server() -> None:
+    sandboxed = parse_server_params(
+        "srv", {"command": "x", "sandbox": True, "limits": {"tmp": "8MiB"}}, environ={}
+    )
+    assert isinstance(sandboxed, StdioServerParams) and sandboxed.limits is not None
+    assert sandboxed.limits.tmp == 8 * 1024**2
+    for sandbox in ({}, {"sandbox": False}, {"sandbox": {"enabled": False}}):
+        with pytest.raises(ServerParamsError) as info:
+            parse_server_params("srv", {"command": "x", **sandbox, "limits": {"tmp": "8MiB"}}, environ={})
+        assert "limits.tmp: tmp sizes the private /tmp of a sandboxed server" in str(info.value)
+        assert "set sandbox = true, or remove tmp" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ({"url": "https://example.com/mcp", "limits": {"memory": "1GiB"}}, "'limits' is for stdio servers"),
+        ({"command": "x", "limits": {"memory": "lots"}}, "limits.memory"),
+        ({"command": "x", "limits": {"memroy": "1GiB"}}, "limits.memroy: Extra inputs are not permitted"),
+        ({"command": "x", "limits": {"processes": 0}}, "limits.processes"),
+    ],
+)
+def test_bad_resource_limits_give_one_clear_error(raw: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ServerParamsError) as info:
+        parse_server_params("srv", raw, environ={})
+    assert fragment in str(info.value) and "\n" not in str(info.value)

@@ -481,7 +481,7 @@ def test_dispatch_picks_bubblewrap_on_linux(monkeypatch: pytest.MonkeyPatch, wor
         KERNEL, SandboxPolicy(), workspace, ipc_dir=workspace / "ipc", temp_dir=workspace / "tmp"
     )
     # Kernels start through the launcher, which builds the view per kernel and execs bubblewrap.
-    assert launch.argv[1:3] == ("-m", "ipybox.sandbox.launch")
+    assert launch.argv[1:4] == ("-P", "-m", "ipybox.sandbox.launch")
     assert launch.argv[-len(KERNEL) - 1 :] == ("--", *KERNEL)
     plan = json.loads(launch.resources["sandbox.json"])
     assert plan["bwrap"] == "/usr/bin/bwrap" and "--unshare-all" in plan["namespaces"]

@@ -1,7 +1,8 @@
 """The sandbox tests as an unprivileged user too: users are not root, and a sandbox can behave differently
 for them (bubblewrap makes a user namespace then, `~` is another home, host permissions apply).
 
-Run as root (as CI is), this test runs every test in tests/sandbox, and the attacks on what the host reads
+Run as root (as CI is), this test runs every test in tests/sandbox, the resource limits of tests/limits
+(which a user without a control group gets from setrlimit, the process limit included), and the attacks on what the host reads
 from a workspace elsewhere (`ATTACK_TESTS`, less those marked `root_only`), again as the user `ipybox-test`,
 which `scripts/test-user` creates together with a Python that user can run, and checks that all of them
 passed, this one included: there it takes the other branch and checks that it runs unprivileged. Run
@@ -41,7 +42,7 @@ ATTACK_TESTS = (
     "tests/supervisor/test_state_dir_hostile.py",
     "tests/mcp_server/test_registration.py",
 )
-SELECTION = [SANDBOX_TESTS, *ATTACK_TESTS, "-m", "not root_only"]
+SELECTION = [SANDBOX_TESTS, "tests/limits", *ATTACK_TESTS, "-m", "not root_only"]
 USER = "ipybox-test"
 
 

@@ -26,7 +26,9 @@ import http.client
 import io
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -169,6 +171,50 @@ async def hang(cancelled_marker: str = "") -> str:
 def big_text(megabytes: float, char: str = "x") -> str:
     """A text result of `megabytes` MiB of `char` (an ASCII character: one byte each)."""
     return char * int(megabytes * 1024 * 1024)
+
+
+@server.tool(structured_output=False)
+def allocate(megabytes: int) -> str:
+    """Hold `megabytes` MiB of memory (every page written), then let it go: "allocated N MiB", or the
+    `MemoryError` as the tool's error."""
+    block = b"\x01" * (megabytes * 1024 * 1024)  # written, not just reserved: resident memory
+    size = len(block)
+    del block
+    return f"allocated {size // (1024 * 1024)} MiB"
+
+
+@server.tool(structured_output=False)
+def spawn(count: int, leave_running: bool = False) -> str:
+    """Start `count` sleeping child processes at once, then end them: "started N of COUNT", followed by
+    "; <error>" when the system refused one (e.g. a process limit). With `leave_running`, they are started
+    in sessions of their own and left running, as a server that daemonizes helpers would."""
+    children: list[subprocess.Popen[bytes]] = []
+    problem = ""
+    try:
+        for _ in range(count):
+            children.append(subprocess.Popen(["sleep", "300"], start_new_session=leave_running))
+    except OSError as e:
+        problem = f"; {type(e).__name__}: {e}"
+    finally:
+        for child in children if not leave_running else ():
+            child.kill()
+            child.wait()
+    return f"started {len(children)} of {count}{problem}"
+
+
+@server.tool(structured_output=False)
+def fill_tmp(megabytes: int) -> str:
+    """Write `megabytes` MiB to a file in /tmp, then remove it: "wrote N MiB", or "<error>" when the
+    system refused (e.g. a full private /tmp)."""
+    try:
+        with tempfile.TemporaryFile(dir="/tmp") as f:
+            for _ in range(megabytes):
+                f.write(b"\x01" * 1024 * 1024)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
+    return f"wrote {megabytes} MiB"
 
 
 @server.tool(structured_output=False)

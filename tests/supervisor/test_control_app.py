@@ -50,6 +50,7 @@ STATUS_KEYS = {
     "workspace", "pid", "started_at", "uptime_s", "sandbox", "gateway", "tool_server", "pool", "leases",
     "kernel_generation", "restarts", "config_error", "reconciler", "state_dir", "mcp", "console",
     "pending_asks", "actions",
+    "kernels",  # added with resource limits: each kernel's usage
 }  # fmt: skip
 
 
@@ -83,6 +84,9 @@ class SmallWorkspace:
             ),
             state_dir=str(self.workspace / ".ipybox"),
         )
+
+    async def status_with_kernels(self) -> WorkspaceStatus:
+        return self.status()  # no gateway here: `kernels` stays unset
 
     def new_lease(self) -> LeaseId:
         return self.leases.new_lease()
@@ -174,6 +178,7 @@ def test_the_status_is_served_as_its_model_with_the_keys_scripts_read(
         "parsers": [],
         "parser_errors": [],
         "location": None,
+        "stopped": None,
     }
 
 

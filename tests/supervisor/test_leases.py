@@ -141,3 +141,21 @@ def test_a_lease_whose_kernel_the_workspace_took_is_told_why_with_its_next_kerne
     assert bound.replaced == () and bound.tokens == ()  # its kernel was already unbound
     assert table.bind(holding, K1, None).lost is None  # told once
     assert table.bind(idle, KernelId("k3"), None).lost is None  # it held no kernel: nothing was taken
+
+
+def test_a_kernel_taken_from_its_lease_revokes_its_token_and_the_next_kernel_says_why(
+    table: LeaseTable,
+) -> None:
+    """The idle kernel reaper's way: one kernel goes, the lease stays and is told with its next one."""
+    lease, other = table.new_lease(), table.new_lease()
+    table.bind(lease, K1, A)
+    table.bind(other, K2, B)
+    assert table.take(lease, K1, "it was idle for 2 s, longer than [kernel] max_idle (1 s)") == (TOKEN_A,)
+    assert table.kernels(lease) == () and table.lease_of(A) is None and lease in table
+    assert table.kernels(other) == (K2,) and table.lease_of(B) == other  # the other lease keeps its kernel
+    assert table.take(lease, K1, "again") is None  # taken already: nothing changes
+    assert table.take(other, K1, "not its kernel") is None
+    table.add_caller(CallerId("c3"), CallerToken("token-3"))
+    bound = table.bind(lease, KernelId("k3"), CallerId("c3"))
+    assert bound.lost == "it was idle for 2 s, longer than [kernel] max_idle (1 s)"
+    assert bound.replaced == () and bound.tokens == ()

@@ -125,5 +125,10 @@ async def test_a_kernel_env_change_recycles_kernels(live: tuple[Supervisor, Code
     async with CodeExecutor(workspace=supervisor.workspace) as fresh:
         assert (await fresh.execute(code)).text == "yes"
     # The application attached before keeps its lease: its kernel died while idle, so it continues on a
-    # fresh one with the new environment (KernelClient logs that the state is lost).
-    assert (await attached.execute(code)).text == "yes"
+    # fresh one with the new environment, and its output starts with a notice that the state is lost.
+    notice = (
+        "[ipybox] this session's kernel was replaced by a fresh one, so all its state is lost: ipybox "
+        "restarted it to apply a change (kernel.env changed: ADDED_BY_EDIT added)"
+    )
+    assert (await attached.execute(code)).text == f"{notice}\nyes"
+    assert (await attached.execute(code)).text == "yes"  # told once

@@ -1,0 +1,140 @@
+"""How this machine enforces limits (`Enforcement`), and the error when it can't enforce one asked for.
+
+Mechanisms, best first (`enforce = "auto"` takes the first available):
+
+| mechanism | memory | cpus | processes | open files |
+|---|---|---|---|---|
+| `cgroup2`: a delegated cgroup v2 subtree | `memory.max` (+ no swap) | `cpu.max` | `pids.max` | RLIMIT_NOFILE |
+| `cgroup1`: v1 memory/pids/cpu hierarchies (root) | `memory.limit_in_bytes` | `cpu.cfs_quota_us` | `pids.max` | RLIMIT_NOFILE |
+| `rlimit`: `setrlimit` in the process tree | RLIMIT_AS per process | no | RLIMIT_NPROC (user's) | RLIMIT_NOFILE |
+
+`/tmp` is bubblewrap's `--size` on a sandboxed kernel's private tmpfs, whatever the mechanism. A limit
+the mechanism can't enforce is an error (`LimitUnavailableError`) that names it, what is missing and what
+to do: a kernel never runs with a limit silently absent.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Literal
+
+from ipybox.errors import IpyboxError
+from ipybox.limits.cgroups import Cgroup, CgroupSupport, cgroup_support
+from ipybox.limits.spec import LIMIT_NAMES, Enforce, ResourceLimits, describe_limit
+
+Mechanism = Literal["cgroup2", "cgroup1", "rlimit"]
+
+
+class LimitUnavailableError(IpyboxError, RuntimeError):
+    """A limit was asked for that this machine cannot enforce. The message names the limit, what is
+    missing, and what to do (give ipybox a control group, or lift the limit)."""
+
+
+@dataclass(frozen=True)
+class Enforcement:
+    """How limits are enforced here.
+
+    Attributes:
+        mechanism: See the module docstring.
+        cgroup: Where groups are made (the `cgroup*` mechanisms).
+        problems: Why the better mechanisms are not available (empty with `cgroup2`).
+    """
+
+    mechanism: Mechanism
+    cgroup: Cgroup | None = None
+    problems: tuple[str, ...] = ()
+
+    def unenforceable(
+        self, limits: ResourceLimits, *, sandboxed: bool, private_tmp: bool = True
+    ) -> dict[str, str]:
+        """The limits of `limits` this enforcement can't enforce, each with why.
+
+        Args:
+            limits: The limits asked for.
+            sandboxed: Whether the processes run in ipybox's sandbox.
+            private_tmp: Whether that sandbox gives them a private `/tmp` (macOS's does not).
+        """
+        missing: dict[str, str] = {}
+        if limits.tmp is not None:
+            if not sandboxed:
+                missing["tmp"] = "an unsandboxed kernel has no private /tmp to size (it shares the host's)"
+            elif not private_tmp:
+                missing["tmp"] = "this platform's sandbox gives kernels no private /tmp to size"
+        if self.mechanism != "rlimit":
+            return missing
+        if limits.cpus is not None:
+            missing["cpus"] = "a CPU cap needs a control group"
+        if limits.processes is not None and os.geteuid() == 0:
+            missing["processes"] = "RLIMIT_NPROC does not apply to root"
+        if limits.memory is not None and sys.platform == "darwin":
+            missing["memory"] = "macOS does not enforce RLIMIT_AS, and has no control groups"
+        return missing
+
+    def describe(self) -> str:
+        """One line for `ipybox doctor` and `ipybox status`."""
+        if self.mechanism == "rlimit":
+            why = f" ({'; '.join(self.problems)})" if self.problems else ""
+            return f"setrlimit (address space, user's processes, open files; no CPU cap){why}"
+        assert self.cgroup is not None
+        where = self.cgroup.dirs.get("") or self.cgroup.dirs.get("memory", "")
+        return f"cgroup v{self.cgroup.version} under {where}"
+
+
+def detect_enforcement(enforce: Enforce = "auto", support: CgroupSupport | None = None) -> Enforcement:
+    """The best way this machine offers (or the one `enforce` insists on).
+
+    Raises:
+        LimitUnavailableError: `enforce = "cgroup"` and no control group can be made.
+    """
+    if enforce != "rlimit":
+        if not sys.platform.startswith("linux"):
+            support = CgroupSupport(None, (f"{sys.platform} has no control groups",))
+        support = support or cgroup_support()
+        if support.base is not None:
+            return Enforcement(
+                "cgroup2" if support.base.version == 2 else "cgroup1", support.base, support.problems
+            )
+        if enforce == "cgroup":
+            raise LimitUnavailableError(
+                'enforce = "cgroup", but no control group can be made here: '
+                f"{'; '.join(support.problems)}. Run ipybox as root or in a delegated cgroup v2 subtree, or "
+                'set enforce = "auto" to fall back to setrlimit'
+            )
+        return Enforcement("rlimit", None, support.problems)
+    return Enforcement("rlimit", None, ('enforce = "rlimit" was asked for',))
+
+
+def check_limits(
+    limits: ResourceLimits,
+    enforcement: Enforcement,
+    *,
+    sandboxed: bool,
+    private_tmp: bool = True,
+    source: str = "limits",
+) -> None:
+    """Raise unless `enforcement` can enforce every limit set in `limits`.
+
+    Args:
+        source: Where the limits were set, for the message (`[kernel.limits]`, `[servers.x.limits]`).
+
+    Raises:
+        LimitUnavailableError: Naming each limit that can't be enforced, why, and what to do.
+    """
+    missing = enforcement.unenforceable(limits, sandboxed=sandboxed, private_tmp=private_tmp)
+    if not missing:
+        return
+    values = limits.set_limits()
+    ordered = sorted(missing.items(), key=lambda item: LIMIT_NAMES.index(item[0]))
+    reasons = "; ".join(f"{describe_limit(name, values[name])}: {why}" for name, why in ordered)
+    names = ", ".join(f'{name} = "unlimited"' for name in missing)
+    where = (
+        f" ({'; '.join(enforcement.problems)})"
+        if enforcement.problems and enforcement.mechanism == "rlimit"
+        else ""
+    )
+    raise LimitUnavailableError(
+        f"{source} asks for limits this machine cannot enforce: {reasons}{where}. "
+        f"Lift them ({names} in {source}), or run where they can be enforced (see `ipybox doctor`)"
+    )
