@@ -89,9 +89,15 @@ class PrivateIpcKernelManager(KernelGatewayIOLoopKernelManager):  # type: ignore
         if cmd[1:4] == ["-P", "-m", LAUNCH_MODULE] and len(cmd) > 6 and cmd[6] == "--":
             with open(cmd[4]) as f:
                 plan = json.load(f)
-            cmd = command_line(plan, cmd[5], cmd[7:])
+            kernel = cmd[7:]
+            if self._limited is not None:
+                kernel = self._limited.limiter.sandbox_argv(kernel)
+            cmd = command_line(plan, cmd[5], kernel)
+            sandboxed = True
+        else:
+            sandboxed = False
         if self._limited is not None:
-            cmd = self._limited.argv(cmd)
+            cmd = self._limited.argv(cmd, sandboxed=sandboxed)
         return cmd
 
     def ipybox_report(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ Mechanisms, best first (`enforce = "auto"` takes the first available):
 |---|---|---|---|---|
 | `cgroup2`: a delegated cgroup v2 subtree | `memory.max` (+ no swap) | `cpu.max` | `pids.max` | RLIMIT_NOFILE |
 | `cgroup1`: v1 memory/pids/cpu hierarchies (root) | `memory.limit_in_bytes` | `cpu.cfs_quota_us` | `pids.max` | RLIMIT_NOFILE |
-| `rlimit`: `setrlimit` in the process tree | RLIMIT_AS per process | no | RLIMIT_NPROC (user's) | RLIMIT_NOFILE |
+| `rlimit`: `setrlimit` in the process tree | RLIMIT_AS per process | no | RLIMIT_NPROC (sandbox's or user's) | RLIMIT_NOFILE |
 
 `/tmp` is bubblewrap's `--size` on a sandboxed kernel's private tmpfs, whatever the mechanism. A limit
 the mechanism can't enforce is an error (`LimitUnavailableError`) that names it, what is missing and what
@@ -25,6 +25,11 @@ from ipybox.limits.cgroups import Cgroup, CgroupSupport, cgroup_support
 from ipybox.limits.spec import LIMIT_NAMES, Enforce, ResourceLimits, describe_limit
 
 Mechanism = Literal["cgroup2", "cgroup1", "rlimit"]
+
+
+RLIMIT_MEMORY_FLOOR = 1024**3
+"""The least memory limit setrlimit is asked to enforce (measured: an idle kernel's address space is 0.7 GiB,
+and a 512 MiB RLIMIT_AS keeps it from starting)."""
 
 
 class LimitUnavailableError(IpyboxError, RuntimeError):
@@ -70,6 +75,11 @@ class Enforcement:
             missing["processes"] = "RLIMIT_NPROC does not apply to root"
         if limits.memory is not None and sys.platform == "darwin":
             missing["memory"] = "macOS does not enforce RLIMIT_AS, and has no control groups"
+        elif limits.memory is not None and limits.memory < RLIMIT_MEMORY_FLOOR:
+            missing["memory"] = (
+                "setrlimit limits address space, and an idle kernel reserves about 0.7 GiB of it (thread "
+                "stacks, malloc arenas): below 1 GiB it could not even start"
+            )
         return missing
 
     def describe(self) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,8 @@ from ipybox.limits.usage import Usage, tree_usage, user_tasks
 from ipybox.limits.wrapper import limited_argv
 
 _PREFIX = "ipybox-"
+NPROC_PER_USER_NAMESPACE = sys.platform.startswith("linux")
+"""Whether a sandbox (bubblewrap's user namespace) has its own RLIMIT_NPROC count; macOS's has not."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,21 @@ class Limiter:
             group.apply(memory=self.limits.memory, cpus=self.limits.cpus, processes=self.limits.processes)
         return Limited(self, group)
 
+    def sandbox_argv(self, argv: Sequence[str]) -> list[str]:
+        """`argv`, the command a sandbox runs in its own user namespace, under the limits that are best set
+        there: `setrlimit`'s process limit.
+
+        RLIMIT_NPROC counts a user's tasks per user namespace (Linux >= 5.14): set inside the sandbox, it
+        bounds the sandbox's own processes and threads, exactly, whatever else the user runs; set outside,
+        it could only bound the user's total, from a count taken at start that goes stale as the user's
+        other processes come and go. Set after bubblewrap made the namespace, but before the command runs:
+        nothing the command forks escapes it, and without CAP_SYS_RESOURCE (which a sandbox drops) it
+        can't be raised again. Pair with `Limited.argv(..., sandboxed=True)`.
+        """
+        if self.mechanism == "rlimit" and self.limits.processes is not None and NPROC_PER_USER_NAMESPACE:
+            return limited_argv(argv, processes=self.limits.processes)
+        return list(argv)
+
     def as_json(self) -> dict[str, Any]:
         return {
             "limits": self.limits.model_dump(mode="json"),
@@ -112,12 +130,16 @@ class Limited:
     limiter: Limiter
     group: Cgroup | None
 
-    def argv(self, argv: Sequence[str]) -> list[str]:
-        """The command line that starts `argv` inside its limits (see [wrapper][ipybox.limits.wrapper])."""
+    def argv(self, argv: Sequence[str], *, sandboxed: bool = False) -> list[str]:
+        """The command line that starts `argv` inside its limits (see [wrapper][ipybox.limits.wrapper]).
+
+        `sandboxed`: `argv` starts a sandbox with its own user namespace whose command line came from
+        [`sandbox_argv`][ipybox.limits.limiter.Limiter.sandbox_argv]; the process limit is set there.
+        """
         limits = self.limiter.limits
         rlimit = self.limiter.mechanism == "rlimit"
         processes = None
-        if rlimit and limits.processes is not None:
+        if rlimit and limits.processes is not None and not (sandboxed and NPROC_PER_USER_NAMESPACE):
             # RLIMIT_NPROC counts every process and thread of the user: what the user runs already is not
             # this process's to spend.
             processes = user_tasks() + limits.processes

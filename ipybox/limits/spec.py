@@ -66,8 +66,9 @@ class ResourceLimits(BaseModel):
         memory: Bytes of memory (cgroup: resident memory and swap of the whole process tree, files in
             its private `/tmp` included; `setrlimit`: the address space of each process).
         cpus: CPUs' worth of CPU time, e.g. `0.5` or `2` (a hard cap; cgroups only).
-        processes: Processes and threads at once (cgroup: of the tree; `setrlimit`: of the user, counted
-            from how many the user had when the kernel started).
+        processes: Processes and threads at once (cgroup: of the tree; `setrlimit`: of a sandboxed
+            kernel's own user namespace, or, unsandboxed, of the user, counted from how many the user had
+            when the kernel started).
         open_files: Open file descriptors, per process.
         tmp: Bytes the private `/tmp` of a sandboxed kernel may hold (an unsandboxed kernel has none).
         enforce: How (see `Enforce`).

@@ -411,6 +411,8 @@ class MCPConnection:
             async with AsyncExitStack() as stack:
                 argv = [params.command, *params.args]
                 if policy is not None:
+                    if limiter is not None:
+                        argv = limiter.sandbox_argv(argv)
                     from ipybox.sandbox.command import sandboxed
 
                     workspace = Path(params.cwd) if params.cwd else Path.cwd()
@@ -428,7 +430,7 @@ class MCPConnection:
                             self.server_name, f"cannot set the limits of its control group: {e}"
                         ) from None
                     # Outermost, so bubblewrap (and the network bridge under it) are limited too.
-                    argv = limited.argv(argv)
+                    argv = limited.argv(argv, sandboxed=policy is not None)
                     self._limited = limited
                 yield await stack.enter_async_context(
                     stdio_transport(

@@ -51,6 +51,14 @@ def test_setrlimit_limits_memory_and_open_files_on_linux(euid: int) -> None:
     assert RLIMIT.unenforceable(ResourceLimits(memory="1GiB", open_files=64), sandboxed=False) == {}
 
 
+def test_setrlimit_refuses_a_memory_limit_below_what_an_idle_kernel_reserves(euid: int) -> None:
+    missing = RLIMIT.unenforceable(ResourceLimits(memory="512MiB"), sandboxed=False)
+    assert (
+        list(missing) == ["memory"] and "address space" in missing["memory"] and "1 GiB" in missing["memory"]
+    )
+    assert CGROUP1.unenforceable(ResourceLimits(memory="512MiB"), sandboxed=False) == {}
+
+
 def test_setrlimit_cannot_limit_memory_on_macos(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "platform", "darwin")
 

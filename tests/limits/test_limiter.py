@@ -21,7 +21,7 @@ import pytest
 
 from ipybox.limits.cgroups import Cgroup, cgroup_support
 from ipybox.limits.enforcement import Enforcement, LimitUnavailableError
-from ipybox.limits.limiter import Limited, Limiter
+from ipybox.limits.limiter import NPROC_PER_USER_NAMESPACE, Limited, Limiter
 from ipybox.limits.spec import ResourceLimits, WorkspaceLimits
 from ipybox.limits.usage import user_tasks
 from ipybox.limits.wrapper import SHELL, limited_argv
@@ -131,6 +131,27 @@ def test_with_setrlimit_the_command_line_sets_the_address_space_and_the_users_pr
     nproc = int(steps[1].removeprefix("nproc="))
     assert 64 < nproc <= user_tasks() + 64
     assert steps[2] == f"as={1024**2}"
+
+
+@pytest.mark.skipif(not NPROC_PER_USER_NAMESPACE, reason="a sandbox has its own process count on Linux only")
+def test_with_setrlimit_a_sandbox_gets_exactly_its_processes_inside_its_user_namespace() -> None:
+    limiter = Limiter(ResourceLimits(memory="1GiB", processes=64, open_files=128), "rlimit", None)
+
+    inside = limiter.sandbox_argv(["kernel", "--flag"])
+    outside = limiter.start("kernel").argv(["bwrap", "--", *inside], sandboxed=True)
+
+    # Inside, the sandbox's own count: exactly 64, whatever else the user runs.
+    assert inside == limited_argv(["kernel", "--flag"], processes=64)
+    # Outside, everything but the process limit (which would bound the user's total instead).
+    assert outside == limited_argv(["bwrap", "--", *inside], open_files=128, address_space=1024**3)
+
+
+def test_without_setrlimit_or_a_process_limit_the_sandboxed_command_is_left_as_it_is() -> None:
+    cgroup = Limiter(ResourceLimits(processes=64), "cgroup2", None)
+    no_processes = Limiter(ResourceLimits(open_files=128), "rlimit", None)
+
+    assert cgroup.sandbox_argv(["kernel"]) == ["kernel"]
+    assert no_processes.sandbox_argv(["kernel"]) == ["kernel"]
 
 
 def test_under_a_cgroup_the_command_line_joins_and_sets_only_open_files() -> None:

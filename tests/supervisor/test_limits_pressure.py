@@ -68,6 +68,12 @@ async def test_with_its_kernels_at_their_limits_the_workspace_answers_and_down_l
     async with ControlClient(read_state(workspace)) as control:
         status = await control.status()
     assert status.leases >= 2
+    # It tells how full they are: the hogs at their process limit, under their memory limit.
+    assert status.kernels is not None and status.kernels.reported
+    assert status.kernels.limits == {"memory": 256 * 2**20, "processes": 48, "open_files": 4096}
+    leased = [k.usage for k in status.kernels.kernels if k.role == "leased" and k.usage is not None]
+    assert sum(u.processes == 48 for u in leased if u.processes is not None) >= 2
+    assert all(u.memory is not None and u.memory <= 256 * 2**20 for u in leased)
     async with CodeExecutor(workspace=workspace) as other:
         assert (await other.execute("print(sum(range(10)))")).text == "45"
     for hog in hogs:  # at their limits, not dead: they still answer
