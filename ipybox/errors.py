@@ -16,6 +16,7 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     ├── SandboxUnavailableError          ipybox.sandbox                      RuntimeError
     ├── SandboxPolicyError               ipybox.sandbox.policy               ValueError
     ├── LimitUnavailableError            ipybox.limits.enforcement           RuntimeError
+    ├── SeccompUnavailableError          ipybox.limits.seccomp               OSError
     ├── KernelError                      ipybox.errors
     │   ├── GatewayStartError            ipybox.kernels.gateway              RuntimeError
     │   ├── GatewayError                 ipybox.kernels.kernel_connection    RuntimeError
@@ -30,6 +31,7 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     ├── MCPServerError                   ipybox.mcp_client.errors
     │   ├── ServerParamsError            ipybox.mcp_client.errors
     │   ├── ServerStartError             ipybox.mcp_client.errors
+    │   │   └── ServerCodeWritableError  ipybox.mcp_client.errors
     │   ├── ServerConnectError           ipybox.mcp_client.errors
     │   │   └── ServerMemoryLimitError   ipybox.mcp_client.errors
     │   ├── ServerTimeoutError           ipybox.mcp_client.errors
@@ -38,6 +40,7 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     │   ├── ServerNotRunningError        ipybox.mcp_client.errors
     │   └── ToolCallError                ipybox.mcp_client.errors
     ├── UnknownServerError               ipybox.mcp_client.pool              LookupError
+    │   └── ForeignPackageRootError      ipybox.mcp_client.pool              LookupError
     ├── NotALiteralError                 ipybox.mcp_apigen.literals          ValueError
     ├── CodeActionError                  ipybox.codeact.actions              ValueError
     ├── CheckOutputError                 ipybox.codeact.checks               ValueError
@@ -51,6 +54,7 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     │   ├── ControlRequestError          ipybox.running.control_client       RuntimeError
     │   └── UnknownLeaseError            ipybox.supervisor.leases            KeyError
     └── UnsafePathError                  ipybox.errors
+        ├── LinkInPathError              ipybox.safefs                       OSError
         ├── StateDirError                ipybox.running.state                ValueError
         ├── SymlinkRefusedError          ipybox.mcp_apigen.package           OSError
         ├── UnsafeRegistryError          ipybox.mcp_client.registry          PermissionError

@@ -31,6 +31,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Slow tests first (a stable sort: the rest keep their order): in a parallel run (scripts/test) a worker
+    # that picks one up last keeps the whole run waiting on it.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     # The container image is built by hand (scripts/test-docker, which runs these with --docker): without
     # it they are deselected, neither run nor counted as skipped.
     if config.getoption("--docker"):
@@ -39,6 +42,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = [item for item in items if item.get_closest_marker("docker") is None]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # The hostile-text tests make ipybox log lone surrogates on purpose; pytest-xdist sends each report
+    # (with its captured output) to the controller as UTF-8, and a worker whose report can't be encoded
+    # crashes. Shown escaped instead, as ipybox itself shows them.
+    report.sections = [
+        (title, text.encode("utf-8", "backslashreplace").decode("utf-8")) for title, text in report.sections
+    ]
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 # Building the venv (pip against the index, with its cache) counts against the first test.
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,8 @@ server refuses that call) and never reaches the callback. A `withdrawn` notice t
 settled elsewhere first: `ApprovalRequest.withdraw`); while a `waiting` notice is open, `on_waiting`'s pause
 holds (someone else is being asked about a call of this application's kernel). A `refused` notice (sent
 only to an application that answers nothing itself) reaches the callback as a request decided already:
-rejected, `withdrawn_by` saying why nobody was asked.
+rejected, `withdrawn_by` saying why nobody was asked. A request that `declines` says this application does
+not answer is declined on the wire (`declined`, see the wire format) and never reaches the callback.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ipybox.approval.wire import (
     Decision,
     parse_server_frame,
 )
+from ipybox.rules.calls import ToolCall
 
 __all__ = ["ApprovalCallback", "ApprovalClient", "ApprovalRequest"]
 
@@ -57,6 +59,8 @@ class ApprovalClient:
             `waiting` notices).
         on_waiting: Pauses the application's execution clock while someone else is asked about one of its
             calls; returns the function that resumes it.
+        declines: Asked first about each request: why the application does not answer it now (`None`: it
+            does, through `callback`). A declined call is the workspace's to put to people, or to deny.
 
     Example:
         ```python
@@ -79,8 +83,10 @@ class ApprovalClient:
         path: str = "/approval",
         answers: Answers = "application",
         on_waiting: PauseTimer | None = None,
+        declines: Callable[[ToolCall], str | None] | None = None,
     ) -> None:
         self.callback = callback
+        self.declines = declines
         self.address = address or f"http://{host}:{port}"
         self.token = token
         self.path = path
@@ -143,11 +149,19 @@ class ApprovalClient:
                 self._notice(ask)
                 continue
 
+            call = ask.params.to_call()
+            declined = self.declines(call) if self.declines is not None else None
+            if declined is not None:
+                answer = ApprovalAnswer(id=ask.id, result=Decision(accept=False, declined=declined))
+                with contextlib.suppress(Exception):
+                    await ws.send_str(answer.to_json())
+                continue
+
             async def respond(accepted: bool, request_id: int = ask.id) -> None:
                 answer = ApprovalAnswer(id=request_id, result=Decision(accept=accepted))
                 await ws.send_str(answer.to_json())
 
-            request = ApprovalRequest.of(ask.params.to_call(), respond)
+            request = ApprovalRequest.of(call, respond, ask.params.links)
             self._requests[ask.id] = request
             request.add_done_callback(functools.partial(self._forget, ask.id))
             task = asyncio.create_task(self._handle(request))

@@ -8,7 +8,7 @@ Server to approver, one text frame (or SSE `data:`) each:
  "args": {"path": "out/a.md"}, "annotations": {"destructiveHint": true}, "rule_id": "ask-for-writes",
  "reason": "rule 'ask-for-writes' applies", "subject": null, "session": "1f2e3d4c", "asked_of": "console",
  "routes": ["console", "terminal"], "asked_at": "2026-11-24T07:00:00.000000Z",
- "expires_at": "2026-11-24T07:01:00.000000Z"}}
+ "expires_at": "2026-11-24T07:01:00.000000Z", "links": {}}}
 {"type": "closed", "id": "3-Yc...", "answer": {"accept": true, "scope": "once", "route": "console",
  "by": "console (root)"}, "why": ""}
 {"type": "answered", "id": "3-Yc...", "ok": false, "error": "already allowed once by terminal (...)"}
@@ -37,12 +37,15 @@ the workspace runs for, but the audit log redacts them.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter
+from pydantic_core import PydanticSerializationError
 
 from ipybox.approval.asks import AskAnswer, AskClosed, AskOpened, PendingAsk, Scope
+from ipybox.approval.links import PathLink
 from ipybox.rules.calls import AskRoute
 
 __all__ = [
@@ -67,7 +70,23 @@ class _Message(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     def to_json(self) -> str:
-        return self.model_dump_json()
+        try:
+            return self.model_dump_json()
+        except PydanticSerializationError:
+            # A lone surrogate (a kernel's argument decoded from `"\ud800"`) is neither UTF-8 nor JSON
+            # that parsers take: sent as the text `\ud800`, which is how approvers show it anyway, so
+            # one hostile argument can't cut every approver's stream.
+            return json.dumps(_surrogates_as_text(self.model_dump(mode="json")), separators=(",", ":"))
+
+
+def _surrogates_as_text(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_surrogates_as_text(key): _surrogates_as_text(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_surrogates_as_text(item) for item in value]
+    return value
 
 
 class AskView(_Message):
@@ -86,6 +105,7 @@ class AskView(_Message):
     routes: list[AskRoute] = []
     asked_at: str
     expires_at: str | None = None
+    links: dict[str, PathLink] = {}
 
     @classmethod
     def of(cls, ask: PendingAsk) -> AskView:
@@ -104,6 +124,7 @@ class AskView(_Message):
             routes=list(ask.routes),
             asked_at=_iso(ask.asked_at),
             expires_at=_iso(expires) if expires is not None else None,
+            links=dict(ask.links),
         )
 
     @property

@@ -34,11 +34,12 @@ import contextlib
 import itertools
 import secrets
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Literal, get_args
 
+from ipybox.approval.links import PathLink
 from ipybox.rules.calls import AskRoute, ToolCall, Verdict
 
 __all__ = [
@@ -112,6 +113,8 @@ class PendingAsk:
         routes: Every route that may answer it (`asked_of` and the people listed in `[approval] ask`).
         asked_at: When it was opened (UTC).
         timeout: Seconds it waits before the call is denied (`None`: no limit).
+        links: Path arguments that lead elsewhere through a link, by argument name (resolved on the host
+            when the ask was opened: [links][ipybox.approval.links]).
     """
 
     id: str
@@ -125,6 +128,7 @@ class PendingAsk:
     asked_at: datetime
     timeout: float | None
     answered: asyncio.Future[AskAnswer] = field(repr=False)
+    links: Mapping[str, PathLink] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
@@ -194,6 +198,7 @@ class AskBoard:
         session: str | None = None,
         subject: str | None = None,
         timeout: float | None = None,
+        links: Mapping[str, PathLink] | None = None,
     ) -> PendingAsk:
         """Put an ask on the board and tell every subscriber."""
         ask = PendingAsk(
@@ -208,6 +213,7 @@ class AskBoard:
             asked_at=datetime.now(UTC),
             timeout=timeout,
             answered=asyncio.get_running_loop().create_future(),
+            links=dict(links or {}),
         )
         self._pending[ask.id] = ask
         self._publish(AskOpened(ask))

@@ -12,7 +12,8 @@ Contracts:
 
 - Only an explicit accept approves. A call nobody can be asked about is `NoOneToAsk`; one that got no
   answer within the timeout is `TimedOut`; a client that goes away, or sends a malformed answer, leaves
-  its pending calls unapproved.
+  its pending calls unapproved. A client that declines a call (the wire's `declined`) answers nothing:
+  that is `NoOneToAsk` too, with its reason.
 - While a call waits for a person, `pause` (if set) stops the clock of the execution that made it: it is
   called when the wait starts and returns the function that resumes the clock, called when the wait ends
   however it ends. `CodeExecutor` passes its kernel client's timer this way; this package never sees it.
@@ -30,12 +31,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ipybox.approval.approver import Approval, Approved, NoOneToAsk, Rejected, TimedOut
+from ipybox.approval.links import PathLink
 from ipybox.approval.request import ApprovalRequest
 from ipybox.approval.wire import (
     ApprovalAsk,
@@ -113,7 +115,12 @@ class ApprovalChannel:
         return self.handler is not None or self._websocket is not None
 
     async def decide(
-        self, call: ToolCall, *, timeout: float | None = None, settled: Settled | None = None
+        self,
+        call: ToolCall,
+        *,
+        timeout: float | None = None,
+        settled: Settled | None = None,
+        links: Mapping[str, PathLink] | None = None,
     ) -> Approval:
         """Ask the connected application about `call` and wait up to `timeout` seconds (default:
         `approval_timeout`, which may be `None`: no limit) for its answer.
@@ -122,6 +129,7 @@ class ApprovalChannel:
             settled: Done when the question was settled elsewhere first (a person answered): the
                 application is told to drop it, and the outcome returned is `Rejected` (not the decision:
                 whoever settled it acts on it).
+            links: Where path arguments lead through links, shown with the call (`ApprovalRequest.links`).
         """
         if not self.approval_required:
             return Approved()
@@ -132,9 +140,9 @@ class ApprovalChannel:
         resume = self.pause() if self.pause is not None else None
         try:
             if handler is not None:
-                return await self._ask_handler(handler, call, seconds, settled)
+                return await self._ask_handler(handler, call, seconds, settled, links)
             assert websocket is not None
-            return await self._ask_client(websocket, call, seconds, settled)
+            return await self._ask_client(websocket, call, seconds, settled, links)
         finally:
             if resume is not None:
                 resume()
@@ -164,7 +172,12 @@ class ApprovalChannel:
                 raise RuntimeError(reason)
 
     async def _ask_handler(
-        self, handler: ApprovalHandler, call: ToolCall, timeout: float | None, settled: Settled | None
+        self,
+        handler: ApprovalHandler,
+        call: ToolCall,
+        timeout: float | None,
+        settled: Settled | None,
+        links: Mapping[str, PathLink] | None = None,
     ) -> Approval:
         decided: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
@@ -172,7 +185,7 @@ class ApprovalChannel:
             if not decided.done():
                 decided.set_result(accepted)
 
-        request = ApprovalRequest.of(call, respond)
+        request = ApprovalRequest.of(call, respond, links)
         await handler(request)
         # Decided right away (auto-approval): no timer needed.
         if not decided.done() and not await _first(decided, settled, timeout):
@@ -185,13 +198,18 @@ class ApprovalChannel:
         return Approved() if decided.result() else Rejected()
 
     async def _ask_client(
-        self, websocket: WebSocket, call: ToolCall, timeout: float | None, settled: Settled | None
+        self,
+        websocket: WebSocket,
+        call: ToolCall,
+        timeout: float | None,
+        settled: Settled | None,
+        links: Mapping[str, PathLink] | None = None,
     ) -> Approval:
         request_id = next(self._ids)
         decided: asyncio.Future[Approval] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = decided
         try:
-            ask = ApprovalAsk(id=request_id, params=CallParams.of(call))
+            ask = ApprovalAsk(id=request_id, params=CallParams.of(call, links))
             try:
                 await websocket.send_text(ask.to_json())
             except (WebSocketDisconnect, RuntimeError, OSError) as e:
@@ -289,6 +307,11 @@ class ApprovalChannel:
         if isinstance(reply, ApprovalError):
             reason = f"the approval client could not decide: {reply.error.message}"
             self._settle(reply.id, Rejected(reason))
+        elif reply.result.declined is not None and not reply.result.accept:
+            # Not an answer: the application leaves the question to others (see `WorkspaceApprover`).
+            self._settle(
+                reply.id, NoOneToAsk(f"the application does not answer it ({reply.result.declined})")
+            )
         else:
             self._settle(reply.id, Approved() if reply.result.accept else Rejected())
 

@@ -6,9 +6,10 @@ decide it once: `accept()` or `reject()`. A second, different decision is an err
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from ipybox.approval.links import PathLink
 from ipybox.rules.calls import ToolCall
 
 
@@ -23,6 +24,10 @@ class ApprovalRequest:
             `openWorldHint`, `title`), as far as the server declares them.
         call: The same as a [ToolCall][ipybox.rules.calls.ToolCall] (its `caller` is not shown to
             applications: always "").
+        links: Path arguments that lead elsewhere through a symlink, by argument name (`paths[1]` for an
+            item of a list): where each leads, resolved by the host, and whether that is a protected name
+            or outside the workspace ([PathLink][ipybox.approval.links.PathLink]). Show them with the
+            arguments: `tool_args` say what the code wrote, `links` where a write would land.
 
     Example:
         ```python
@@ -42,7 +47,9 @@ class ApprovalRequest:
         tool_args: dict[str, Any],
         respond: Callable[[bool], Awaitable[None]],
         annotations: dict[str, Any] | None = None,
+        links: Mapping[str, PathLink] | None = None,
     ) -> None:
+        self.links: dict[str, PathLink] = dict(links or {})
         self._tool_args = tool_args
         self._annotations = dict(annotations or {})
         self.call = ToolCall(server_name, tool_name, self._tool_args, self._annotations)
@@ -52,9 +59,14 @@ class ApprovalRequest:
         self._done_callbacks: list[Callable[[bool], None]] = []
 
     @classmethod
-    def of(cls, call: ToolCall, respond: Callable[[bool], Awaitable[None]]) -> ApprovalRequest:
+    def of(
+        cls,
+        call: ToolCall,
+        respond: Callable[[bool], Awaitable[None]],
+        links: Mapping[str, PathLink] | None = None,
+    ) -> ApprovalRequest:
         """The request for `call`; `respond(accepted)` delivers the decision."""
-        return cls(call.server, call.tool, dict(call.args), respond, dict(call.annotations))
+        return cls(call.server, call.tool, dict(call.args), respond, dict(call.annotations), links)
 
     @property
     def server_name(self) -> str:
@@ -123,7 +135,10 @@ class ApprovalRequest:
                 callback(accepted)
 
     def __str__(self) -> str:
-        args = ", ".join(f"{key}={value!r}" for key, value in self.tool_args.items())
+        args = ", ".join(
+            f"{key}={value!r}" + (f" {self.links[key].describe()}" if key in self.links else "")
+            for key, value in self.tool_args.items()
+        )
         return f"{self.server_name}.{self.tool_name}({args})"
 
     def __repr__(self) -> str:

@@ -20,10 +20,13 @@ Contracts:
   reason, when that rule would not load, leaving the ask pending.
 - The rules' word on an unanswered `ask` is "deny": an `ask` that times out is `Rejected` (audited as
   decided by `timeout`), not `TimedOut`, so the calling code gets a rejection naming the rule.
+- An `ask` of a kernel that checks agent-written code (an output parser, a saved action being saved or
+  described: `refusal_of` gives a reason for its caller) is refused at once with that reason: nobody is
+  asked, nothing reaches the board (the console, `ipybox approve`), and it is audited as unanswered.
 - An `ask` nobody can answer (no route of `[approval] ask` has anyone: no application attached, an MCP
   client without elicitation, no console page or `ipybox approve` open), or whose application leaves
-  mid-question with no person present, is `NoOneToAsk`, with the allow rule to add; it is audited as
-  unanswered.
+  mid-question or declines it (`CodeExecutor.execute()` answers no asks) with no person present, is
+  `NoOneToAsk`, with the allow rule to add; it is audited as unanswered.
 - A decision that can't be audited is not acted on: the `OSError` propagates and the call fails.
 - A kernel's question about a shell command (`ipybox.shell` / `ipybox.shell_magic`) is split into the
   commands it runs ([shell_commands][ipybox.rules.shell_commands]), each decided by the rules as
@@ -60,6 +63,7 @@ from ipybox.approval.approver import Approval, Approved, NoOneToAsk, Rejected, T
 from ipybox.approval.asks import PEOPLE, AskAnswer, AskBoard, PendingAsk
 from ipybox.approval.channel import ApprovalChannel, Settled
 from ipybox.approval.grants import SessionGrants
+from ipybox.approval.links import PathLink
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
 from ipybox.rules.audit import DecidedBy, Scope
 from ipybox.rules.calls import AskRoute
@@ -139,6 +143,10 @@ class WorkspaceApprover:
         write_rule: Writes the rule an `always` answer makes (and has the workspace load it); raises
             `ValueError` (e.g. `RuleWriteError`) with the reason when it must not be written.
         console: Where the web console is, for the message when nobody can answer.
+        links: Where a call's path arguments lead through symlinks, computed on the host when a call is
+            asked and shown with it everywhere ([links][ipybox.approval.links]; default: nothing).
+        refusal_of: Why a caller's `ask`s are refused without asking anyone (its kernel checks
+            agent-written code), or `None`.
     """
 
     def __init__(
@@ -151,6 +159,8 @@ class WorkspaceApprover:
         session_of: Callable[[str], str | None] = lambda caller: None,
         write_rule: Callable[[PendingAsk, bool, str], Awaitable[object]] | None = None,
         console: Callable[[], str | None] = lambda: None,
+        links: Callable[[ToolCall], Mapping[str, PathLink]] = lambda call: {},
+        refusal_of: Callable[[str], str | None] = lambda caller: None,
     ) -> None:
         self.policy = policy
         self.audit = audit
@@ -159,6 +169,8 @@ class WorkspaceApprover:
         self.session_of = session_of
         self.write_rule = write_rule
         self.console = console
+        self.links = links
+        self.refusal_of = refusal_of
         self.grants = SessionGrants()
         self._writing = asyncio.Lock()  # one `always` rule written at a time
         self._shell_policy: tuple[ApprovalPolicy, ApprovalPolicy] | None = None  # (policy, its shell view)
@@ -227,6 +239,10 @@ class WorkspaceApprover:
         source = _source(verdict.rule_id)
         on = f" on {subject}" if subject is not None else ""
         what = subject if subject is not None else f"the call {call.server}.{call.tool}"
+        refusal = self.refusal_of(call.caller) if call.caller else None
+        if refusal is not None:
+            reason = f"{what} was refused: {source} asks, but {refusal}"
+            return Rejected(reason), _Record(call, verdict, timed_out=True, reason=reason)
         session = self.session_of(call.caller) if call.caller else None
         grant = self.grants.lookup(session, call)
         if grant is not None:
@@ -254,6 +270,7 @@ class WorkspaceApprover:
             session=session,
             subject=subject,
             timeout=timeout,
+            links=self.links(call) if subject is None else None,  # a shell command's text is no path
         )
         loop = asyncio.get_running_loop()
         settled: Settled = loop.create_future()
@@ -352,9 +369,10 @@ class WorkspaceApprover:
         reason: list[str],
     ) -> None:
         """Ask the application (or, through it, its MCP client) and put its answer on the board. One that
-        leaves without answering hands the question to the people present, if any, else withdraws it."""
+        leaves, or declines (`CodeExecutor.execute()`), without answering hands the question to the people
+        present, if any, else withdraws it."""
         by = "the application" if route == "application" else "the MCP client"
-        outcome = await channel.decide(ask.call, timeout=ask.timeout, settled=settled)
+        outcome = await channel.decide(ask.call, timeout=ask.timeout, settled=settled, links=ask.links)
         if settled.done():
             return  # answered elsewhere first: the application was told to drop it
         match outcome:
@@ -367,8 +385,14 @@ class WorkspaceApprover:
                 pass  # the ask's own timeout ends the wait
             case NoOneToAsk(why):
                 if not any(self.board.people(person) for person in ask.routes if person in PEOPLE):
-                    reason.append(why)
+                    people = "no person [approval] ask lists (web console, `ipybox approve`) is connected"
+                    reason.append(f"{why}, and {people}")
                     self.board.close(ask, why=why)
+                    return
+                # The people present answer it. An application that declined is still there, running the
+                # cell: its clock stays stopped while they decide (a `waiting` notice; nothing if it left).
+                async with channel.waiting(settled):
+                    await settled
 
     async def _answer_of(self, ask: PendingAsk, timeout: float | None) -> AskAnswer | str | None:
         """The answer that closed `ask`; "timeout" when none came in time; `None` when it was withdrawn."""

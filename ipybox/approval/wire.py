@@ -15,6 +15,14 @@ Client to server, the decision on request `id` (`ApprovalAnswer`), `accept` a JS
 {"jsonrpc": "2.0", "id": 7, "result": {"accept": true}}
 ```
 
+An application that does not answer a request itself (`CodeExecutor.execute()` attached to a workspace)
+declines it, saying why; a workspace then leaves the question to the people `[approval] ask` lists, or
+denies it when none is there. A server that does not know `declined` reads a refusal:
+
+```json
+{"jsonrpc": "2.0", "id": 7, "result": {"accept": false, "declined": "execute() answers no asks"}}
+```
+
 While a workspace asks someone else about a call of the client's kernel (a person at the console or in
 `ipybox approve`), the client is told so that it stops its execution's clock (`AskNotice`, a JSON-RPC
 notification: no `id` of its own), and told again when the question is settled. The same `withdrawn` notice
@@ -46,10 +54,12 @@ must be `true` or `false`, not `1` or `"yes"`).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from ipybox.approval.links import PathLink
 from ipybox.errors import ApprovalFailedError
 from ipybox.rules.calls import ToolCall
 
@@ -103,20 +113,24 @@ class _Message(BaseModel):
 
 
 class CallParams(_Message):
-    """A tool call as the application sees it (`ApprovalAsk.params`); the caller is not sent."""
+    """A tool call as the application sees it (`ApprovalAsk.params`); the caller is not sent. `links`: the
+    path arguments that lead elsewhere through a link, resolved by the host
+    ([links][ipybox.approval.links])."""
 
     server_name: StrictStr
     tool_name: StrictStr
     tool_args: dict[str, Any]
     annotations: dict[str, Any] = Field(default_factory=dict)
+    links: dict[str, PathLink] = Field(default_factory=dict)
 
     @classmethod
-    def of(cls, call: ToolCall) -> CallParams:
+    def of(cls, call: ToolCall, links: Mapping[str, PathLink] | None = None) -> CallParams:
         return cls(
             server_name=call.server,
             tool_name=call.tool,
             tool_args=dict(call.args),
             annotations=dict(call.annotations),
+            links=dict(links or {}),
         )
 
     def to_call(self) -> ToolCall:
@@ -154,9 +168,11 @@ class AskNotice(_Message):
 
 
 class Decision(_Message):
-    """The client's decision: `accept` is `True` to let the call run."""
+    """The client's decision: `accept` is `True` to let the call run. `declined` (with `accept` false): the
+    client does not answer this call itself, and why; someone else may (see the module)."""
 
     accept: StrictBool
+    declined: StrictStr | None = None
 
 
 class ApprovalAnswer(_Message):

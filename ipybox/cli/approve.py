@@ -8,7 +8,14 @@ the rule that asked and why, the session, the time left. One key answers it:
 
     y allow once     s allow for this session     a always allow (writes a rule into ipybox.toml)
     n deny once      d deny for this session      D always deny  (writes a rule into ipybox.toml)
-    ? help           q quit
+    v view the arguments in full     ? help     q quit
+
+A key answers only the ask that has been on the screen for `SETTLE_S` (0.5 s): a kernel can withdraw the
+ask being read and put up another just before the key lands, and that key answers nothing (a notice says
+"the ask changed: look again"). The answer sent carries the id of the ask shown, and the workspace refuses
+an answer whose ask is no longer pending. `v` shows the current ask's arguments whole in `$PAGER` (default
+`less`; escaped, so `less -R` in `$LESS` can't interpret anything), or printed whole when no pager runs;
+the screen, which folds long values, says so when it folded something.
 
 `a` and `D` edit `ipybox.toml`, so they wait for the same key again to confirm (any other key cancels).
 An ask answered elsewhere (the console, the application, an MCP client, another terminal) or timed out
@@ -25,8 +32,8 @@ Two modes, chosen by whether standard input is a terminal:
   description when it becomes the one to answer, each close, each refusal. End of input quits.
 
 Everything shown of an ask (arguments come from code in a kernel, names from MCP servers) is printed with
-control and format characters escaped, so a value can't move the cursor, recolour or retitle the terminal,
-or reorder text (bidi overrides).
+control and format characters escaped (`ipybox.display_text.printable`), so a value can't move the cursor,
+recolour or retitle the terminal, write its clipboard, or reorder or hide text (bidi, zero-width).
 
 The pure part (`Approvals`: state, keys, rendering) works without processes or a terminal; `approve()`
 drives it with the connection, the keyboard and a ticker.
@@ -43,11 +50,12 @@ import getpass
 import io
 import json
 import os
+import shlex
 import shutil
 import signal
 import sys
 import threading
-import unicodedata
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -57,6 +65,7 @@ from typing import Any, Final, TextIO
 
 from ipybox.approval.ask_events import AnswerResult, AskClosedMessage, AskOpenedMessage, AskView
 from ipybox.approval.asks import Scope
+from ipybox.display_text import printable
 
 EXIT_ERROR = 1
 
@@ -70,11 +79,22 @@ ANSWERS: Final[dict[str, tuple[bool, Scope]]] = {
 }
 """The keys that answer, and what each answers."""
 
+SETTLE_S: Final = 0.5
+"""Seconds an ask must have been shown before a key answers it: a key that lands sooner (the ask shown
+was replaced while the person read the one before: a kernel can withdraw an ask and open another at any
+moment) answers nothing, and a notice says the ask changed. A person reads a new ask, and the time to
+react to a change on a screen is 0.2-0.3 s, so 0.5 s covers a key already on its way when the screen
+changed, and it is short enough not to slow down anyone answering an ask they have read."""
+
 KEY_LINES: Final = (
     "y allow once     s allow for this session     a always allow (adds a rule to ipybox.toml)",
     "n deny once      d deny for this session      D always deny  (adds a rule to ipybox.toml)",
-    "? help           q quit",
+    "v view the arguments in full     ? help     q quit",
 )
+KEYS: Final = "[y s a n d D v ? q]"
+"""The keys, as the prompt lists them."""
+VIEW: Final = "v"
+"""The key that shows the current ask's arguments in full (in a pager on a terminal)."""
 
 HELP: Final = (
     "Keys answer the ask shown (the oldest waiting):",
@@ -84,7 +104,10 @@ HELP: Final = (
     "  n  deny this call once",
     "  d  deny it, and every call of the same tool from the same session until the session ends",
     "  D  always deny: adds a deny rule to ipybox.toml (asks to confirm)",
+    "  v  view the arguments in full ($PAGER, else less; q there comes back here)",
     "  ?  this help        q  quit (the asks stay for the other approvers, or time out)",
+    f"Keys answer an ask only once it has been on the screen for {SETTLE_S:g} s: a key pressed sooner,",
+    "as another ask replaces the one being read, answers nothing.",
 )
 
 SCREEN_HOME: Final = "\x1b[H"
@@ -104,66 +127,59 @@ TICK_S: Final = 1.0
 """How often the screen is redrawn for the time left."""
 
 
-# -- showing untrusted text
+# -- arguments
 
 
-def printable(text: str) -> str:
-    """`text` with every control, format, surrogate, private-use or unassigned character and every line
-    or paragraph separator escaped (`\\x1b`, `\\u202e`): what reaches the terminal can't be an escape
-    sequence, a carriage return or a bidi override."""
-    out: list[str] = []
-    for char in text:
-        category = unicodedata.category(char)
-        if category[0] == "C" or category in ("Zl", "Zp"):
-            code = ord(char)
-            out.append(
-                f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-            )
-        else:
-            out.append(char)
-    return "".join(out)
-
-
-def fold(text: str, limit: int = FOLD_AT) -> str:
-    """`text`, or its first `limit` characters and how long it is."""
-    if len(text) <= limit:
+def fold(text: str, limit: int | None = FOLD_AT) -> str:
+    """`text`, or its first `limit` characters and how long it is (`None`: never folded)."""
+    if limit is None or len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text):,} characters)"
 
 
-def _folded(value: Any) -> Any:
+def _folded(value: Any, limit: int | None = FOLD_AT) -> Any:
     """`value` with every long string in it folded (for `json.dumps`)."""
     if isinstance(value, str):
-        return fold(value)
+        return fold(value, limit)
     if isinstance(value, dict):
-        return {str(key): _folded(item) for key, item in value.items()}
+        return {str(key): _folded(item, limit) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_folded(item) for item in value]
+        return [_folded(item, limit) for item in value]
     return value
 
 
-def format_args(args: dict[str, Any], max_lines: int = MAX_ARG_LINES) -> list[str]:
+def format_args(
+    args: dict[str, Any], max_lines: int | None = MAX_ARG_LINES, *, full: bool = False
+) -> list[str]:
     """The arguments, one `name: value` per argument (JSON values; a multi-line string as its lines; nested
-    values indented), long strings folded, at most `max_lines` lines."""
+    values indented), long strings folded, at most `max_lines` lines; `full`: nothing folded or left out
+    (what `v` shows)."""
+    limit = None if full else FOLD_AT
+    text_lines_shown = None if full else MAX_TEXT_LINES
     lines: list[str] = []
     for name, value in args.items():
         key = json.dumps(str(name), ensure_ascii=False)[1:-1]
         if isinstance(value, str) and "\n" in value:
             text_lines = value.split("\n")
             lines.append(f"{key}: ({len(text_lines)} lines, {len(value):,} characters)")
-            lines.extend(f"  | {fold(line)}" for line in text_lines[:MAX_TEXT_LINES])
-            if len(text_lines) > MAX_TEXT_LINES:
-                lines.append(f"  | ... ({len(text_lines) - MAX_TEXT_LINES} more lines)")
+            lines.extend(f"  | {fold(line, limit)}" for line in text_lines[:text_lines_shown])
+            if text_lines_shown is not None and len(text_lines) > text_lines_shown:
+                lines.append(f"  | ... ({len(text_lines) - text_lines_shown} more lines)")
             continue
-        shown = json.dumps(_folded(value), ensure_ascii=False, indent=2, default=str).split("\n")
+        shown = json.dumps(_folded(value, limit), ensure_ascii=False, indent=2, default=str).split("\n")
         lines.append(f"{key}: {shown[0]}")
         lines.extend(f"  {line}" for line in shown[1:])
     if not lines:
         return ["(no arguments)"]
-    if len(lines) > max_lines:
+    if not full and max_lines is not None and len(lines) > max_lines:
         hidden = len(lines) - (max_lines - 1)
         lines = [*lines[: max_lines - 1], f"... ({hidden} more lines)"]
     return lines
+
+
+def full_lines(ask: AskView) -> list[str]:
+    """Everything `v` shows of `ask`: the call and every argument whole (escaped when printed)."""
+    return [f"ask {short_id(ask.id)}: {ask.call_text}, all arguments:", *format_args(ask.args, full=True)]
 
 
 # -- time
@@ -221,7 +237,14 @@ def ask_lines(ask: AskView, now: datetime, *, max_arg_lines: int = MAX_ARG_LINES
         notes = ", ".join(f"{key}={json.dumps(value, default=str)}" for key, value in ask.annotations.items())
         lines.append(f"  annotations: {fold(notes)}")
     lines.append("  arguments:")
-    lines.extend(f"    {line}" for line in format_args(ask.args, max_arg_lines))
+    shown = format_args(ask.args, max_arg_lines)
+    lines.extend(f"    {line}" for line in shown)
+    if shown != format_args(ask.args, full=True):
+        lines.append(f"    (folded: {VIEW} shows the arguments in full)")
+    if ask.links:
+        # Where a path argument leads when a link is on its way (resolved by the host, not the kernel).
+        lines.append("  links (where these paths lead):")
+        lines.extend(f"    {fold(name)} {fold(link.describe())}" for name, link in ask.links.items())
     return lines
 
 
@@ -236,24 +259,42 @@ class Send:
 
 @dataclass
 class Reaction:
-    """What the driver does after an event: print `log` (line mode), send an answer, quit."""
+    """What the driver does after an event: print `log` (line mode), send an answer, show `view` (the
+    current ask in full: in a pager on a terminal, in the log otherwise), quit."""
 
     log: list[str]
     send: Send | None = None
     quit: bool = False
+    view: list[str] | None = None
 
 
 class Approvals:
     """The pending asks as `ipybox approve` shows them, and what each key does. Pure: no I/O.
 
+    A key answers only the ask that has been shown for `settle_s` (see `SETTLE_S`): the answer it sends
+    carries that ask's id, which the workspace refuses once that ask is no longer pending.
+
     Args:
         workspace: Shown in the header.
         who: Who answers (shown in the header).
+        settle_s: Seconds an ask is shown before keys answer it (0: at once).
+        clock: Monotonic seconds (tests pass their own).
     """
 
-    def __init__(self, workspace: str, who: str) -> None:
+    def __init__(
+        self,
+        workspace: str,
+        who: str,
+        *,
+        settle_s: float = SETTLE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.workspace = workspace
         self.who = who
+        self.settle_s = settle_s
+        self.clock = clock
+        self._on_screen: str | None = None  # the ask shown since `_shown_at` (`None`: none)
+        self._shown_at = float("-inf")
         self.pending: OrderedDict[str, AskView] = OrderedDict()
         self.recent: deque[str] = deque(maxlen=RECENT)
         self.notice: list[str] = []  # the answer to the last key (help, a refusal, a confirmation)
@@ -282,6 +323,7 @@ class Approvals:
 
     def opened(self, message: AskOpenedMessage, now: datetime) -> Reaction:
         self.pending[message.ask.id] = message.ask
+        self._track()
         return Reaction(self._describe_current(now))
 
     def closed(self, message: AskClosedMessage, now: datetime) -> Reaction:
@@ -300,6 +342,7 @@ class Approvals:
             self.notice = []
         if self._shown == ask.id:
             self._shown = None
+        self._track()
         return Reaction([line, *self._describe_current(now)])
 
     def result(self, result: AnswerResult, now: datetime) -> Reaction:
@@ -310,6 +353,7 @@ class Approvals:
             # Its `closed` (which says who answered, and shows the next ask) is on its way, if not here yet.
             if result.id in self.pending:
                 self._taken.add(result.id)
+            self._track()
             return Reaction([])
         refused = f"{short_id(result.id)} was not answered: {result.error or 'refused'}"
         self.notice = [refused]
@@ -325,6 +369,8 @@ class Approvals:
         ask = self.current
         if confirming is not None:
             if ask is not None and (ask.id, key) == confirming:
+                if self.settling() > 0:
+                    return self._too_soon(ask)
                 return self._answer(ask, key)
             self.notice = ["cancelled: nothing was answered"]
             return Reaction(list(self.notice))
@@ -333,13 +379,20 @@ class Approvals:
         if key == "?":
             self.notice = list(HELP)
             return Reaction(list(HELP))
+        if key == VIEW:
+            if ask is None:
+                self.notice = ["no ask is waiting"]
+                return Reaction(list(self.notice))
+            return Reaction([], view=full_lines(ask))
         if key not in ANSWERS:
             shown = printable(key) if key.strip() else repr(key)
-            self.notice = [f"unknown key {shown}: one of y s a n d D answers, ? helps, q quits"]
+            self.notice = [f"unknown key {shown}: one of y s a n d D answers, v views, ? helps, q quits"]
             return Reaction(list(self.notice))
         if ask is None:
             self.notice = ["no ask is waiting"]
             return Reaction(list(self.notice))
+        if self.settling() > 0:
+            return self._too_soon(ask)
         if self.sending is not None:
             self.notice = [f"still waiting for the workspace to take the answer to {short_id(self.sending)}"]
             return Reaction(list(self.notice))
@@ -354,6 +407,33 @@ class Approvals:
             return Reaction(list(self.notice))
         return self._answer(ask, key)
 
+    def settling(self) -> float:
+        """Seconds until keys answer the ask shown (0: they do now, or no ask is shown)."""
+        self._track()
+        if self._on_screen is None:
+            return 0.0
+        return max(0.0, self._shown_at + self.settle_s - self.clock())
+
+    def shown_again(self) -> None:
+        """The screen is back after something covered it (the pager): the ask shown is read afresh."""
+        self._on_screen = None
+        self._track()
+
+    def _track(self) -> None:
+        """Note when the ask shown changes (a new one, another after an answer or a withdrawal)."""
+        ask = self.current
+        shown = ask.id if ask is not None else None
+        if shown != self._on_screen:
+            self._on_screen = shown
+            self._shown_at = self.clock()
+
+    def _too_soon(self, ask: AskView) -> Reaction:
+        self.notice = [
+            f"the ask changed: look again. {short_id(ask.id)} has been on the screen for less than "
+            f"{self.settle_s:g} s, so that key answered nothing."
+        ]
+        return Reaction(list(self.notice))
+
     def _answer(self, ask: AskView, key: str) -> Reaction:
         accept, scope = ANSWERS[key]
         self.sending = ask.id
@@ -366,7 +446,7 @@ class Approvals:
             return []
         self._shown = ask.id
         more = f" ({self.waiting} more waiting)" if self.waiting else ""
-        return [*ask_lines(ask, now), f"  answer {short_id(ask.id)}{more}: [y s a n d D ? q]"]
+        return [*ask_lines(ask, now), f"  answer {short_id(ask.id)}{more}: {KEYS}"]
 
     # -- the terminal's screen
 
@@ -376,13 +456,15 @@ class Approvals:
             return "waiting for asks (q quits)"
         if self.sending is not None:
             return f"answering {short_id(self.sending)}..."
+        if self.settling() > 0:
+            return f"read {short_id(ask.id)} first: keys answer it once it has been shown for {self.settle_s:g} s"
         left = time_left(ask, now)
         parts = [
             f"{_duration(left)} left" if left is not None else "",
             f"{self.waiting} more waiting" if self.waiting else "",
         ]
         extra = ", ".join(part for part in parts if part)
-        return f"answer {short_id(ask.id)} [y s a n d D ? q]" + (f" ({extra})" if extra else "")
+        return f"answer {short_id(ask.id)} {KEYS}" + (f" ({extra})" if extra else "")
 
     def screen(self, now: datetime, height: int) -> list[str]:
         """The whole screen (terminal mode), at most `height` lines: a header, the current ask with the
@@ -436,14 +518,20 @@ class Output:
         if not self.live:
             yield
             return
-        self.stream.write("\x1b[?1049h\x1b[?25l")  # alternate screen, cursor hidden
-        self.stream.flush()
+        self.enter()
         try:
             yield
         finally:
             with contextlib.suppress(OSError, ValueError):
-                self.stream.write("\x1b[?25h\x1b[?1049l")
-                self.stream.flush()
+                self.leave()
+
+    def enter(self) -> None:
+        self.stream.write("\x1b[?1049h\x1b[?25l")  # alternate screen, cursor hidden
+        self.stream.flush()
+
+    def leave(self) -> None:
+        self.stream.write("\x1b[?25h\x1b[?1049l")  # cursor shown, main screen
+        self.stream.flush()
 
     def draw(self, approvals: Approvals, now: datetime) -> None:
         # The terminal's own size, read at every draw (it may have been resized): `COLUMNS` and `LINES`
@@ -467,6 +555,64 @@ class Output:
 
 def _clip(line: str, width: int) -> str:
     return line if len(line) < width else line[: width - 4] + "..."
+
+
+async def view(lines: list[str], out: Output, fd: int) -> None:
+    """Show `lines` (escaped) in full on the terminal: in `$PAGER` (split into words as a shell would, not
+    run by one; default `less`), which reads its keys from the terminal, or, when no pager runs, printed
+    whole on the terminal's main screen until a key is pressed. Ctrl-C meanwhile is the pager's."""
+    text = "".join(printable(line) + "\n" for line in lines)
+    data = text.encode(getattr(out.stream, "encoding", None) or "utf-8", errors="backslashreplace")
+    try:
+        command = shlex.split(os.environ.get("PAGER", "")) or ["less"]
+    except ValueError:
+        command = []
+    # A Python handler, not SIG_IGN: the pager starts with the default and handles Ctrl-C itself.
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    out.leave()
+    try:
+        problem = await _page(command, data) if command else f"$PAGER can't be read: {os.environ['PAGER']!r}"
+        if problem is not None:
+            out.stream.write(f"{text}\n({printable(problem)}; press any key to go back to the ask)\n")
+            out.stream.flush()
+            await _one_key(fd)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+        out.enter()
+
+
+async def _page(command: list[str], data: bytes) -> str | None:
+    """Run the pager `command` on `data`; why it did not show it, if it did not."""
+    try:
+        process = await asyncio.create_subprocess_exec(*command, stdin=asyncio.subprocess.PIPE)
+    except OSError as e:
+        return f"the pager {command[0]} could not start: {e.strerror or e}"
+    try:
+        await process.communicate(data)
+    except BaseException:  # cancelled: `ipybox approve` quits, and takes the pager with it
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        raise
+    return None if process.returncode == 0 else f"the pager {command[0]} exited with {process.returncode}"
+
+
+async def _one_key(fd: int) -> None:
+    """Wait for a key on the terminal `fd`, and take it (it answers nothing)."""
+    loop = asyncio.get_running_loop()
+    pressed: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not pressed.done():
+            pressed.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await pressed
+    finally:
+        loop.remove_reader(fd)
+    with contextlib.suppress(OSError):
+        os.read(fd, 64)
 
 
 @contextlib.contextmanager
@@ -564,7 +710,11 @@ class _Tick:
     pass
 
 
-_Event = AskOpenedMessage | AskClosedMessage | AnswerResult | str | _Quit | _Tick | BaseException
+class _Viewed:
+    """The pager (`v`) has ended."""
+
+
+_Event = AskOpenedMessage | AskClosedMessage | AnswerResult | str | _Quit | _Tick | _Viewed | BaseException
 
 
 async def _approve(workspace: Path, live: bool, out: Output) -> int:
@@ -605,12 +755,21 @@ async def _approve(workspace: Path, live: bool, out: Output) -> int:
                 await asyncio.sleep(TICK_S)
                 events.put_nowait(_Tick())
 
+        async def viewing(lines: list[str]) -> None:
+            try:
+                await view(lines, out, sys.stdin.fileno())
+                events.put_nowait(_Viewed())
+            except Exception as e:
+                events.put_nowait(e)
+
         spawn(messages())
         if live:
             spawn(ticks())
         for signum in (signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(signum, events.put_nowait, _Quit())
         stop_keys = read_keys(sys.stdin.fileno(), live, events.put_nowait)
+        paging = False  # the pager has the terminal: nothing is drawn, and its keys are its own
+        settled: asyncio.TimerHandle | None = None  # redraws the prompt once the ask shown has settled
         try:
             now = datetime.now(UTC)
             if live:
@@ -626,6 +785,11 @@ async def _approve(workspace: Path, live: bool, out: Output) -> int:
                     return 0
                 if isinstance(event, _Tick):
                     reaction = Reaction([])
+                elif isinstance(event, _Viewed):
+                    paging = False
+                    stop_keys = read_keys(sys.stdin.fileno(), live, events.put_nowait)
+                    approvals.shown_again()  # the ask on the screen now is read afresh
+                    reaction = Reaction([])
                 elif isinstance(event, AskOpenedMessage):
                     reaction = approvals.opened(event, now)
                 elif isinstance(event, AskClosedMessage):
@@ -638,14 +802,24 @@ async def _approve(workspace: Path, live: bool, out: Output) -> int:
                     reaction = approvals.key(event, now)
                 if reaction.send is not None:
                     spawn(answer(reaction.send))
-                if live:
+                if reaction.view is not None and live and not paging:
+                    paging = True
+                    stop_keys()
+                    spawn(viewing(reaction.view))
+                if live and not paging:
                     out.draw(approvals, now)
-                else:
-                    out.log(reaction.log)
+                    if (wait := approvals.settling()) > 0:
+                        if settled is not None:
+                            settled.cancel()
+                        settled = loop.call_later(wait + 0.01, events.put_nowait, _Tick())
+                elif not live:
+                    out.log(reaction.view if reaction.view is not None else reaction.log)
                 if reaction.quit:
                     return 0
         finally:
             stop_keys()
+            if settled is not None:
+                settled.cancel()
             for signum in (signal.SIGTERM, signal.SIGHUP):
                 loop.remove_signal_handler(signum)
             for task in list(tasks):

@@ -7,12 +7,18 @@ and `ipybox.limits` are one layer, and neither may import the other. The lines a
 `Check`s, so they print and serialise the same way; none is `required` (limits don't decide whether
 `sandbox=True` works, so they don't change the command's exit status).
 
+Also here: the workspace part (`executables_report`), warnings about code the host or a server runs from
+the workspace that a kernel could still change (a server's script at the workspace's top level, a
+command in an `allowWrite` directory); they don't change the exit status either.
+
 Contract:
 
 - The mechanism line is `Enforcement.describe()`, the line `ipybox status` shows too; it is `ok` for a
   control group and not for `setrlimit`, which enforces less (no CPU cap, memory per process, processes
   per user). Each reason a better mechanism is not available (`Enforcement.problems`) is a line of its
   own, not repeated in the mechanism line.
+- The disk line says that kernels' writes to the workspace have no disk quota, why (`ipybox.limits.disk`),
+  and what ipybox does instead: it is never `ok`.
 - The defaults line of each kind of kernel lists the limits that can't be enforced, each with why and
   what to do, because a workspace fails closed on them: its kernels don't start while a limit they ask
   for can't be enforced. An unsandboxed kernel's defaults have no `/tmp` limit (it shares the host's
@@ -25,9 +31,21 @@ import dataclasses
 import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ipybox.limits import Enforcement, ResourceLimits, WorkspaceLimits, describe_limit, detect_enforcement
+from ipybox.config import CONFIG_FILE, ConfigError, load_config
+from ipybox.config.executables import workspace_warnings
+from ipybox.limits import (
+    Enforcement,
+    ResourceLimits,
+    WorkspaceLimits,
+    describe_limit,
+    detect_enforcement,
+    format_bytes,
+)
+from ipybox.limits.disk import Filesystem, filesystem_of, no_quota_reason
+from ipybox.rules.audit import RESERVE_BYTES
 from ipybox.sandbox.doctor import Check
 
 _PROBLEM = re.compile(r"(cgroup v[12]): (.+)", re.DOTALL)
@@ -63,11 +81,28 @@ class LimitsReport:
         }
 
 
+def executables_report(directory: Path | None) -> tuple[Path | None, list[str]]:
+    """The workspace `ipybox doctor` checks (`directory`, else the current one when it has an
+    `ipybox.toml`; `None`: none) and its warnings about code the host runs that kernels could still change
+    (`ipybox.config.executables.workspace_warnings`); an `ipybox.toml` that doesn't load is one warning."""
+    if directory is None:
+        if not (Path.cwd() / CONFIG_FILE).is_file():
+            return None, []
+        directory = Path.cwd()
+    directory = directory.resolve()
+    try:
+        config = load_config(directory / CONFIG_FILE)
+    except ConfigError as e:
+        return directory, [f"not checked: {e}"]
+    return directory, workspace_warnings(config, directory)
+
+
 def limits_report(
     enforcement: Enforcement | None = None,
     defaults: ResourceLimits | None = None,
     *,
     private_tmp: bool | None = None,
+    workspace: Path | None = None,
 ) -> LimitsReport:
     """The limits part of `ipybox doctor`.
 
@@ -76,6 +111,7 @@ def limits_report(
         defaults: The limits to check (default: a workspace's, `WorkspaceLimits()`).
         private_tmp: Whether a sandboxed kernel has a private `/tmp` (default: on Linux; macOS's sandbox
             gives none).
+        workspace: Where kernels write, for the disk line (default: the current directory).
     """
     enforcement = enforcement or detect_enforcement()
     defaults = defaults if defaults is not None else WorkspaceLimits()
@@ -92,7 +128,21 @@ def limits_report(
     checks = [_mechanism(enforcement), *(_problem(problem) for problem in enforcement.problems)]
     for kind, (limits, _) in kinds.items():
         checks.append(_defaults(kind, limits, unenforceable[kind]))
+    checks.append(_disk(filesystem_of(workspace or Path.cwd()), defaults))
     return LimitsReport(enforcement, defaults, unenforceable, checks)
+
+
+def _disk(filesystem: Filesystem | None, limits: ResourceLimits) -> Check:
+    file_size = (
+        f"set to {format_bytes(limits.file_size)}" if limits.file_size is not None else "not set by default"
+    )
+    instead = (
+        f"the audit log keeps a {format_bytes(RESERVE_BYTES)} reserve, so decisions are still recorded and "
+        f"other sessions' calls run with the disk full; file_size in {_SOURCE} bounds each file a kernel "
+        f"writes ({file_size}); a sandboxed kernel's /tmp is a tmpfs of tmp's size"
+    )
+    detail = f"no disk quota for kernels' writes here: {no_quota_reason(filesystem)}; what ipybox does instead: {instead}"
+    return Check("disk", False, detail, False)
 
 
 def _mechanism(enforcement: Enforcement) -> Check:

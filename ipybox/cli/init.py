@@ -49,6 +49,7 @@ import tomlkit
 from ipybox.config import CONFIG_FILE, load_config
 from ipybox.config.schema import example_path, packaged_file, schema_path
 from ipybox.config.server_catalog import CATALOG, CatalogServer, rules_for
+from ipybox.limits import unenforceable_defaults
 
 __all__ = [
     "GITIGNORE_LINE",
@@ -186,9 +187,16 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def render_config(workspace: Path, servers: Sequence[str] = (), *, sandbox: bool = True) -> str:
+def render_config(
+    workspace: Path,
+    servers: Sequence[str] = (),
+    *,
+    sandbox: bool = True,
+    lifted: Mapping[str, str] | None = None,
+) -> str:
     """The text of a new `ipybox.toml` for `workspace` (absolute and resolved: the filesystem rules name
-    it), with the catalog's `servers` active and the kernels sandboxed unless `sandbox` is false.
+    it), with the catalog's `servers` active and the kernels sandboxed unless `sandbox` is false; the
+    default limits in `lifted` (name -> why: `unenforceable_defaults`) are set to "unlimited", with why.
 
     Raises:
         KeyError: A name in `servers` is not in the catalog.
@@ -212,6 +220,7 @@ def render_config(workspace: Path, servers: Sequence[str] = (), *, sandbox: bool
             sandbox=sandbox,
             rules=rules,
             servers=[_server_block(server, server.name in servers) for server in CATALOG.values()],
+            lifted=[(TomlText(name), _comment_lines(why)) for name, why in (lifted or {}).items()],
         )
     )
 
@@ -322,7 +331,9 @@ def init(
     try:
         directory.mkdir(parents=True, exist_ok=True)
         workspace = directory.resolve()
-        text = render_config(workspace, chosen, sandbox=sandbox)
+        text = render_config(
+            workspace, chosen, sandbox=sandbox, lifted=unenforceable_defaults(sandboxed=sandbox)
+        )
         _write_new(workspace / CONFIG_FILE, text, replace=force)
         ignored = _ignore_state_dir(workspace)
     except FileExistsError:
@@ -346,9 +357,15 @@ def init(
     for name in chosen:
         command = CATALOG[name].params.get("command")
         if isinstance(command, str) and shutil.which(command) is None:
+            install = CATALOG[name].install
+            how = (
+                f"run `{install}`: the server runs in a sandbox without network, so npx can't fetch it"
+                if install
+                else f"install {_PROVIDERS.get(command, command)}"
+            )
             print(
                 f"ipybox: note: `{command}` is not on PATH, so the server {name} can't start until it is "
-                f"(install {_PROVIDERS.get(command, command)})",
+                f"({how})",
                 file=err,
             )
     where = "" if shown_as is None else " " + shlex.quote(shown_as)

@@ -11,16 +11,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
 import traceback
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from ipybox import __version__
 from ipybox.cli import servers
 from ipybox.cli.mcp_compat import LOG_LEVELS, configure_logging, unused_endpoint_options
+from ipybox.display_text import printable
 from ipybox.errors import IpyboxError
+
+if TYPE_CHECKING:
+    from ipybox.executor.code_executor import CodeExecutor
 
 EXIT_ERROR = 1
 EXIT_TIMEOUT = 124
@@ -51,7 +58,8 @@ async def _decide(request: object, approve: str) -> bool:
     from ipybox.utils import arun
 
     assert isinstance(request, ApprovalRequest)
-    call = f"{request.server_name}.{request.tool_name}({request.tool_args})"
+    # Names and arguments come from the kernel and its servers: shown escaped, on one line.
+    call = printable(f"{request.server_name}.{request.tool_name}({request.tool_args})")
     if approve == "all":
         return True
     if approve == "ask":
@@ -62,51 +70,115 @@ async def _decide(request: object, approve: str) -> bool:
 
 
 async def _exec(
-    code: str, workspace: Path, timeout: float, approve: str, sandbox: bool, sandbox_config: Path | None
+    code: str,
+    timeout: float,
+    approve: str,
+    *,
+    workspace: Path | None,
+    working_dir: Path,
+    sandbox: bool,
+    sandbox_config: Path | None,
 ) -> int:
-    from ipybox.approval.request import ApprovalRequest
     from ipybox.executor.code_executor import CodeExecutor
+
+    if workspace is None:
+        # A policy file asks for the sandbox: `--sandbox-config F` alone sandboxes (never runs unsandboxed).
+        sandbox = sandbox or sandbox_config is not None
+        executor = CodeExecutor(
+            working_dir=working_dir, spare_kernel=False, sandbox=sandbox, sandbox_config=sandbox_config
+        )
+        return await _run_code(executor, code, timeout, approve)
+    async with _workspace_running(workspace, require_sandbox=sandbox):
+        # The same attachment as any application's: the workspace's sandbox, environment, servers and
+        # rules. An `ask` is answered here only as --approve says; with `none`, the workspace asks its people
+        # (web console, `ipybox approve`) or denies it.
+        executor = CodeExecutor(workspace=workspace)
+        if approve == "none":
+            executor._ask_answers = "none"
+        return await _run_code(executor, code, timeout, approve)
+
+
+@contextlib.asynccontextmanager
+async def _workspace_running(workspace: Path, *, require_sandbox: bool) -> AsyncIterator[None]:
+    """While open, the workspace in `workspace` runs: the `ipybox up` running there, else one started here
+    (as `ipybox mcp` does) and stopped on exit. With `require_sandbox` (`--sandbox`), the configuration that
+    runs must sandbox kernels (`ConfigError` otherwise, before any kernel runs)."""
+    from ipybox.sandbox.container import unsandboxed_note
+    from ipybox.supervisor import NotRunningError, Supervisor, read_state
+    from ipybox.supervisor.supervisor import check_running_sandboxed
+
+    try:
+        state = read_state(workspace)
+    except NotRunningError:
+        supervisor = Supervisor(workspace, serve_mcp=False, require_sandbox=require_sandbox)
+        print(
+            f"ipybox: starting the workspace {workspace} for this command (`ipybox up -d` keeps it running)",
+            file=sys.stderr,
+        )
+        if (note := unsandboxed_note(supervisor.config.sandbox.enabled)) is not None:
+            print(note, file=sys.stderr)
+        await supervisor.start()
+        try:
+            yield
+        finally:
+            await supervisor.stop()
+        return
+    if require_sandbox:
+        await check_running_sandboxed(state)
+    yield
+
+
+async def _run_code(executor: CodeExecutor, code: str, timeout: float, approve: str) -> int:
+    from ipybox.approval.request import ApprovalRequest
     from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
 
-    # A policy file asks for the sandbox: `--sandbox-config F` alone sandboxes (never runs unsandboxed).
-    sandbox = sandbox or sandbox_config is not None
-    executor = CodeExecutor(
-        working_dir=workspace, spare_kernel=False, sandbox=sandbox, sandbox_config=sandbox_config
-    )
     await executor.start()  # an IpyboxError (e.g. the sandbox is unavailable) is shown by `main`
     try:
         async for item in executor.stream(code, timeout=timeout, chunks=True):
             if isinstance(item, ApprovalRequest):
-                await (item.accept() if await _decide(item, approve) else item.reject())
+                if item.decision is None:  # else the workspace settled it (nobody could be asked)
+                    await (item.accept() if await _decide(item, approve) else item.reject())
             elif isinstance(item, CodeExecutionChunk):
                 out = sys.stderr if item.stream == "stderr" else sys.stdout
-                out.write(item.text)
+                out.write(_for(out, item.text))
                 out.flush()
             elif isinstance(item, CodeExecutionResult):
                 for image in item.images:
-                    print(f"[image: {image}]")
+                    print(printable(f"[image: {image}]"))
                 if item.output_file is not None:
-                    print(f"[complete output: {item.output_file}]")
+                    print(printable(f"[complete output: {item.output_file}]"))
     except CodeExecutionError as e:
-        print(str(e), file=sys.stderr)
+        print(printable(str(e), lines=True), file=sys.stderr)  # its message is the kernel's
         return EXIT_ERROR
     except TimeoutError as e:
-        print(f"ipybox: {e}", file=sys.stderr)
+        print(f"ipybox: {printable(str(e))}", file=sys.stderr)
         return EXIT_TIMEOUT
     finally:
         await executor.stop()
     return 0
 
 
-def _doctor(as_json: bool) -> int:
+def _for(stream: TextIO, text: str) -> str:
+    """The kernel's output as written to `stream`: escaped on a terminal (a kernel's escape sequences
+    could write the clipboard or retitle and redraw it: `ipybox.display_text`), as it is elsewhere (a file
+    or a pipe gets the bytes the code printed)."""
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, ValueError):
+        terminal = False
+    return printable(text, lines=True) if terminal else text
+
+
+def _doctor(as_json: bool, directory: Path | None = None) -> int:
     import json
 
-    from ipybox.cli.doctor import limits_report
+    from ipybox.cli.doctor import executables_report, limits_report
     from ipybox.sandbox.doctor import THREAT_MODEL, run_checks, sandbox_ready
 
     checks = run_checks()
     ready = sandbox_ready(checks)
     limits = limits_report()  # reported, but the exit status says whether sandbox=True works
+    workspace, warnings = executables_report(directory)  # warnings: they don't change the exit status
     if as_json:
         threats = [{"what": what, "how": how} for what, how in THREAT_MODEL]
         report = {
@@ -114,6 +186,8 @@ def _doctor(as_json: bool) -> int:
             "checks": [check.as_dict() for check in checks],
             "limits": limits.as_dict(),
             "threat_model": threats,
+            "workspace": str(workspace) if workspace is not None else None,
+            "workspace_warnings": warnings,
         }
         print(json.dumps(report, indent=2))
     else:
@@ -123,6 +197,10 @@ def _doctor(as_json: bool) -> int:
         print("\nWhat a sandboxed kernel can do, and how what the host reads later is protected:")
         for what, how in THREAT_MODEL:
             print(f"  {what.replace('`', '')}: {how.replace('`', '')}")
+        if workspace is not None:
+            print(f"\nCode the host runs from {workspace} that kernels could still change:")
+            # Paths in the workspace, which kernels may have named: escaped.
+            print("\n".join(f"  warning: {printable(line)}" for line in warnings) or "  none found")
     return 0 if ready else 1
 
 
@@ -181,6 +259,34 @@ def _mcp(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return 0
 
 
+def _exec_place(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Path | None, Path]:
+    """Where `ipybox exec` runs the code: the workspace to attach to (`None`: a fresh kernel), and the
+    working directory (absolute). A directory with ipybox.toml is a workspace however it is named, so its
+    sandbox is never bypassed by a fresh, unsandboxed kernel in it."""
+    if args.workspace is not None and args.working_dir is not None:
+        parser.error("--workspace and --working-dir: give one (a workspace's kernels run in the workspace)")
+    if args.workspace is not None:
+        if not args.workspace.is_dir():
+            parser.error(f"--workspace {args.workspace}: no such directory")
+        if not (args.workspace / "ipybox.toml").is_file():
+            parser.error(
+                f"--workspace {args.workspace} is not a workspace: it has no ipybox.toml (`ipybox init` writes "
+                "one; --working-dir runs a fresh kernel in a plain directory)"
+            )
+        workspace: Path | None = args.workspace.resolve()
+    else:
+        directory: Path = args.working_dir if args.working_dir is not None else Path(".")
+        if not directory.is_dir():
+            parser.error(f"--working-dir {directory}: no such directory")
+        workspace = directory.resolve() if (directory / "ipybox.toml").is_file() else None
+    if workspace is not None and args.sandbox_config is not None:
+        parser.error(
+            f"--sandbox-config is for a fresh kernel; {workspace} is a workspace, whose sandbox policy is the "
+            "[sandbox] table of its ipybox.toml (--sandbox checks that it sandboxes)"
+        )
+    return workspace, (workspace or (args.working_dir or Path("."))).resolve()
+
+
 def _workspace_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from ipybox.cli import workspace
 
@@ -210,7 +316,7 @@ def _workspace_command(parser: argparse.ArgumentParser, args: argparse.Namespace
 
 
 def _fail(message: str) -> int:
-    print(f"ipybox: {message}", file=sys.stderr)
+    print(f"ipybox: {printable(message, lines=True)}", file=sys.stderr)
     return EXIT_ERROR
 
 
@@ -222,7 +328,8 @@ def _report_bug(error: BaseException) -> int:
         f"{REPORT_BUGS}",
         file=sys.stderr,
     )
-    traceback.print_exception(error, file=sys.stderr)
+    # Escaped: the exception's message may quote a server or a kernel.
+    print(printable("".join(traceback.format_exception(error)), lines=True), end="", file=sys.stderr)
     return EXIT_ERROR
 
 
@@ -256,8 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         errors = user_errors(e)
         if errors is None:
             return _report_bug(e)
-        for error in errors:
-            print(f"ipybox: {error}", file=sys.stderr)
+        for error in errors:  # a message may quote a server, a kernel or the control endpoint: escaped
+            print(f"ipybox: {printable(str(error), lines=True)}", file=sys.stderr)
         return EXIT_ERROR
 
 
@@ -267,22 +374,43 @@ def _main(argv: list[str] | None) -> int:
     )
     parser.add_argument("--version", action="version", version=f"ipybox {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run = commands.add_parser("exec", help="execute Python code in a fresh kernel and print its output")
+    run = commands.add_parser(
+        "exec",
+        help="execute Python code in a kernel of the workspace (a directory with ipybox.toml), or in a fresh "
+        "kernel elsewhere, and print its output",
+    )
     run.add_argument("code", nargs="?", help="the code (default: read from standard input)")
-    run.add_argument("--workspace", type=Path, default=Path("."), help="working directory of the kernel")
+    run.add_argument(
+        "--workspace",
+        type=Path,
+        help="the workspace whose kernel runs the code: its sandbox, environment, servers and rules "
+        "(default: the current directory, when it has ipybox.toml)",
+    )
+    run.add_argument(
+        "--working-dir",
+        type=Path,
+        help="directory of a fresh kernel outside any workspace (default: .); a directory with ipybox.toml is "
+        "a workspace, and its kernel runs the code",
+    )
     run.add_argument("--timeout", type=float, default=120, help="seconds the code may run (default: 120)")
-    run.add_argument("--sandbox", action="store_true", help="run the kernel in the sandbox (Linux)")
+    run.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run the kernel in the sandbox (Linux); in a workspace, refuse to run unless it sandboxes",
+    )
     run.add_argument(
         "--sandbox-config",
         type=Path,
-        help="sandbox policy file (JSON) extending the default (implies --sandbox)",
+        help="sandbox policy file (JSON) extending the default (implies --sandbox; not in a workspace, whose "
+        "ipybox.toml has the policy)",
     )
     run.add_argument(
         "--approve",
         choices=("ask", "all", "none"),
         default=None,
-        help="MCP tool calls from the code: ask on the terminal (default when the code is an argument and "
-        "standard input is a terminal), approve all, or reject all (default otherwise)",
+        help="MCP tool calls from the code (in a workspace: those its rules ask about): ask on the terminal "
+        "(default when the code is an argument and standard input is a terminal), approve all, or none "
+        "(default otherwise: rejected; in a workspace, left to its web console and `ipybox approve`)",
     )
     init_parser = commands.add_parser(
         "init", help="write a new workspace's ipybox.toml (and .gitignore) in DIR"
@@ -308,6 +436,12 @@ def _main(argv: list[str] | None) -> int:
     )
     doctor = commands.add_parser("doctor", help="report what this machine supports for sandboxing")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.add_argument(
+        "dir",
+        nargs="?",
+        type=Path,
+        help="a workspace whose servers' code to check too (default: . when it has an ipybox.toml)",
+    )
     servers.add_commands(commands)
     workspace_commands = {
         "up": "run the workspace in DIR: kernels, tool server, reconciler, endpoints (Ctrl-C stops it)",
@@ -386,12 +520,11 @@ def _main(argv: list[str] | None) -> int:
             directory, args.servers, sandbox=not args.no_sandbox, force=args.force, shown_as=shown_as
         )
     if args.command == "doctor":
-        return _doctor(as_json=args.json)
+        return _doctor(as_json=args.json, directory=args.dir)
     if args.command == "server":
         return servers.run(parser, args, server_command)
     if args.command == "exec":
-        if not args.workspace.is_dir():
-            parser.error(f"--workspace {args.workspace}: no such directory")
+        workspace, working_dir = _exec_place(run, args)
         code = args.code if args.code is not None else sys.stdin.read()
         approve = args.approve or ("ask" if args.code is not None and sys.stdin.isatty() else "none")
         if approve == "ask" and (args.code is None or not sys.stdin.isatty()):
@@ -401,7 +534,13 @@ def _main(argv: list[str] | None) -> int:
         try:
             return asyncio.run(
                 _exec(
-                    code, args.workspace.resolve(), args.timeout, approve, args.sandbox, args.sandbox_config
+                    code,
+                    args.timeout,
+                    approve,
+                    workspace=workspace,
+                    working_dir=working_dir,
+                    sandbox=args.sandbox,
+                    sandbox_config=args.sandbox_config,
                 )
             )
         except KeyboardInterrupt:

@@ -26,6 +26,8 @@ import os
 import sys
 from pathlib import Path
 
+from ipybox.display_text import PrintableFormatter
+
 __all__ = ["LOG_LEVELS", "MCPServer", "configure_logging", "unused_endpoint_options"]
 
 logger = logging.getLogger(__name__)
@@ -53,7 +55,7 @@ def configure_logging(level: str) -> None:
     if _handler is not None:  # configured before: replaced, not doubled
         root.removeHandler(_handler)
     handler = _handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     # On the handler too: the supervisor lowers the `ipybox` logger to INFO for its log file, which must
     # not put INFO records on stderr when WARNING was asked for.
     handler.setLevel(name)

@@ -17,9 +17,10 @@ How it draws (`TerminalProgress`):
 - A part still running when the drawing ends (the operation failed in another part) is left with `-` in
   place of its spinner.
 - `TERM=dumb` (or unset): no cursor movement at all; each part's final line is printed once.
-- Everything from outside (a server's name, its error message) is sanitised first: control and format
-  characters (escape sequences, carriage returns, bidi overrides) are dropped and whitespace collapsed,
-  so a hostile MCP server cannot move the cursor, recolour or rewrite the terminal.
+- Everything from outside (a server's name, its error message) is sanitised first
+  (`ipybox.display_text.one_line`): control and format characters (escape sequences, carriage returns,
+  bidi overrides, zero-width characters) are shown escaped (`\\x1b`) and whitespace collapsed, so a
+  hostile MCP server cannot move the cursor, recolour or rewrite the terminal.
 - Log records (WARNING and up) made while drawing are printed above the drawing, sanitised the same way,
   not through it: a handler on the root logger takes them while the drawing lasts. Being there, it also
   makes a library's `logging.basicConfig` a no-op meanwhile: the MCP SDK's server calls it when the
@@ -46,6 +47,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TextIO
 
+from ipybox.display_text import one_line
 from ipybox.progress import Progress, ProgressEvent
 
 INTERVAL = 0.1
@@ -119,7 +121,7 @@ class TerminalProgress:
     def __call__(self, event: ProgressEvent) -> None:
         with self._lock:
             now = self.clock()
-            what = _clean(event.what) or "?"
+            what = one_line(event.what) or "?"
             part = self._parts.get(what)
             if part is None:
                 part = self._parts[what] = _Part(what)
@@ -154,7 +156,7 @@ class TerminalProgress:
     def write_above(self, text: str) -> None:
         """Print `text` (sanitised, line by line) above the parts still being drawn, which are drawn again
         below it."""
-        lines = [cleaned for line in text.splitlines() if (cleaned := _clip(_clean(line), _MAX_TEXT))]
+        lines = [cleaned for line in text.splitlines() if (cleaned := _clip(one_line(line), _MAX_TEXT))]
         if not lines:
             return
         with self._lock:
@@ -280,7 +282,7 @@ class _Part:
         if self.done and not event.done:  # it starts again (a restart): timed afresh
             self.first_seen = now
         self.step = event.step
-        self.detail = _clean(event.detail or "")
+        self.detail = one_line(event.detail or "")
         self.done, self.failed = event.done, event.failed
         self.elapsed_s, self.received = event.elapsed_s, now
 
@@ -306,19 +308,6 @@ def _can_encode(stream: TextIO, text: str) -> bool:
     except (UnicodeEncodeError, LookupError):
         return False
     return True
-
-
-def _clean(text: str) -> str:
-    """`text` as one printable line: control and format characters dropped (ESC, CR, bidi overrides,
-    zero-width joiners), line breaks and tabs as spaces, runs of whitespace as one."""
-    kept = []
-    for char in text:
-        category = unicodedata.category(char)
-        if char in "\t\n\r\v\f" or category in ("Zl", "Zp"):
-            kept.append(" ")
-        elif category[0] != "C":  # Cc, Cf, Cs, Co, Cn
-            kept.append(char)
-    return " ".join("".join(kept).split())
 
 
 def _char_width(char: str) -> int:

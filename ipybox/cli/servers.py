@@ -45,7 +45,9 @@ import shlex
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TextIO
+
+from ipybox.display_text import printable
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -260,8 +262,14 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, command: list
             return _remove(directory, args.name, as_json=args.json)
         return _list(directory, as_json=args.json)
     except _Refused as e:
-        print(f"ipybox: {e}", file=sys.stderr)
+        _say(f"ipybox: {e}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def _say(text: str, *, file: TextIO | None = None) -> None:
+    """Print a line of the human-readable output: server names, their errors and output, tool names come
+    from ipybox.toml and the servers themselves, so they are shown escaped (`ipybox.display_text`)."""
+    print(printable(text, lines=True), file=file if file is not None else sys.stdout)
 
 
 # add
@@ -283,12 +291,12 @@ def _add(directory: Path, args: argparse.Namespace, command: list[str]) -> int:
             "removes it"
         )
     for note in notes:
-        print(f"ipybox: {note}", file=sys.stderr)
+        _say(f"ipybox: {note}", file=sys.stderr)
     edit = write_server(path, name, table, replace=args.force)
     disabled = table.get("enabled") is False
     if not args.json:
         into = "to" if edit.action == "added" else "in"
-        print(f"{edit.action} [servers.{name}] {into} {path}:{edit.line}" + (" (disabled)" * disabled))
+        _say(f"{edit.action} [servers.{name}] {into} {path}:{edit.line}" + (" (disabled)" * disabled))
     outcome = _apply(directory, name, quiet=args.json)
     modules = _modules(config, name) if outcome is not None and outcome.state == "ready" else []
     ok = outcome is None or outcome.state == "ready" or (disabled and outcome.state == "absent")
@@ -312,18 +320,18 @@ def _add(directory: Path, args: argparse.Namespace, command: list[str]) -> int:
             if disabled
             else f"`ipybox up` starts it and generates {_package(config, name)}"
         )
-        print(f"ipybox is not running in {directory}: {start}")
+        _say(f"ipybox is not running in {directory}: {start}")
     elif ok and disabled:
-        print("it is disabled, so the workspace does not start it (set enabled = true to start it)")
+        _say("it is disabled, so the workspace does not start it (set enabled = true to start it)")
     elif ok:
         package = _package(config, name)
-        print(f"{package}: {', '.join(modules)}")
+        _say(f"{package}: {', '.join(modules)}")
         example = f"from {package} import {modules[0]}" if modules else f"import {package}"
-        print(
+        _say(
             f"  in the workspace's kernels: `{example}`; `import {package}; help({package})` lists its tools"
         )
     if not ok and outcome is not None:
-        print(f"ipybox: {_failure(path, name, outcome)}", file=sys.stderr)
+        _say(f"ipybox: {_failure(path, name, outcome)}", file=sys.stderr)
         return EXIT_ERROR
     return 0
 
@@ -574,7 +582,7 @@ def _remove(directory: Path, name: str, *, as_json: bool) -> int:
     path = directory / CONFIG_FILE
     edit = remove_server(path, name)
     if not as_json:
-        print(f"removed [servers.{name}] from {path}")
+        _say(f"removed [servers.{name}] from {path}")
     outcome = _apply(directory, name, quiet=as_json)
     ok = outcome is None or outcome.state == "absent"
     if as_json:
@@ -591,12 +599,12 @@ def _remove(directory: Path, name: str, *, as_json: bool) -> int:
         )
         print(json.dumps(asdict(report), indent=2))
     elif ok and outcome is not None:
-        print(f"the workspace stopped it and removed its package {_package(config, name)}")
+        _say(f"the workspace stopped it and removed its package {_package(config, name)}")
     if not ok and outcome is not None:
         problem = (
             "\n".join(f"  {p}" for p in outcome.problems) or outcome.error or f"it is still {outcome.state}"
         )
-        print(
+        _say(
             f"ipybox: [servers.{name}] is no longer in {path}, but the workspace did not drop it:\n{problem}",
             file=sys.stderr,
         )
@@ -649,18 +657,16 @@ def _list(directory: Path, *, as_json: bool) -> int:
         print(json.dumps(asdict(listing), indent=2))
         return 0
     if not entries:
-        print(
-            f"no servers in {directory / CONFIG_FILE}; `ipybox server add NAME -- COMMAND ARGS...` adds one"
-        )
+        _say(f"no servers in {directory / CONFIG_FILE}; `ipybox server add NAME -- COMMAND ARGS...` adds one")
     width = max((len(entry.name) for entry in entries), default=0)
     for entry in entries:
-        print(f"{entry.name:<{width}}  {_describe(entry)}")
+        _say(f"{entry.name:<{width}}  {_describe(entry)}")
         if entry.error:
-            print(f"{'':<{width}}  error: {entry.error}")
+            _say(f"{'':<{width}}  error: {entry.error}")
     if status is None:
-        print(f"ipybox is not running in {directory} (`ipybox up` starts these servers)")
+        _say(f"ipybox is not running in {directory} (`ipybox up` starts these servers)")
     elif status.config_error:
-        print(
+        _say(
             f"ipybox.toml has an error (the last good configuration keeps running):\n  {status.config_error}"
         )
     return 0

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from ipybox.display_text import PrintableFormatter, printable
 from ipybox.errors import IpyboxError
 
 if TYPE_CHECKING:
@@ -40,8 +41,14 @@ PROGRESS_ENV = "IPYBOX_PROGRESS"
 
 
 def _fail(message: str) -> int:
-    print(f"ipybox: {message}", file=sys.stderr)
+    print(f"ipybox: {printable(message, lines=True)}", file=sys.stderr)
     return EXIT_ERROR
+
+
+def _say(line: str) -> None:
+    """Print a line of `status` or the endpoint summary: names, errors and paths in it come from servers,
+    parsers and kernels (`ipybox.display_text`)."""
+    print(printable(line, lines=True))
 
 
 def validate(workspace: Path) -> int:
@@ -51,13 +58,17 @@ def validate(workspace: Path) -> int:
     try:
         config = load_config(workspace / CONFIG_FILE)
     except ConfigError as e:
-        print(str(e), file=sys.stderr)
+        print(printable(str(e), lines=True), file=sys.stderr)
         return EXIT_ERROR
     servers = config.enabled_servers()
     print(
         f"{workspace / CONFIG_FILE}: ok ({len(servers)} server{'s' * (len(servers) != 1)}, "
         f"{len(config.approval.rules)} approval rules, sandbox {'on' if config.sandbox.enabled else 'off'})"
     )
+    from ipybox.config.executables import workspace_warnings
+
+    for line in workspace_warnings(config, workspace):  # code kernels could still change: not an error
+        print(f"warning: {printable(line)}", file=sys.stderr)
     return 0
 
 
@@ -69,7 +80,7 @@ def up(workspace: Path, detach: bool) -> int:
     # Taken out first: whatever this process starts next inherits its environment.
     as_ndjson = os.environ.pop(PROGRESS_ENV, None) == "ndjson"
     if (problem := validate_quietly(workspace)) is not None:
-        print(problem, file=sys.stderr)
+        print(printable(problem, lines=True), file=sys.stderr)
         return EXIT_ERROR
     try:
         state = read_state(workspace)
@@ -143,7 +154,7 @@ def _log_to_terminal() -> None:
     root = logging.getLogger()
     if not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         handler.setLevel(logging.INFO)
         root.addHandler(handler)
 
@@ -295,19 +306,19 @@ def _print_endpoints(status: WorkspaceStatus, log: Path, console_login: str | No
     from ipybox.running.state import read_state
 
     state = read_state(Path(status.workspace))
-    print(f"ipybox is up in {status.workspace} (pid {status.pid})")
-    print(f"  control:  unix:{state.control_socket}  (token in {Path(status.state_dir) / 'state.json'})")
-    print(f"  gateway:  unix:{state.gateway_socket}")
+    _say(f"ipybox is up in {status.workspace} (pid {status.pid})")
+    _say(f"  control:  unix:{state.control_socket}  (token in {Path(status.state_dir) / 'state.json'})")
+    _say(f"  gateway:  unix:{state.gateway_socket}")
     if state.mcp_url:
-        print(f"  mcp:      {state.mcp_url}  (streamable HTTP; bearer token in state.json)")
+        _say(f"  mcp:      {state.mcp_url}  (streamable HTTP; bearer token in state.json)")
     if status.console is not None:
         link = console_login or status.console
-        print(f"  console:  {link}  (one-time login link; `ipybox console` prints a new one)")
-    print(f"  kernels:  warm pool of {status.pool.size}, sandbox {'on' if status.sandbox else 'off'}")
+        _say(f"  console:  {link}  (one-time login link; `ipybox console` prints a new one)")
+    _say(f"  kernels:  warm pool of {status.pool.size}, sandbox {'on' if status.sandbox else 'off'}")
     servers = status.reconciler.servers
     if servers:
-        print(f"  servers:  {', '.join(sorted(servers))}")
-    print(f"  log:      {log}")
+        _say(f"  servers:  {', '.join(sorted(servers))}")
+    _say(f"  log:      {log}")
 
 
 def is_running(workspace: Path) -> bool:
@@ -347,25 +358,25 @@ def status(workspace: Path, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"running": True, **info.model_dump(mode="json")}, indent=2))
         return 0
-    print(f"ipybox is running in {info.workspace} (pid {info.pid}, up {info.uptime_s:g} s)")
-    print(f"  gateway: {'running' if info.gateway.running else 'DOWN'}, restarts: {info.restarts}")
+    _say(f"ipybox is running in {info.workspace} (pid {info.pid}, up {info.uptime_s:g} s)")
+    _say(f"  gateway: {'running' if info.gateway.running else 'DOWN'}, restarts: {info.restarts}")
     pool = info.pool
-    print(f"  kernels: {pool.idle} idle of {pool.size}, {pool.leased} leased ({info.leases} leases)")
+    _say(f"  kernels: {pool.idle} idle of {pool.size}, {pool.leased} leased ({info.leases} leases)")
     if info.kernels is not None:
         _print_kernels(info.kernels)
     if info.console is not None:
-        print(f"  console: {info.console}  ({info.pending_asks} pending asks; `ipybox console` to log in)")
+        _say(f"  console: {info.console}  ({info.pending_asks} pending asks; `ipybox console` to log in)")
     elif info.pending_asks:
-        print(f"  pending asks: {info.pending_asks} (`ipybox approve` answers them)")
+        _say(f"  pending asks: {info.pending_asks} (`ipybox approve` answers them)")
     for name, server in sorted(info.reconciler.servers.items()):
-        print(f"  server {name}: {_server_line(server)}")
+        _say(f"  server {name}: {_server_line(server)}")
         for problem in server.parser_errors:
-            print(f"    parser error: {problem}")
+            _say(f"    parser error: {problem}")
     for action in info.actions:
         stale = " (api.py changed since it was saved)" if action.stale else ""
-        print(f"  action {action.name}: MCP tool {action.tool}, may call {action.calls}{stale}")
+        _say(f"  action {action.name}: MCP tool {action.tool}, may call {action.calls}{stale}")
     if info.config_error:
-        print(
+        _say(
             f"  ipybox.toml has an error (the last good configuration keeps running):\n    {info.config_error}"
         )
     return 0
@@ -376,7 +387,7 @@ def _print_kernels(health: KernelsStatus) -> None:
     from ipybox.limits import describe_limit, format_bytes
 
     if not health.reported:
-        print(f"  kernel usage: not known ({health.error})")
+        _say(f"  kernel usage: not known ({health.error})")
         return
     limits = ", ".join(describe_limit(name, value) for name, value in health.limits.items()) or "none"
     enforced = f" ({health.mechanism})" if health.mechanism else ""
@@ -385,9 +396,9 @@ def _print_kernels(health: KernelsStatus) -> None:
         idle += f", recycled past {format_bytes(health.recycle_rss)}"
     if health.reaped or health.recycled:
         idle += f" ({health.reaped} deleted, {health.recycled} recycled so far)"
-    print(f"  limits:  {limits} per kernel{enforced}; idle leased kernels {idle}")
+    _say(f"  limits:  {limits} per kernel{enforced}; idle leased kernels {idle}")
     for kernel in health.kernels:
-        print(f"    {_kernel_line(kernel, format_bytes)}")
+        _say(f"    {_kernel_line(kernel, format_bytes)}")
 
 
 def _kernel_line(kernel: KernelStatus, size: Callable[[float], str]) -> str:
@@ -424,9 +435,10 @@ def _server_line(server: MCPServerStatus) -> str:
     if server.error:
         where = f" ({server.location})" if server.location else ""
         return f"error{where}: {server.error}"
-    fields = server.model_dump(exclude={"parsers", "parser_errors", "location", "stopped"})
+    fields = server.model_dump(exclude={"parsers", "parser_errors", "checking", "location", "stopped"})
     line = ", ".join(f"{key} {value}" for key, value in fields.items() if value is not None)
     line += f", parsers {', '.join(server.parsers)}" if server.parsers else ""
+    line += f" (checking {', '.join(server.checking)})" if server.checking else ""
     return line + (f"; not running: {server.stopped}" if server.stopped else "")
 
 
@@ -469,14 +481,16 @@ def logs(workspace: Path, follow: bool) -> int:
         return _fail(f"no log yet in {paths.log} (start the workspace with `ipybox up`)")
     except StateDirError as e:
         return _fail(str(e))
+    # What servers wrote to their stderr is in the log, and the file is in a directory a kernel can't
+    # reach but was written by older versions without escaping: every line is shown escaped.
     with os.fdopen(fd, errors="replace") as file:
-        sys.stdout.write(file.read())
+        sys.stdout.write(printable(file.read(), lines=True))
         sys.stdout.flush()
         try:
             while follow:
                 line = file.readline()
                 if line:
-                    sys.stdout.write(line)
+                    sys.stdout.write(printable(line, lines=True))
                     sys.stdout.flush()
                 else:
                     time.sleep(0.2)

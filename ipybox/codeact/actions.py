@@ -77,6 +77,7 @@ __all__ = [
     "ActionListing",
     "CodeActionError",
     "SavedAction",
+    "api_digest",
     "describe_actions",
     "read_actions",
     "save_code_action",
@@ -829,6 +830,11 @@ def _api_sha(gentools: Path, category: str, name: str) -> str | None:
             return _read_action(category_fd, name)[0]
     except OSError:
         return None
+
+
+def api_digest(gentools_dir: Path, category: str, name: str) -> str | None:
+    """The sha256 of an action's `api.py` (`None` when it can't be read): what its manifest describes."""
+    return _api_sha(gentools_dir, category, name)
 
 
 def _write_manifest(gentools: Path, category: str, name: str, manifest: _Manifest) -> None:

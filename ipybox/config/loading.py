@@ -187,6 +187,30 @@ def _problems(
     return sorted(problems, key=lambda p: (p.source != str(path), p.line or 0, p.column or 0))
 
 
+def setting_source(config: WorkspaceConfig, key_path: KeyPath) -> tuple[str, int | None, int | None]:
+    """Where the value `config` holds at `key_path` was set, ranked as loading ranks the sources: an
+    `IPYBOX_*` variable of this process's environment (`environment variable NAME`, no place), a line of
+    the workspace's `.env`, else `ipybox.toml` (with the key's line and column, or none when the file leaves
+    it to the default). For a message that names what to change, e.g. an override of `[sandbox] enabled`.
+    """
+    environ = {name.upper(): name for name in os.environ}
+    if any(name in environ for name in _variable_names(key_path)):
+        return _in_environment(key_path, environ)
+    dotenv = config.root / ".env"
+    if dotenv.is_file():
+        place = _in_dotenv(
+            key_path, dotenv, dotenv.read_text(encoding="utf-8", errors="replace").splitlines()
+        )
+        if place[1] is not None:
+            return place
+    path = config.path if config.path is not None else config.root / CONFIG_FILE
+    try:
+        position = key_positions(_read(path)).get(key_path)
+    except ConfigError:
+        position = None
+    return (str(path), *position) if position is not None else (str(path), None, None)
+
+
 def _variable_names(key_path: KeyPath) -> list[str]:
     """The variables that could set the value at `key_path`, most specific first."""
     parts = [str(part).upper() for part in key_path]

@@ -12,6 +12,8 @@ timeout = 120
 approve_shell = true          # `!cmd` and `%%bash` are decided by [approval] rules (server "shell")
 max_idle = 1800               # seconds: a leased kernel idle longer is deleted (default: never)
 recycle_rss = "2GiB"          # an idle leased kernel using more memory is deleted (default: never)
+max_output_file_bytes = "256MiB"  # a cell's complete output saved to a file, and its images together
+max_image_bytes = "32MiB"     # the largest image saved (displayed, or returned by a tool)
 [kernel.limits]               # per kernel; these are the defaults ("unlimited" lifts one)
 memory = "4GiB"
 processes = 256
@@ -40,6 +42,7 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, TypeAdapter, Valida
 
 from ipybox.limits import WorkspaceLimits
 from ipybox.mcp_client.params import ServerSandbox
+from ipybox.safefs import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_OUTPUT_FILE_BYTES
 
 LOOPBACK_HOSTS = ("127.0.0.1", "::1")
 
@@ -94,6 +97,11 @@ class KernelSection(_Table):
             bounds what an idle kernel can hold. Applies from the next check on, without a restart.
         recycle_rss: Memory (bytes, or `"2GiB"`) past which an idle leased kernel is deleted the same
             way, for kernels that grow over days. Default: never.
+        max_output_file_bytes: What the host writes for one cell: its complete output file (when the
+            output is longer than what is returned), and the images it displays together; past it nothing
+            more is written, and the output says so. Default 256 MiB.
+        max_image_bytes: The largest image saved as a file, whether code displayed it or a tool returned
+            it; a larger one is not saved, and the output says so. Default 32 MiB.
     """
 
     env: dict[str, str] = Field(default_factory=dict)
@@ -104,17 +112,19 @@ class KernelSection(_Table):
     limits: WorkspaceLimits = Field(default_factory=WorkspaceLimits)
     max_idle: float | None = Field(default=None, gt=0)
     recycle_rss: ByteSize | None = Field(default=None, gt=0)
+    max_output_file_bytes: ByteSize = Field(default=ByteSize(DEFAULT_MAX_OUTPUT_FILE_BYTES), gt=0)
+    max_image_bytes: ByteSize = Field(default=ByteSize(DEFAULT_MAX_IMAGE_BYTES), gt=0)
 
-    @field_validator("max_idle", "recycle_rss", mode="before")
+    @field_validator("max_idle", "recycle_rss", "max_output_file_bytes", "max_image_bytes", mode="before")
     @classmethod
     def _not_a_flag(cls, value: Any, info: ValidationInfo) -> Any:
         # TOML's `true` would pass as 1 (second, byte); leaving the key out is how to have none.
         if isinstance(value, bool):
-            kind = "a size" if info.field_name == "recycle_rss" else "a number of seconds"
+            kind = "a number of seconds" if info.field_name == "max_idle" else "a size"
             raise ValueError(
-                f"{info.field_name} takes {kind}, not {str(value).lower()}; leave it out for none"
+                f"{info.field_name} takes {kind}, not {str(value).lower()}; leave it out for the default"
             )
-        if info.field_name == "recycle_rss" and isinstance(value, str):
+        if info.field_name != "max_idle" and isinstance(value, str):
             try:
                 TypeAdapter(ByteSize).validate_python(value)
             except ValueError:

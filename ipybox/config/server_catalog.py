@@ -10,30 +10,53 @@ Contract:
 - Every entry's `params` load with the real loader (`load_config`), each server alone and all together,
   and every rule's `match`/`not_match` examples pass; tests/cli/test_init.py checks both.
 - A rule's table may name the workspace with the placeholders `{workspace}` (its absolute path, for
-  example calls) and `{workspace_glob}` (the same, glob-escaped, for `glob`/`not_glob` conditions);
-  `rules_for()` fills them in. Nothing else is a placeholder: `${VAR}` in `params` is ipybox.toml's own
+  example calls), `{workspace_glob}` (the same, glob-escaped, for `glob`/`not_glob` conditions) and
+  `{workspace_regex}` (escaped for `regex`, by `regex_escape`); `rules_for()` fills them in. Nothing else is a placeholder: `${VAR}` in `params` is ipybox.toml's own
   syntax, filled when the server starts, and comments never hold a path (a path may hold a line break).
 - `deny` rules are meant to be written active even while their server is commented out: they can only
   refuse, and a server of that name added later is covered from its first call. `allow` and `ask` rules
   come in with their server only (an allow rule for a name must not outlive the server it was written for).
 
-The commands run with `npx -y` (npm) and `uvx` (PyPI) fetch the server's package on first use, so they
-need Node.js or uv on the host and the network; such servers are not sandboxed by default (a sandboxed
-server has no network).
+- A server that takes paths of the workspace (filesystem) runs sandboxed: the kernel chooses its
+  arguments, so unsandboxed it would read and write for the kernel what the kernel's own sandbox keeps
+  from it (`.env`, `.ipybox/`, `ipybox.toml` through a link the kernel made). A sandboxed server has no
+  network, so its command is the package's own program, installed beforehand (`install` says how), not
+  `npx -y`. Servers whose arguments name no file of the workspace (fetch, memory, time, everything,
+  github) run unsandboxed with `npx -y` or `uvx`, which fetch the package on first use; git must write
+  `.git`, which a sandbox protects, so it stays unsandboxed and its rule keeps it on the workspace's own
+  repository.
+- The workspace's protected names (`PROTECTED_NAMES`) are refused in every path argument of the
+  filesystem server by `deny` rules, in every spelling the other rules let through (relative, `./`,
+  absolute; `..` is refused by its own rule), as a second line behind the sandbox.
 """
 
 from __future__ import annotations
 
 import glob
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CATALOG", "CatalogRule", "CatalogServer", "catalog_server", "rules_for"]
+from ipybox.sandbox.policy import DEFAULT_DENY_WRITE, DOTENV_PATTERN
 
-_PLACEHOLDER = re.compile(r"\{workspace(_glob)?\}")
+__all__ = [
+    "CATALOG",
+    "PROTECTED_NAMES",
+    "CatalogRule",
+    "CatalogServer",
+    "catalog_server",
+    "regex_escape",
+    "rules_for",
+]
+
+_PLACEHOLDER = re.compile(r"\{workspace(_glob|_regex)?\}")
+
+PROTECTED_NAMES: tuple[str, ...] = (DOTENV_PATTERN, *DEFAULT_DENY_WRITE)
+"""The names a sandbox hides (`.env*`) or keeps read-only (`ipybox.toml`, `.ipybox`, `mcptools`, `.git`,
+...) at the workspace's top level; the filesystem server's rules refuse paths to them."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +86,8 @@ class CatalogServer:
         params: The `[servers.<name>]` table as written.
         note: More about it (one paragraph, no line breaks), or `""`.
         rules: Approval rules that come with it.
+        install: The command that installs its program, for a server whose `command` is not fetched on
+            first use (a sandboxed one), or `""`.
     """
 
     name: str
@@ -70,6 +95,83 @@ class CatalogServer:
     params: Mapping[str, Any]
     note: str = ""
     rules: tuple[CatalogRule, ...] = field(default_factory=tuple)
+    install: str = ""
+
+
+def regex_escape(text: str) -> str:
+    """`text` as a rule regex matching it literally, in a form both Python's `re` and RE2 read the same
+    way: ASCII letters, digits, `_`, `-` and `/` as they are, other ASCII punctuation after a backslash, any
+    other character (a space, a line break, non-ASCII) as `\\uXXXX`/`\\UXXXXXXXX`."""
+    out = []
+    for char in text:
+        if (char.isascii() and char.isalnum()) or char in "_-/":  # `-` is literal outside a class
+            out.append(char)
+        elif char in string.punctuation:
+            out.append("\\" + char)
+        else:
+            out.append(f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}")
+    return "".join(out)
+
+
+def _top_level_regex(names: tuple[str, ...]) -> str:
+    """A rule regex for a path to one of `names` (fnmatch patterns whose only glob is a trailing `*`) at
+    the workspace's top level or inside it: relative, after `./` or `//`, or absolute (`{workspace_regex}`
+    is the workspace's path); and any path with a `..` part, which could lead there."""
+    parts = [
+        regex_escape(name[:-1]) + "[^/]*" if name.endswith("*") else regex_escape(name) for name in names
+    ]
+    return f"(?s)(.*/)?\\.\\.(/.*)?|({{workspace_regex}})?(/|\\./)*({'|'.join(parts)})(/.*)?"
+
+
+# A call of the filesystem server taking each path argument, for the examples: (tool, the other arguments).
+_TAKES = {
+    "path": ("write_file", {"content": ""}),
+    "source": ("move_file", {"destination": "out/x"}),
+    "destination": ("move_file", {"source": "out/x"}),
+}
+
+
+def _protected_rule(argument: str) -> CatalogRule:
+    """The deny rule for the workspace's protected names in the filesystem server's argument `argument`."""
+    tool, others = _TAKES[argument]
+
+    def call(path: str) -> dict[str, Any]:
+        return {"server": "filesystem", "tool": tool, "args": {argument: path, **others}}
+
+    comment = (
+        "The filesystem server never touches what the host acts on (ipybox.toml, .ipybox, .env files, "
+        "mcptools, .git, environments, editor and shell settings, ...): a path to one, or into one, at the "
+        "workspace's top level is refused, relative, after ./ or absolute, and so is a path with a .. part, "
+        "which may lead there. Its sandbox keeps them out of its "
+        "reach too; this refuses the call before it is asked or run. The path below is this workspace's: "
+        "change it if you move the workspace."
+        if argument == "path"
+        else f"The same for the `{argument}` of move_file."
+    )
+    return CatalogRule(
+        comment=comment,
+        table={
+            "id": f"filesystem-protected-{argument}",
+            "server": "filesystem",
+            "args": {argument: {"regex": _top_level_regex(PROTECTED_NAMES)}},
+            "decision": "deny",
+            "priority": 100,
+            "match": [
+                call("ipybox.toml"),
+                call("./.ipybox/state.json"),
+                call("{workspace}/.env"),
+                call(".//mcptools/x/__init__.py"),
+                call("{workspace}/./.git/hooks/pre-commit"),
+                call("out/../ipybox.toml"),
+            ],
+            "not_match": [
+                call("out/notes.md"),
+                call("ipybox.toml.md"),
+                call("out/.env"),
+                call("{workspace}-other/.env"),
+            ],
+        },
+    )
 
 
 _FILESYSTEM_WRITE = {"server": "filesystem", "tool": "write_file"}
@@ -80,11 +182,15 @@ CATALOG: Mapping[str, CatalogServer] = {
         CatalogServer(
             name="filesystem",
             summary="@modelcontextprotocol/server-filesystem (npm): read, write, search and move files.",
-            params={"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "."]},
+            params={"command": "mcp-server-filesystem", "args": ["."], "sandbox": True},
             note=(
-                'Its only allowed directory is "." (this workspace): the server itself refuses paths '
-                "outside it; the two rules for it under [approval] refuse them before the call."
+                'Its only allowed directory is "." (this workspace), and it runs in a sandbox of its own: '
+                "it can't read .env files or .ipybox, nor write ipybox.toml, mcptools, .git or the other "
+                "names the host acts on, even through a link. A sandbox has no network, so npx can't "
+                "fetch it: install it first (npm install -g @modelcontextprotocol/server-filesystem). The "
+                "rules for it under [approval] refuse paths outside the workspace and these names."
             ),
+            install="npm install -g @modelcontextprotocol/server-filesystem",
             rules=(
                 CatalogRule(
                     comment=(
@@ -141,6 +247,31 @@ CATALOG: Mapping[str, CatalogServer] = {
                         "not_match": [{**_FILESYSTEM_WRITE, "args": {"path": "out/a..b.md", "content": ""}}],
                     },
                 ),
+                *(_protected_rule(argument) for argument in _TAKES),
+                CatalogRule(
+                    comment=(
+                        "read_multiple_files takes a list of paths, which rules can't judge path by path: "
+                        "it is asked, whatever the tool declares."
+                    ),
+                    table={
+                        "id": "filesystem-path-lists-ask",
+                        "server": "filesystem",
+                        "tool": "read_multiple_files",
+                        "decision": "ask",
+                        "priority": 50,
+                        "match": [
+                            {
+                                "server": "filesystem",
+                                "tool": "read_multiple_files",
+                                "args": {"paths": ["notes.md", ".env"]},
+                                "annotations": {"readOnlyHint": True, "openWorldHint": False},
+                            }
+                        ],
+                        "not_match": [
+                            {"server": "filesystem", "tool": "read_text_file", "args": {"path": "a"}}
+                        ],
+                    },
+                ),
             ),
         ),
         CatalogServer(
@@ -191,7 +322,44 @@ CATALOG: Mapping[str, CatalogServer] = {
             name="git",
             summary="mcp-server-git (PyPI): status, diffs, log, commits and branches of a git repository.",
             params={"command": "uvx", "args": ["mcp-server-git", "--repository", "."]},
-            note="Reading is allowed by the read-only rule; commits, resets and checkouts are asked.",
+            note=(
+                "Reading is allowed by the read-only rule; commits, resets and checkouts are asked. It is not "
+                "sandboxed (it writes .git, which a sandbox keeps read-only): its rule keeps it on this "
+                "workspace's own repository."
+            ),
+            rules=(
+                CatalogRule(
+                    comment=(
+                        "The git server works on this workspace's repository only: a repo_path naming "
+                        "another (a subdirectory where code in a kernel made a .git, whose hooks a commit "
+                        "would run on the host) is refused. The path below is this workspace's: change it "
+                        "if you move the workspace."
+                    ),
+                    table={
+                        "id": "git-workspace-repository-only",
+                        "server": "git",
+                        "args": {"repo_path": {"not_in": [".", "./", "{workspace}", "{workspace}/"]}},
+                        "decision": "deny",
+                        "priority": 100,
+                        "match": [
+                            {
+                                "server": "git",
+                                "tool": "git_commit",
+                                "args": {"repo_path": "out", "message": "x"},
+                            },
+                            {"server": "git", "tool": "git_status", "args": {"repo_path": "{workspace}/out"}},
+                        ],
+                        "not_match": [
+                            {
+                                "server": "git",
+                                "tool": "git_commit",
+                                "args": {"repo_path": ".", "message": "x"},
+                            },
+                            {"server": "git", "tool": "git_status", "args": {"repo_path": "{workspace}"}},
+                        ],
+                    },
+                ),
+            ),
         ),
         CatalogServer(
             name="everything",
@@ -234,7 +402,9 @@ def _fill(value: Any, workspace: Path) -> Any:
     if isinstance(value, str):
         # One pass, so that a workspace path that itself contains "{workspace}" is not filled in again.
         def replace(found: re.Match[str]) -> str:
-            return glob.escape(str(workspace)) if found.group(1) else str(workspace)
+            if found.group(1) == "_glob":
+                return glob.escape(str(workspace))
+            return regex_escape(str(workspace)) if found.group(1) else str(workspace)
 
         return _PLACEHOLDER.sub(replace, value)
     if isinstance(value, Mapping):

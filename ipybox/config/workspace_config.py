@@ -42,6 +42,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from ipybox.config.sections import EndpointsSection, KernelSection, SandboxSection, WorkspaceSection
 from ipybox.config.servers import ServerName, ServerSection, TaggedServerSection
 from ipybox.rules import ApprovalPolicy
+from ipybox.sandbox.policy import SandboxPolicy
 
 ENV_PREFIX = "IPYBOX_"
 ENV_NESTED_DELIMITER = "__"
@@ -126,7 +127,14 @@ class WorkspaceConfig(BaseSettings):
         Raises:
             KeyError: There is no server `name`.
         """
-        return self.servers[name].server_params(self.root)
+        params = self.servers[name].server_params(self.root)
+        if "sandbox" in params:
+            # A server's sandbox guards its own `cwd`; the workspace's names and state are guarded too.
+            policy = SandboxPolicy.model_validate(params["sandbox"]).guarding(
+                self.root, self.resolve(self.workspace.state_dir), cwd=Path(params["cwd"])
+            )
+            params["sandbox"] = policy.model_dump(by_alias=True)
+        return params
 
 
 class OwnSettingsOnly(PydanticBaseSettingsSource):

@@ -28,14 +28,27 @@ from typing import Final
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ipybox.approval.ask_events import message_of
-from ipybox.approval.asks import AskBoard, AskOpened, Subscription
+from ipybox.approval.ask_events import AskClosedMessage, AskOpenedMessage, message_of
+from ipybox.approval.asks import AskBoard, AskEvent, AskOpened, Subscription
+from ipybox.display_text import printable
 
 __all__ = ["KEEPALIVE_S", "RETRY_MS", "AskStreams"]
 
 KEEPALIVE_S: Final = 15.0
 RETRY_MS: Final = 2000
 """How long a browser waits before it reconnects a stream that ended."""
+
+
+def _message(event: AskEvent) -> str:
+    """The JSON of a board event, with the text the page's script shows as it is (`why`, `by`) escaped
+    visibly (`ipybox.display_text`): `textContent` keeps bidi overrides and zero-width characters."""
+    message: AskOpenedMessage | AskClosedMessage = message_of(event)
+    if isinstance(message, AskClosedMessage):
+        answer = message.answer
+        if answer is not None:
+            answer = answer.model_copy(update={"by": printable(answer.by)})
+        message = message.model_copy(update={"why": printable(message.why), "answer": answer})
+    return message.to_json()
 
 
 def _event(data: str, event: str | None = None) -> str:
@@ -82,7 +95,7 @@ class AskStreams:
                 yield f"retry: {RETRY_MS}\n\n"
                 yield _event(json.dumps({"pending": [ask.id for ask in subscription.pending]}), "hello")
                 for ask in subscription.pending:
-                    yield _event(message_of(AskOpened(ask)).to_json())
+                    yield _event(_message(AskOpened(ask)))
                 while not self.stopping:
                     try:
                         async with asyncio.timeout(self.keepalive_s):
@@ -92,7 +105,7 @@ class AskStreams:
                         continue
                     if event is None:  # cut off for not reading, or the console stops
                         break
-                    yield _event(message_of(event).to_json())
+                    yield _event(_message(event))
                 if self.stopping:
                     yield _event('"the console stopped"', "bye")
             finally:

@@ -3,7 +3,10 @@ autoescaping on for every template, so nothing a tool call or the audit log hold
 small view models the templates read (arguments folded, rules in the order the engine tries them).
 
 Contract: templates get only values escaped on output; nothing here marks text safe (`Markup`), so an
-argument `<script>` is shown as the text `<script>`.
+argument `<script>` is shown as the text `<script>`. Before that, every value a template prints
+(`{{ ... }}`, attributes included) goes through `ipybox.display_text.printable` with its lines kept: HTML
+escaping leaves bidi overrides, zero-width and control characters in place, and a browser would reorder or
+hide text with them; they are shown as `\u202e`, `\u200b`, `\x1b`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from typing import Any, Final
 from urllib.parse import urlencode
 
 import jinja2
+import markupsafe
 
+from ipybox.display_text import printable
 from ipybox.limits import describe_limit, format_bytes
 from ipybox.rules import ApprovalPolicy, Rule
 from ipybox.rules.engine import SEVERITY, rule_id
@@ -188,11 +193,24 @@ def _query(fields: Mapping[str, Any], **extra: Any) -> str:
     return urlencode({name: value for name, value in given.items() if value not in ("", None)})
 
 
+def _shown(value: Any) -> Any:
+    """What a template prints of `value` (jinja's `finalize`, before autoescaping): text with the
+    characters a browser would not show as themselves escaped visibly; markup the templates made
+    themselves (a macro's output) and numbers as they are."""
+    if isinstance(value, markupsafe.Markup) or hasattr(value, "__html__"):
+        return value
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return printable(value if isinstance(value, str) else str(value), lines=True)
+
+
 def environment() -> jinja2.Environment:
-    """The templates' environment: files under `templates/`, autoescaped, undefined names an error."""
+    """The templates' environment: files under `templates/`, every printed value escaped visibly
+    (`_shown`) and autoescaped, undefined names an error."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
         autoescape=True,
+        finalize=_shown,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -37,6 +37,7 @@ from ipybox.console.forms import AnswerForm, ExplainForm, read_form, session_of
 from ipybox.console.guard import ConsoleSite
 from ipybox.console.rendering import rules_in_order
 from ipybox.console.target import ConsoleTarget
+from ipybox.display_text import printable
 from ipybox.rules import DecidedBy
 from ipybox.rules.audit import AuditFilter
 
@@ -171,7 +172,11 @@ class ConsoleViews:
         self, request: Request, result: AnswerResult, *, status: int = 200, message: str | None = None
     ) -> Response:
         if _wants_json(request):
-            return JSONResponse(result.model_dump(mode="json"), status)
+            # The script shows `error` as text: escaped visibly, as the templates show everything.
+            shown = result.model_copy(
+                update={"error": printable(result.error) if result.error else result.error}
+            )
+            return JSONResponse(shown.model_dump(mode="json"), status)
         session_of(request).flash.append(message or result.error or "")
         return RedirectResponse("/asks", 303)
 

@@ -4,9 +4,10 @@
 
 | argument | embedded (no `workspace`) | workspace (`workspace=DIR`) |
 | --- | --- | --- |
-| `images_dir`, `output_dir`, `max_output_chars`, `log_level`, `kernel_init_timeout` | yes | yes |
-| `working_dir`, `kernel_env`, `sandbox`, `sandbox_config`, `limits`, `spare_kernel`, `mcp_servers`, `mcptools_dir`, `approval_timeout`, `connect_timeout`, `approve_tool_calls`, `approve_shell_cmds`, `require_shell_escape` | yes | no: `ipybox.toml` decides |
+| `images_dir`, `output_dir`, `max_output_chars`, `max_output_file_bytes`, `max_image_bytes`, `log_level`, `kernel_init_timeout` | yes | yes |
+| `working_dir`, `kernel_env`, `sandbox`, `sandbox_config`, `limits`, `spare_kernel`, `mcp_servers`, `mcptools_dir`, `package_roots`, `approval_timeout`, `connect_timeout`, `approve_tool_calls`, `approve_shell_cmds`, `require_shell_escape` | yes | no: `ipybox.toml` decides |
 | `tool_server_host`, `tool_server_port`, `kernel_gateway_host`, `kernel_gateway_port`, `kernel_gateway_url`, `kernel_gateway_token` | yes (see below) | no: the supervisor runs them |
+| `execute_accepts_asks` | no: its `execute()` accepts every call already | yes |
 
 Within the embedded backend some arguments exclude others (`sandbox=True` with `kernel_gateway_url` or
 `tool_server_port`; `approve_shell_cmds=True` with `kernel_gateway_url`; `require_shell_escape=True` without
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from pathlib import PurePath
 
 
 class Unset(enum.Enum):
@@ -36,7 +38,17 @@ class Unset(enum.Enum):
 
 UNSET = Unset.UNSET
 
-SHARED = frozenset({"images_dir", "output_dir", "max_output_chars", "log_level", "kernel_init_timeout"})
+SHARED = frozenset(
+    {
+        "images_dir",
+        "output_dir",
+        "max_output_chars",
+        "max_output_file_bytes",
+        "max_image_bytes",
+        "log_level",
+        "kernel_init_timeout",
+    }
+)
 """Arguments that apply to both backends."""
 
 _SET_BY_WORKSPACE: Mapping[str, str] = {
@@ -47,6 +59,7 @@ _SET_BY_WORKSPACE: Mapping[str, str] = {
     "spare_kernel": "the workspace's warm pool is the spare (ipybox.toml: [kernel] warm_pool)",
     "mcp_servers": "MCP servers are those of the workspace's ipybox.toml ([servers.NAME])",
     "mcptools_dir": "the tool packages are where the workspace's ipybox.toml says ([workspace] mcptools_dir)",
+    "package_roots": "the workspace's tool packages are those of its ipybox.toml ([servers.NAME])",
     "approval_timeout": "an ask waits as long as the workspace's ipybox.toml says ([approval] ask_timeout)",
     "connect_timeout": "the workspace's supervisor starts the MCP servers",
     "approve_tool_calls": "tool calls are decided by the workspace's ipybox.toml ([approval] rules)",
@@ -74,6 +87,10 @@ def check_arguments(given: Mapping[str, object], *, workspace: bool) -> list[str
         ValueError: An argument does not apply to the backend or to the other arguments; the message
             names it and what to do instead.
     """
+    for name in ("max_output_file_bytes", "max_image_bytes"):
+        value = given.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            raise ValueError(f"{name} takes a positive number of bytes, not {value!r}")
     if workspace:
         for name in given:
             reason = _SET_BY_WORKSPACE.get(name)
@@ -82,6 +99,11 @@ def check_arguments(given: Mapping[str, object], *, workspace: bool) -> list[str
                     f"{name} does not apply to CodeExecutor(workspace=...): {reason}; drop {name}="
                 )
         return []
+    if "execute_accepts_asks" in given:
+        raise ValueError(
+            "execute_accepts_asks applies to CodeExecutor(workspace=...), whose rules may ask: an embedded "
+            "executor's execute() accepts every tool call already; drop execute_accepts_asks="
+        )
     _check_embedded(given)
     if "tool_server_host" in given and given.get("tool_server_port") is None:
         return [
@@ -92,6 +114,8 @@ def check_arguments(given: Mapping[str, object], *, workspace: bool) -> list[str
 
 
 def _check_embedded(given: Mapping[str, object]) -> None:
+    if isinstance(given.get("package_roots"), str | PurePath):
+        raise ValueError("package_roots takes a list of directories: pass package_roots=[...]")
     if given.get("require_shell_escape") is True and given.get("approve_shell_cmds") is not True:
         raise ValueError(
             "require_shell_escape=True requires approve_shell_cmds=True (it makes shell commands go through "

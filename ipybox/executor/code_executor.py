@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 from ipybox.approval.approver import ApproveAll
 from ipybox.approval.channel import Answers
 from ipybox.approval.request import ApprovalRequest
+from ipybox.config.executables import LiveKernels, ServerCodeGuard, protect
+from ipybox.errors import IpyboxError
 from ipybox.executor.arguments import UNSET, Unset, check_arguments
 from ipybox.executor.kernel_setup import StartedKernels, embedded_kernel_setup, start_kernel_gateway
 from ipybox.kernels.gateway import GatewayEndpoint, KernelGateway
@@ -47,13 +49,16 @@ from ipybox.kernels.kernel_client import DEFAULT_MAX_OUTPUT_CHARS, ExecutionTime
 from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, KernelDiedError
 from ipybox.kernels.timer import Cancellation
 from ipybox.limits import ResourceLimits
+from ipybox.mcp_client.params import ServerParams
 from ipybox.mcp_client.registry import ServerRegistry
+from ipybox.rules.calls import ToolCall
+from ipybox.safefs import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_OUTPUT_FILE_BYTES
 from ipybox.tool_server.tool_server import ToolServer
 
 if TYPE_CHECKING:
     from ipybox.codeact.actions import SavedAction
     from ipybox.running.attach import WorkspaceSession
-    from ipybox.sandbox import DomainProxy
+    from ipybox.sandbox import DomainProxy, SandboxPolicy
 
 logger = logging.getLogger("ipybox")
 
@@ -69,14 +74,20 @@ class _Failed:
 
 _DONE = object()
 
+_EXECUTE_DECLINES = (
+    "execute() answers no asks; stream() yields them, and CodeExecutor(execute_accepts_asks=True) has "
+    "execute() accept them"
+)
+
 
 class _Execution:
     """The running `stream()`: where its items go, the approvals it yielded that are still undecided, and
-    its cancellation."""
+    its cancellation. `declines`: why it answers no workspace `ask` (`execute()` attached), if it doesn't."""
 
-    def __init__(self, auto_approve: bool) -> None:
+    def __init__(self, auto_approve: bool, declines: str | None = None) -> None:
         self.queue: asyncio.Queue[StreamItem | _Failed | object] = asyncio.Queue()
         self.auto_approve = auto_approve
+        self.declines = declines
         self.cancellation = Cancellation()
         self.pending: set[ApprovalRequest] = set()
         self.withdrawals: set[asyncio.Task[None]] = set()
@@ -153,6 +164,7 @@ class _Embedded:
                 from ipybox.sandbox import SandboxPolicy
 
                 policy = SandboxPolicy.from_file(x.sandbox_config) if x.sandbox_config else SandboxPolicy()
+            policy = self._guard_servers(policy)
             setup = embedded_kernel_setup(
                 x.working_dir,
                 x.kernel_env,
@@ -185,6 +197,8 @@ class _Embedded:
                 images_dir=x.images_dir,
                 output_dir=x.output_dir,
                 max_output_chars=x.max_output_chars,
+                max_output_file_bytes=x.max_output_file_bytes or DEFAULT_MAX_OUTPUT_FILE_BYTES,
+                max_image_bytes=x.max_image_bytes or DEFAULT_MAX_IMAGE_BYTES,
                 kernel_env=kernel_env,
                 spare_kernel=x.spare_kernel,
                 ready_timeout=x.kernel_init_timeout,
@@ -197,6 +211,37 @@ class _Embedded:
         except BaseException:
             await self.stop()
             raise
+
+    def _guard_servers(self, policy: SandboxPolicy | None) -> SandboxPolicy | None:
+        """Kernels get what the servers known now execute read-only (`policy` extended), and a server
+        whose code they can still write is refused when it starts (`ServerCodeWritableError`); a sandboxed
+        server gets the same paths read-only (`ipybox.config.executables`)."""
+        x, tool_server = self.x, self.tool_server
+        assert tool_server is not None
+        dotenv = x.working_dir / ".env"
+        guard = ServerCodeGuard(
+            x.working_dir,
+            self._known_servers,
+            lambda: [LiveKernels("a kernel of this executor", policy)] if policy is not None else [],
+            dotenv_path=dotenv,
+        )
+        if policy is not None:
+            policy = protect(policy, guard.derive())
+
+        async def prepare(name: str, params: ServerParams, secrets: bool) -> ServerParams:
+            return guard.check(name, params, secrets=secrets)
+
+        tool_server.servers.prepare = prepare
+        return policy
+
+    def _known_servers(self) -> dict[str, Mapping[str, Any]]:
+        """`mcp_servers` and the servers generated into the package roots, as far as the registry says."""
+        x, found = self.x, {}
+        registry = ServerRegistry()
+        for root in [x.mcptools_dir, *x.package_roots]:
+            with contextlib.suppress(IpyboxError, OSError):  # unreadable: checked when it starts
+                found.update({f"{name} ({root})": params for name, params in registry.servers(root).items()})
+        return {**found, **x.mcp_servers}
 
     async def _gateway_loss(self) -> str | None:
         how = await self.gateway.exited(timeout=1.0) if self.gateway is not None else None
@@ -217,6 +262,7 @@ class _Embedded:
             # sources generated after the executor started work too); see `MCPServers.resolve_key`.
             servers=x.mcp_servers,
             media_dir=x.images_dir or Path("images"),
+            max_image_bytes=x.max_image_bytes or DEFAULT_MAX_IMAGE_BYTES,
             dotenv_path=x.working_dir / ".env",
             lookup=lambda name: registry.servers(x.mcptools_dir).get(name),
             # Annotations recorded at generation decide a server's calls before it first starts here
@@ -226,6 +272,9 @@ class _Embedded:
             ),
         )
         server.servers.package_lookup = registry.package_server
+        # The roots a kernel's call may name are the host's choice: another project's directory, named by
+        # code in the kernel, starts nothing (`ForeignPackageRootError`).
+        server.servers.package_roots = [x.mcptools_dir, *x.package_roots]
         server.approval.handler = x._on_approval
         server.approval.pause = x._pause_timer
         if not x.approve_tool_calls:
@@ -264,6 +313,8 @@ class _Embedded:
             images_dir=x.images_dir,
             output_dir=x.output_dir,
             max_output_chars=_CHECK_OUTPUT_CHARS,
+            max_output_file_bytes=own.max_output_file_bytes,
+            max_image_bytes=own.max_image_bytes,
             kernel_name=own.kernel_name,
             kernel_env=own.kernel_env,
             spare_kernel=False,
@@ -300,6 +351,7 @@ class _Attached:
         from ipybox.running.attach import WorkspaceSession
 
         x = self.x
+        file_bytes, image_bytes = self._file_caps()
         session = WorkspaceSession(
             self.workspace,
             x._on_approval,
@@ -307,11 +359,30 @@ class _Attached:
             images_dir=x.images_dir,
             output_dir=x.output_dir,
             max_output_chars=x.max_output_chars,
+            max_output_file_bytes=file_bytes,
+            max_image_bytes=image_bytes,
             kernel_init_timeout=x.kernel_init_timeout,
             answers=x._ask_answers,
+            declines=x._declines,
         )
         await session.open()  # closes itself when it fails
         self._session, self.client = session, session.kernel_client
+
+    def _file_caps(self) -> tuple[int, int]:
+        """`max_output_file_bytes` and `max_image_bytes`: as passed, else as the workspace's ipybox.toml
+        says (`[kernel]`), else the defaults (an ipybox.toml that does not load now, mid-edit)."""
+        x = self.x
+        file_bytes, image_bytes = x.max_output_file_bytes, x.max_image_bytes
+        if file_bytes is None or image_bytes is None:
+            from ipybox.config import ConfigError, load_config
+
+            try:
+                kernel = load_config(self.workspace).kernel
+                file_bytes = file_bytes or kernel.max_output_file_bytes
+                image_bytes = image_bytes or kernel.max_image_bytes
+            except (ConfigError, OSError) as e:
+                logger.warning("%s; the output file limits are the defaults", e)
+        return file_bytes or DEFAULT_MAX_OUTPUT_FILE_BYTES, image_bytes or DEFAULT_MAX_IMAGE_BYTES
 
     async def stop(self) -> None:
         session, self._session, self.client = self._session, None, None
@@ -326,10 +397,11 @@ class _Attached:
     async def run_in_fresh_kernel(self, code: str, timeout: float | None) -> str:
         from ipybox.running.attach import WorkspaceSession
 
-        x = self.x
+        x, own = self.x, self.client
+        assert own is not None
 
         async def reject(request: ApprovalRequest) -> None:
-            await request.reject()  # the checked code's tool calls: rules decide, nobody is asked
+            await request.reject()  # not reached: the workspace refuses a check lease's asks itself
 
         # A second, short lease: a fresh kernel from the workspace's pool (its sandbox, environment and
         # rules), given back (deleted) afterwards; the session's own kernel keeps its state.
@@ -340,7 +412,10 @@ class _Attached:
             images_dir=x.images_dir,
             output_dir=x.output_dir,
             max_output_chars=_CHECK_OUTPUT_CHARS,
+            max_output_file_bytes=own.max_output_file_bytes,
+            max_image_bytes=own.max_image_bytes,
             kernel_init_timeout=x.kernel_init_timeout,
+            check=True,  # the workspace refuses its kernel's asks: nobody is asked
         )
         await session.open()  # closes itself when it fails
         try:
@@ -368,7 +443,7 @@ class CodeExecutor:
     persist across executions until `reset()`.
 
     Which arguments apply where (see `ipybox.executor.arguments`): with `workspace`, only `images_dir`,
-    `output_dir`, `max_output_chars` and `log_level`; the others are the workspace's `ipybox.toml`'s to
+    `output_dir`, `max_output_chars`, `max_output_file_bytes`, `max_image_bytes` and `log_level`; the others are the workspace's `ipybox.toml`'s to
     decide, and passing one raises `ValueError` naming it and the setting to use instead.
 
     Args:
@@ -400,16 +475,24 @@ class CodeExecutor:
         max_output_chars: Output kept in memory per execution; a larger output is shortened to its head and
             tail, with the complete text saved in a file under `output_dir` (see `CodeExecutionResult`).
         output_dir: Where complete outputs too large for `max_output_chars` are saved.
+        max_output_file_bytes: Bytes of one execution's complete output saved under `output_dir` (default
+            256 MiB), and of the images it displays together: past it nothing more is written, and the
+            output says so. With `workspace`, default: the workspace's ipybox.toml (`[kernel]`).
+        max_image_bytes: The largest image saved (a displayed one, or one a tool returns; default 32 MiB);
+            a larger one is not, and the output says so. With `workspace`, default: its ipybox.toml.
         spare_kernel: Keep a started kernel in reserve, so `reset()` is a swap (about 1 ms) instead of a
             kernel start (about 0.5 s), at the cost of one idle kernel's memory.
         mcp_servers: MCP servers the generated tool API may call, by name, in addition to those
             `generate_mcp_sources` recorded; a name here comes first.
         mcptools_dir: Where the generated tool packages are (default: `mcptools` in the working dir).
-            Packages this version generates work from any directory without it: each call names the
-            directory its package was generated into, and the server `generate_mcp_sources` recorded
-            there under that name runs (a same-named server of another directory is another process).
-            Its servers serve calls that name no directory (packages of earlier versions) or a directory
-            with no server of that name.
+            Its servers serve calls that name no directory (packages of earlier versions) or a package
+            root with no server of that name.
+        package_roots: More directories `generate_mcp_sources` generated tool packages into, whose
+            servers the kernel may call (relative paths: to the current directory). Each call names the
+            directory its package sits in, and the server recorded there under that name runs (a
+            same-named server of another directory is another process). A call from a package in any
+            other directory is refused, unasked, and starts nothing: the kernel can't reach the servers
+            (and secrets) of another project of the same user by naming its directory.
         kernel_init_timeout: Seconds a new kernel gets to become ready (default 60; `None`: no limit).
         approve_tool_calls: Ask (an `ApprovalRequest` in `stream()`) before each MCP tool call runs; with
             `False` tool calls run without asking.
@@ -430,7 +513,12 @@ class CodeExecutor:
             server of its own. The kernel comes from the workspace's warm pool (ready in milliseconds), runs
             in the workspace directory under the workspace's sandbox and environment, and its tool calls
             follow the workspace's approval rules; calls a rule answers with `ask` reach `stream()` as
-            `ApprovalRequest`s (and are accepted by `execute()`).
+            `ApprovalRequest`s. `execute()` answers none of them: each goes to the people `[approval] ask`
+            lists (the web console, `ipybox approve`), or is denied when none is there.
+        execute_accepts_asks: With `workspace`: `execute()` accepts every call a rule answers with `ask`,
+            as an embedded executor's `execute()` accepts every tool call (the audit log records the
+            application as the one who allowed it). Off by default: code that runs unattended must not
+            answer a rule that asks for a decision. `stream()` is not affected.
 
     Raises:
         ValueError: An argument does not apply to the chosen backend or to the other arguments.
@@ -463,15 +551,19 @@ class CodeExecutor:
         kernel_gateway_token: str | Unset = UNSET,
         max_output_chars: int | Unset = UNSET,
         output_dir: str | Path | Unset | None = UNSET,
+        max_output_file_bytes: int | Unset = UNSET,
+        max_image_bytes: int | Unset = UNSET,
         spare_kernel: bool | Unset = UNSET,
         mcp_servers: Mapping[str, Mapping[str, Any]] | Unset | None = UNSET,
         mcptools_dir: str | Path | Unset | None = UNSET,
+        package_roots: Sequence[str | Path] | Unset | None = UNSET,
         kernel_init_timeout: float | Unset | None = UNSET,
         approve_tool_calls: bool | Unset = UNSET,
         approve_shell_cmds: bool | Unset = UNSET,
         require_shell_escape: bool | Unset = UNSET,
         limits: ResourceLimits | Unset | None = UNSET,
         workspace: str | Path | None = None,
+        execute_accepts_asks: bool | Unset = UNSET,
     ) -> None:
         arguments = {
             "tool_server_host": tool_server_host,
@@ -490,14 +582,18 @@ class CodeExecutor:
             "kernel_gateway_token": kernel_gateway_token,
             "max_output_chars": max_output_chars,
             "output_dir": output_dir,
+            "max_output_file_bytes": max_output_file_bytes,
+            "max_image_bytes": max_image_bytes,
             "spare_kernel": spare_kernel,
             "mcp_servers": mcp_servers,
             "mcptools_dir": mcptools_dir,
+            "package_roots": package_roots,
             "kernel_init_timeout": kernel_init_timeout,
             "approve_tool_calls": approve_tool_calls,
             "approve_shell_cmds": approve_shell_cmds,
             "require_shell_escape": require_shell_escape,
             "limits": limits,
+            "execute_accepts_asks": execute_accepts_asks,
         }
         given = {name: value for name, value in arguments.items() if value is not UNSET}
         for message in check_arguments(given, workspace=workspace is not None):
@@ -520,9 +616,13 @@ class CodeExecutor:
         self.kernel_gateway_token: str = _given(kernel_gateway_token, "")
         self.max_output_chars: int = _given(max_output_chars, DEFAULT_MAX_OUTPUT_CHARS)
         self.output_dir: Path | None = _path(_given(output_dir, None))
+        # None: the default (with `workspace`: its ipybox.toml's, read when attaching).
+        self.max_output_file_bytes: int | None = _given(max_output_file_bytes, None)
+        self.max_image_bytes: int | None = _given(max_image_bytes, None)
         self.spare_kernel: bool = _given(spare_kernel, True)
         self.mcp_servers: dict[str, Mapping[str, Any]] = dict(_given(mcp_servers, None) or {})
         self.mcptools_dir: Path = _path(_given(mcptools_dir, None)) or self.working_dir / "mcptools"
+        self.package_roots: list[Path] = [Path(root).resolve() for root in _given(package_roots, None) or ()]
         self.kernel_init_timeout: float | None = _given(kernel_init_timeout, 60)
         self.approve_tool_calls: bool = _given(approve_tool_calls, True)
         self.approve_shell_cmds: bool = _given(approve_shell_cmds, False)
@@ -531,6 +631,7 @@ class CodeExecutor:
         self._ask_answers: Answers = "application"
         self.require_shell_escape: bool = _given(require_shell_escape, False)
         self.limits: ResourceLimits = _given(limits, None) or ResourceLimits()
+        self.execute_accepts_asks: bool = _given(execute_accepts_asks, False)
         # As in ipybox 0.9.2: only a working_dir the caller names is restored before each cell.
         self.reset_cwd: bool = self.workspace is None and _given(working_dir, None) is not None
         self._backend: _Backend = (
@@ -611,6 +712,12 @@ class CodeExecutor:
             return
         execution.ask(request)
 
+    def _declines(self, call: ToolCall) -> str | None:
+        # Asked by the workspace session before an `ask` becomes a request: the running `execute()` leaves
+        # it to the workspace's people (a call while no execution runs is rejected by `_on_approval`).
+        execution = self._execution
+        return execution.declines if execution is not None else None
+
     def cancel(self) -> None:
         """Stop the running `stream()` or `execute()`, as ipybox 0.9.2's `cancel()`; safe to call from any
         task on the executor's event loop, also while an `ApprovalRequest` waits for its decision.
@@ -635,7 +742,10 @@ class CodeExecutor:
         return timer.resume
 
     async def execute(self, code: str, timeout: float | None = 120) -> CodeExecutionResult:
-        """Execute code and return its result; MCP tool calls are approved automatically.
+        """Execute code and return its result; MCP tool calls are approved automatically (ipybox 0.9.2's
+        `execute()`). Attached to a workspace, its rules decide, and a call a rule answers with `ask` is
+        not answered here: the workspace asks the people present, or denies it (`execute_accepts_asks=True`
+        accepts it instead).
 
         Args:
             code: Python code (IPython syntax; top-level `await` works).
@@ -653,8 +763,11 @@ class CodeExecutor:
             TimeoutError: The code ran past `timeout`.
         """
         result: CodeExecutionResult | None = None
-        async for item in self._stream(code, timeout, chunks=False, auto_approve=True):
-            if isinstance(item, ApprovalRequest):
+        accepts = self.workspace is None or self.execute_accepts_asks
+        declines = None if accepts else _EXECUTE_DECLINES
+        async for item in self._stream(code, timeout, chunks=False, auto_approve=accepts, declines=declines):
+            # Declining, only calls the workspace refused already arrive here (nobody could be asked).
+            if isinstance(item, ApprovalRequest) and accepts:
                 await item.accept()
             elif isinstance(item, CodeExecutionResult):
                 result = item
@@ -680,11 +793,17 @@ class CodeExecutor:
         return self._stream(code, timeout, chunks=chunks, auto_approve=False)
 
     async def _stream(
-        self, code: str, timeout: float | None, *, chunks: bool, auto_approve: bool
+        self,
+        code: str,
+        timeout: float | None,
+        *,
+        chunks: bool,
+        auto_approve: bool,
+        declines: str | None = None,
     ) -> AsyncIterator[StreamItem]:
         client = self.kernel_client
         async with self._lock:
-            execution = _Execution(auto_approve)
+            execution = _Execution(auto_approve, declines)
             queue = execution.queue
 
             async def run() -> None:
@@ -747,7 +866,7 @@ class CodeExecutor:
         executor's are: by its gateway (sandboxed when the executor is), or leased from the workspace's
         pool. Its MCP tool calls follow the approval rules and are never asked about: with an embedded
         gateway it runs while no execution does (it waits for one to finish) and an approval it needs is
-        rejected; a workspace's `ask` is rejected. This is the `RunCheck` of `ipybox.codeact.checks`.
+        rejected; a workspace refuses its `ask`s itself, with a reason saying so, and asks nobody. This is the `RunCheck` of `ipybox.codeact.checks`.
 
         Raises:
             CodeExecutionError: The code raised an exception, or the kernel died.

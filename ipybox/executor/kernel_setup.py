@@ -33,6 +33,7 @@ from dotenv import dotenv_values
 
 from ipybox.codeact.layout import gentools_dir
 from ipybox.config import WorkspaceConfig
+from ipybox.config.executables import protect, workspace_executables
 from ipybox.in_kernel.mcptools_refresh import MCPTOOLS_DIR_ENV
 from ipybox.in_kernel.shell_approval import SHELL_APPROVAL_ENV
 from ipybox.in_kernel.tool_runner import SERVER_ENV, TOKEN_ENV
@@ -197,16 +198,21 @@ def embedded_kernel_setup(
 def workspace_kernel_setup(config: WorkspaceConfig, workspace: Path, state_dir: Path) -> KernelSetup:
     """What `ipybox up` starts a workspace's kernels with: `[kernel] env` with `${VAR}` placeholders filled,
     `KERNEL_ENV_*` of the workspace's `.env` and the environment (README, "MCP server"), fresh tool
-    packages, `[sandbox]` with ipybox's own state directory hidden, and shell-command approval as
-    `[kernel] approve_shell`/`require_shell_escape` say (decided by the workspace's rules).
+    packages, `[sandbox]` with ipybox's own state directory hidden and what the host executes from the
+    workspace read-only (its servers' code, ipybox's own environment: `ipybox.config.executables`), and
+    shell-command approval as `[kernel] approve_shell`/`require_shell_escape` say (decided by the
+    workspace's rules).
     """
+    policy = None
+    if config.sandbox.enabled:
+        policy = protect(_hide(config.sandbox.policy(), state_dir), workspace_executables(config, workspace))
     return KernelSetup(
         working_dir=workspace,
         env=dict(config.kernel.env),
         resolve_placeholders=True,
         prefixed_env=True,
         dotenv=workspace / ".env",
-        sandbox=_hide(config.sandbox.policy(), state_dir) if config.sandbox.enabled else None,
+        sandbox=policy,
         mcptools_dir=config.resolve(config.workspace.mcptools_dir),
         refresh_mcptools=True,
         approve_shell=config.kernel.approve_shell,

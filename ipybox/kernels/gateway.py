@@ -247,6 +247,29 @@ class KernelGateway:
             self._endpoint = GatewayEndpoint(f"http://{shown}:{port}", self.token)
         logger.debug("kernel gateway %s listening on %s", self.pid, address)
 
+    def update_kernel_spec(self, kernel_spec: KernelSpec) -> None:
+        """Start kernels from `kernel_spec` from now on; running kernels keep what they were started with.
+
+        For a sandbox whose policy changed while the gateway runs (`ipybox up` protects the code of a
+        server added since). Whether kernels are sandboxed, and have a private `/tmp`, is fixed when the
+        gateway starts (its limits are set up for it).
+
+        Raises:
+            RuntimeError: The gateway is not running.
+            ValueError: `kernel_spec` is sandboxed, or has a private `/tmp`, where the running one is not,
+                or the other way round.
+        """
+        if self._runtime_dir is None or self._process is None:
+            raise RuntimeError("the kernel gateway is not running: give the kernel spec to a new one")
+        fixed = (kernel_spec.sandboxed, kernel_spec.private_tmp)
+        if fixed != (self.kernel_spec.sandboxed, self.kernel_spec.private_tmp):
+            raise ValueError(
+                "a running gateway's kernels stay sandboxed (or unsandboxed) as they started: start a new "
+                "gateway to change that"
+            )
+        kernel_spec.write(self._runtime_dir / "data", runtime_dir=self._runtime_dir)
+        self.kernel_spec = kernel_spec
+
     async def _spawn(self) -> None:
         assert self._runtime_dir is not None
         config_dir = self._runtime_dir / "config"

@@ -54,6 +54,7 @@ from ipybox.kernels.result import (
 )
 from ipybox.kernels.timer import Cancellation, ExecutionTimer
 from ipybox.limits import format_bytes
+from ipybox.safefs import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_OUTPUT_FILE_BYTES
 
 __all__ = [
     "Cancellation",
@@ -118,6 +119,9 @@ class KernelClient:
         output_dir: Where an output larger than `max_output_chars` is saved in full (default: a private
             directory of this process under `$TMPDIR`, mode 0700).
         max_output_chars: Output kept in memory per execution; more is saved to a file and shortened.
+        max_output_file_bytes: Bytes of an execution's complete output saved to that file, and of the
+            images it displays together; past it nothing more is written, and the output says so.
+        max_image_bytes: The largest image saved; a larger one is not, and the output says so.
         kernel_name: Kernelspec to start (default: the gateway's default).
         kernel_env: Environment for kernels, sent with the kernel start request. An external gateway passes
             only variables named `KERNEL_*` or whitelisted in its `env_whitelist`.
@@ -153,6 +157,8 @@ class KernelClient:
         images_dir: Path | None = None,
         output_dir: Path | None = None,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        max_output_file_bytes: int = DEFAULT_MAX_OUTPUT_FILE_BYTES,
+        max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
         kernel_name: str | None = None,
         kernel_env: dict[str, str] | None = None,
         spare_kernel: bool = True,
@@ -168,6 +174,8 @@ class KernelClient:
         self.images_dir = images_dir or Path("images")
         self.output_dir = output_dir  # None: a private per-process directory (see `output`)
         self.max_output_chars = max_output_chars
+        self.max_output_file_bytes = max_output_file_bytes
+        self.max_image_bytes = max_image_bytes
         self.kernel_name = kernel_name
         self.kernel_env = kernel_env
         self.spare_kernel = spare_kernel
@@ -453,7 +461,13 @@ class KernelClient:
                         )
                 assert self._kernel is not None
                 kernel = self._kernel
-                collector = OutputCollector(self.max_output_chars, self.images_dir, self.output_dir)
+                collector = OutputCollector(
+                    self.max_output_chars,
+                    self.images_dir,
+                    self.output_dir,
+                    max_file_bytes=self.max_output_file_bytes,
+                    max_image_bytes=self.max_image_bytes,
+                )
                 timer = self._timer = ExecutionTimer(timeout)
                 try:
                     request = kernel.execute(code)

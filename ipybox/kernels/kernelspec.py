@@ -10,6 +10,7 @@ the gateway's private runtime directory (`RUNTIME_DIR` until the kernelspec is w
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,7 +72,9 @@ class KernelSpec:
     def write(self, data_dir: Path, name: str = KERNEL_NAME, runtime_dir: Path | None = None) -> Path:
         """Write `kernels/<name>/kernel.json` under a Jupyter data dir and return its directory.
 
-        `RUNTIME_DIR` in the argv is replaced by `runtime_dir`.
+        `RUNTIME_DIR` in the argv is replaced by `runtime_dir`. Each file is replaced whole (written
+        aside, then renamed), so a kernel starting while a running gateway's spec is rewritten reads the
+        old file or the new one, never half of one.
         """
         spec_dir = data_dir / "kernels" / name
         spec_dir.mkdir(parents=True, exist_ok=True)
@@ -86,9 +89,10 @@ class KernelSpec:
             "env": self.env,
             "metadata": {"debugger": False},
         }
-        (spec_dir / "kernel.json").write_text(json.dumps(spec, indent=2))
-        for file_name, content in self.resources.items():
-            (spec_dir / file_name).write_text(content)
+        for file_name, content in {**self.resources, "kernel.json": json.dumps(spec, indent=2)}.items():
+            partial = spec_dir / f".{file_name}.new"
+            partial.write_text(content)
+            os.replace(partial, spec_dir / file_name)
         return spec_dir
 
 

@@ -12,15 +12,20 @@ so nothing is written through a link someone planted. ipybox never deletes them:
 readable after the executor stopped, until the user or the system's temporary-file cleaning removes it.
 
 A given `output_dir` or `images_dir` (which may lie in a working directory a kernel writes in) is created
-if missing (the output directory with mode 0700) and written through a descriptor opened without following
-a symlink: if a kernel replaced it by a symlink, the file goes to the private directory instead, with a
-warning in the log, and the symlink is left alone.
+if missing (the output directory with mode 0700) and written through a descriptor reached without following
+a symlink anywhere on its path (`ipybox.safefs.open_dir`): if a kernel replaced it, or a directory above
+it, by a symlink, the file goes to the private directory instead, with a warning in the log, and the
+symlink is left alone.
+
+What a cell makes the host write is bounded (a kernel that prints forever or displays huge images must
+not fill the disk): its complete output file stops at `max_file_bytes` (the file and the result's notice
+say so; what was written stays), an image over `max_image_bytes` is not saved, nor one that would take the
+cell's images together past `max_file_bytes`; the output says so in its place, naming the setting.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import logging
 import os
 import re
@@ -33,7 +38,14 @@ from pathlib import Path
 from typing import IO
 
 from ipybox.kernels.result import CodeExecutionResult, StreamName
-from ipybox.safefs import DIR_FLAGS, NEW_FILE_FLAGS
+from ipybox.limits import format_bytes
+from ipybox.safefs import (
+    DEFAULT_MAX_IMAGE_BYTES,
+    DEFAULT_MAX_OUTPUT_FILE_BYTES,
+    DIR_FLAGS,
+    NEW_FILE_FLAGS,
+    open_dir,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -146,19 +158,34 @@ class OutputCollector:
         images_dir: Where displayed images are written (created on first use).
         output_dir: Where the complete output goes once it exceeds `limit` (created on first use, mode
             0700); `None`, or the old shared `$TMPDIR/ipybox-output`, for this process's private directory.
+        max_file_bytes: Bytes of the complete output written to its file; and of all images together.
+        max_image_bytes: The largest image saved.
     """
 
-    def __init__(self, limit: int, images_dir: Path, output_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        limit: int,
+        images_dir: Path,
+        output_dir: Path | None = None,
+        *,
+        max_file_bytes: int = DEFAULT_MAX_OUTPUT_FILE_BYTES,
+        max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+    ) -> None:
         self.images_dir = images_dir
         self.output_dir = None if output_dir is None or _is_shared_default(output_dir) else output_dir
+        self.max_file_bytes = max_file_bytes
+        self.max_image_bytes = max_image_bytes
         self.images: list[Path] = []
+        self._image_bytes = 0
         self._text = BoundedText(limit)
         self._streams: dict[StreamName, BoundedText] = {
             "stdout": BoundedText(limit),
             "stderr": BoundedText(limit),
         }
-        self._spill: IO[str] | None = None
+        self._spill: IO[bytes] | None = None
         self._spill_path: Path | None = None
+        self._spill_bytes = 0
+        self._spill_full = False  # stopped at `max_file_bytes`
         self._last_char = "\n"
 
     def add_text(self, text: str, stream: StreamName = "stdout") -> str:
@@ -171,7 +198,7 @@ class OutputCollector:
         if whole is not None:
             self._start_spill(whole)
         elif self._spill is not None:
-            self._spill.write(text)
+            self._write_spill(text)
         self._last_char = text[-1]
         return text
 
@@ -182,32 +209,76 @@ class OutputCollector:
         Returns the text that was added, if any.
         """
         saved = False
+        refused: list[str] = []
         for mime, suffix in (("image/png", ".png"), ("image/svg+xml", ".svg")):
             payload = data.get(mime)
             if isinstance(payload, str):
-                self._save_image(payload, mime, suffix)
-                saved = True
+                notice = self._save_image(payload, mime, suffix)
+                saved = saved or notice is None
+                refused += [notice] if notice is not None else []
         plain = data.get("text/plain")
+        if refused and not saved:
+            plain = "\n".join(refused)
         if saved or not isinstance(plain, str):
             return None
         text = plain if self._last_char == "\n" else "\n" + plain
         return self.add_text(text + "\n")
 
-    def _save_image(self, payload: str, mime: str, suffix: str) -> None:
+    def _save_image(self, payload: str, mime: str, suffix: str) -> str | None:
+        """Save an image; `None` when saved, else the notice that takes its place in the output."""
         content = payload.encode() if mime == "image/svg+xml" else base64.b64decode(payload)
+        size = f"{format_bytes(len(content))} {mime}"
+        if len(content) > self.max_image_bytes:
+            return (
+                f"[ipybox: image not saved: {size} is more than max_image_bytes "
+                f"({format_bytes(self.max_image_bytes)})]"
+            )
+        if self._image_bytes + len(content) > self.max_file_bytes:
+            return (
+                f"[ipybox: image not saved ({size}): this cell's images together would pass "
+                f"max_output_file_bytes ({format_bytes(self.max_file_bytes)})]"
+            )
+        self._image_bytes += len(content)
         name = f"{uuid.uuid4().hex[:12]}{suffix}"
         fd, path = _create_file(self.images_dir, name, "an image", mode=0o666, dir_mode=0o777)
         with os.fdopen(fd, "wb") as file:
             file.write(content)
         self.images.append(path)
+        return None
 
     def _start_spill(self, whole: str) -> None:
         name = f"output-{uuid.uuid4().hex}.txt"
         fd, self._spill_path = _create_file(
             self.output_dir, name, "the complete output", mode=0o600, dir_mode=0o700
         )
-        self._spill = os.fdopen(fd, "w", encoding="utf-8")
-        self._spill.write(whole)
+        self._spill = os.fdopen(fd, "wb")
+        self._write_spill(whole)
+
+    def _write_spill(self, text: str) -> None:
+        """Append to the complete output, up to `max_file_bytes`; past it, end the file with a notice and
+        write nothing more (what was written stays)."""
+        if self._spill is None:
+            return
+        try:
+            data = text.encode()
+        except UnicodeEncodeError:  # a lone surrogate has no UTF-8 form: U+FFFD, as everywhere else
+            data = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
+        room = self.max_file_bytes - self._spill_bytes
+        if len(data) > room:
+            data = data[:room].decode("utf-8", "ignore").encode()  # whole characters only
+            self._spill_full = True
+        self._spill.write(data)
+        self._spill_bytes += len(data)
+        if self._spill_full:
+            self._spill.write(f"\n{self._file_notice()}\n".encode())
+            self._spill.close()
+            self._spill = None
+
+    def _file_notice(self) -> str:
+        return (
+            f"[ipybox: the complete output stops here: it reached max_output_file_bytes "
+            f"({format_bytes(self.max_file_bytes)}); the rest was not saved]"
+        )
 
     def result(self) -> CodeExecutionResult:
         """The result so far (closing the spill file, if any)."""
@@ -215,7 +286,13 @@ class OutputCollector:
             self._spill.close()
             self._spill = None
         notice = ""
-        if self._spill_path is not None:
+        if self._spill_path is not None and self._spill_full:
+            notice = (
+                f"[ipybox: output truncated: {self._text.size:,} characters in total; only its first "
+                f"{format_bytes(self._spill_bytes)} were saved, in {self._spill_path}: the file stops at "
+                f"max_output_file_bytes ({format_bytes(self.max_file_bytes)})]"
+            )
+        elif self._spill_path is not None:
             notice = (
                 f"[ipybox: output truncated: {self._text.size:,} characters in total; "
                 f"the complete output is in {self._spill_path}]"
@@ -238,21 +315,20 @@ def _create_file(
     symlink a kernel planted, a file). Returns the file's descriptor and path."""
     fd: int | None = None
     if directory is not None:
-        with contextlib.suppress(OSError):  # a symlink to nowhere, a file: refused just below
-            directory.mkdir(mode=dir_mode, parents=True, exist_ok=True)
-        fd = _open_dir(directory)
-        if fd is None:
+        try:  # never through a symlink on the way (a kernel may have planted one), see `ipybox.safefs`
+            fd = open_dir(directory, create_mode=dir_mode)
+        except OSError as e:
             logger.warning(
-                "not writing %s to %s: it is a symlink or not a directory (a kernel may have replaced it), "
-                "so it goes to the private output directory instead",
+                "not writing %s to %s (%s): it goes to the private output directory instead",
                 what,
                 directory,
+                e,
             )
             directory = None
     if fd is None or directory is None:
         fd, directory = _open_private_dir()
         mode = 0o600
     try:
-        return os.open(name, NEW_FILE_FLAGS, mode, dir_fd=fd), directory.resolve() / name
+        return os.open(name, NEW_FILE_FLAGS, mode, dir_fd=fd), Path(os.path.abspath(directory)) / name
     finally:
         os.close(fd)

@@ -47,6 +47,12 @@ class KernelPool:
         ready_timeout: Seconds a new kernel gets to answer (default `READY_TIMEOUT`).
         gateway_log: The gateway's log, whose end is added to the error about a kernel that died while
             starting.
+
+    Attributes:
+        version: The version of the gateway's kernel spec that kernels started now get (the caller's
+            count, raised with `recycle(version)`); a kernel whose start was asked for under an older one
+            is shut down when it is ready rather than pooled (it may have been started from the old spec).
+        versions: Each kernel's version (idle and claimed, until released).
     """
 
     def __init__(
@@ -63,6 +69,8 @@ class KernelPool:
         self.ready_timeout = READY_TIMEOUT if ready_timeout is None else ready_timeout
         self.gateway_log = gateway_log
         self.callers: dict[str, str] = {}  # kernel id -> caller id of its tool token
+        self.version = 0
+        self.versions: dict[str, int] = {}
         self._idle: dict[str, KernelConnection] = {}  # in the order they became ready
         self._starting: set[asyncio.Task[None]] = set()
         self._background: set[asyncio.Task[None]] = set()
@@ -125,21 +133,28 @@ class KernelPool:
     async def release(self, kernel_id: str) -> None:
         """Delete a claimed kernel."""
         self.callers.pop(kernel_id, None)
+        self.versions.pop(kernel_id, None)
         await self._delete(kernel_id)
 
     def discard(self, kernel_id: str) -> None:
         """Delete a claimed kernel in the background (one its holder replaced: whoever claims next need not
         wait for it to shut down)."""
         self.callers.pop(kernel_id, None)
+        self.versions.pop(kernel_id, None)
         task = asyncio.create_task(self._delete(kernel_id), name="ipybox-pool-delete")
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def recycle(self) -> None:
-        """Replace the idle kernels (after the kernel environment or the sandbox changed)."""
+    async def recycle(self, version: int | None = None) -> None:
+        """Replace the idle kernels (after the kernel environment or the sandbox changed); with `version`,
+        the kernel spec changed: kernels started from now on have that version, and kernels still
+        starting are not pooled."""
+        if version is not None:
+            self.version = version
         old, self._idle = self._idle, {}
         for kernel in old.values():
             self.callers.pop(kernel.kernel_id, None)
+            self.versions.pop(kernel.kernel_id, None)
         await asyncio.gather(*(kernel.shutdown() for kernel in old.values()))
         self.refill()
 
@@ -169,6 +184,7 @@ class KernelPool:
         error = task.exception()  # logged by _add; a claim waiting for it raises it
         if error is None:
             self._failures_in_a_row = 0
+            self.refill()  # a kernel dropped for an old spec is replaced
             return
         self._failures_in_a_row += 1
         if (
@@ -181,6 +197,7 @@ class KernelPool:
         http = self._http
         assert http is not None
         caller = uuid.uuid4().hex
+        version = self.version  # before the start: the spec may change while it starts
         try:
             kernel = await KernelConnection.open(
                 http,
@@ -200,7 +217,11 @@ class KernelPool:
         if self._http is not http:  # stopped meanwhile
             await kernel.shutdown(delete=False)
             return
+        if version != self.version:  # recycled meanwhile: it may run under the old spec
+            await kernel.shutdown()
+            return  # replaced when this start is done (`_started`)
         self.callers[kernel.kernel_id] = caller
+        self.versions[kernel.kernel_id] = version
         self._idle[kernel.kernel_id] = kernel
         kernel.on_death(self._idle_died)
 
@@ -209,6 +230,7 @@ class KernelPool:
             return  # claimed (or dropped) before it died
         del self._idle[kernel.kernel_id]
         self.callers.pop(kernel.kernel_id, None)
+        self.versions.pop(kernel.kernel_id, None)
         if self._http is None or kernel.death_cause != "process":
             # The connection closed without the gateway saying the kernel died: the gateway exited (its
             # restart brings a new pool) or deleted the kernel; the next claim starts one if needed.

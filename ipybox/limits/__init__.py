@@ -1,4 +1,4 @@
-"""Resource limits of kernels and stdio MCP servers: memory, CPU, processes, open files, `/tmp`.
+"""Resource limits of kernels and stdio MCP servers: memory, CPU, processes, open files, file size, `/tmp`.
 
 - [spec][ipybox.limits.spec]: `ResourceLimits` (`[kernel.limits]`, `CodeExecutor(limits=...)`) and the
   workspace's defaults;
@@ -6,13 +6,22 @@
   setrlimit) and `LimitUnavailableError` for a limit it can't enforce;
 - [limiter][ipybox.limits.limiter]: the groups made for a gateway's kernels and for each kernel, and the
   command line that starts a process inside them ([wrapper][ipybox.limits.wrapper]);
-- [usage][ipybox.limits.usage]: what a kernel uses, from its group or `/proc`.
+- [usage][ipybox.limits.usage]: what a kernel uses, from its group or `/proc`;
+- [seccomp][ipybox.limits.seccomp]: the filter that keeps a kernel under `setrlimit` from holding memory
+  no rlimit counts (`memfd_create`, `shmget`);
+- [disk][ipybox.limits.disk]: why kernels' writes to the workspace have no disk quota (`ipybox doctor`).
 
 The host decides and checks; the kernel never does: limits are set before its first instruction, by a
 process it can't reach, and it can't raise them.
 """
 
-from ipybox.limits.enforcement import Enforcement, LimitUnavailableError, check_limits, detect_enforcement
+from ipybox.limits.enforcement import (
+    Enforcement,
+    LimitUnavailableError,
+    check_limits,
+    detect_enforcement,
+    unenforceable_defaults,
+)
 from ipybox.limits.limiter import Limited, Limiter
 from ipybox.limits.spec import ResourceLimits, WorkspaceLimits, describe_limit, format_bytes
 from ipybox.limits.usage import Usage
@@ -29,4 +38,5 @@ __all__ = [
     "describe_limit",
     "detect_enforcement",
     "format_bytes",
+    "unenforceable_defaults",
 ]

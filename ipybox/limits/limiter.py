@@ -26,9 +26,10 @@ from typing import Any
 
 from ipybox.limits.cgroups import Cgroup
 from ipybox.limits.enforcement import Enforcement, Mechanism, check_limits, detect_enforcement
+from ipybox.limits.seccomp import filter_path
 from ipybox.limits.spec import ResourceLimits
 from ipybox.limits.usage import Usage, tree_usage, user_tasks
-from ipybox.limits.wrapper import limited_argv
+from ipybox.limits.wrapper import SECCOMP_FD, limited_argv
 
 _PREFIX = "ipybox-"
 NPROC_PER_USER_NAMESPACE = sys.platform.startswith("linux")
@@ -135,6 +136,12 @@ class Limited:
 
         `sandboxed`: `argv` starts a sandbox with its own user namespace whose command line came from
         [`sandbox_argv`][ipybox.limits.limiter.Limiter.sandbox_argv]; the process limit is set there.
+        Under `setrlimit` with a memory limit, `argv` must be bubblewrap's: it is given the seccomp filter
+        of [seccomp][ipybox.limits.seccomp] to install (`--add-seccomp-fd`).
+
+        Raises:
+            ValueError: A memory limit under `setrlimit` for a command that is not bubblewrap.
+            SeccompUnavailableError: The filter can't be built (`Limiter.open` checked it can).
         """
         limits = self.limiter.limits
         rlimit = self.limiter.mechanism == "rlimit"
@@ -143,12 +150,21 @@ class Limited:
             # RLIMIT_NPROC counts every process and thread of the user: what the user runs already is not
             # this process's to spend.
             processes = user_tasks() + limits.processes
+        seccomp = None
+        if rlimit and limits.memory is not None:
+            # RLIMIT_AS does not count memory kept unmapped: refuse the calls that could (see seccomp).
+            if not sandboxed or os.path.basename(argv[0]) != "bwrap":
+                raise ValueError(f"a memory limit under setrlimit needs bubblewrap to start {argv[0]!r}")
+            seccomp = filter_path()
+            argv = [argv[0], "--add-seccomp-fd", str(SECCOMP_FD), *argv[1:]]
         return limited_argv(
             argv,
             join=self.group.procs_files() if self.group is not None else (),
             open_files=limits.open_files,
             processes=processes,
             address_space=limits.memory if rlimit else None,
+            file_size=limits.file_size,
+            seccomp=seccomp,
         )
 
     def usage(self, pid: int | None) -> Usage:

@@ -7,6 +7,7 @@ memory = "4GiB"        # resident memory of the kernel and everything it starts 
 cpus = 1.5             # CPU time, in CPUs' worth (a hard cap, not a share)
 processes = 256        # processes and threads it may have at once
 open_files = 4096      # open file descriptors per process
+file_size = "10GiB"    # size of each file a process writes (not a disk quota: see `ipybox doctor`)
 tmp = "1GiB"           # size of a sandboxed kernel's private /tmp
 ```
 
@@ -30,7 +31,7 @@ Enforce = Literal["auto", "cgroup", "rlimit"]
 `setrlimit`); `cgroup` and `rlimit` insist on one (an error where it is not available)."""
 
 UNLIMITED = "unlimited"
-LIMIT_NAMES = ("memory", "cpus", "processes", "open_files", "tmp")
+LIMIT_NAMES = ("memory", "cpus", "processes", "open_files", "file_size", "tmp")
 """The limits, in the order they are reported."""
 
 GiB = 1024**3
@@ -64,12 +65,15 @@ class ResourceLimits(BaseModel):
 
     Attributes:
         memory: Bytes of memory (cgroup: resident memory and swap of the whole process tree, files in
-            its private `/tmp` included; `setrlimit`: the address space of each process).
+            its private `/tmp` included; `setrlimit`: the address space of each process, with
+            `memfd_create` and `shmget` refused, for a sandboxed process with a `tmp` limit only).
         cpus: CPUs' worth of CPU time, e.g. `0.5` or `2` (a hard cap; cgroups only).
         processes: Processes and threads at once (cgroup: of the tree; `setrlimit`: of a sandboxed
             kernel's own user namespace, or, unsandboxed, of the user, counted from how many the user had
             when the kernel started).
         open_files: Open file descriptors, per process.
+        file_size: Bytes of each file a process writes (RLIMIT_FSIZE, whatever the mechanism; a write
+            past it fails with `EFBIG`). Not a disk quota: many files can still fill a disk.
         tmp: Bytes the private `/tmp` of a sandboxed kernel may hold (an unsandboxed kernel has none).
         enforce: How (see `Enforce`).
 
@@ -86,10 +90,11 @@ class ResourceLimits(BaseModel):
     cpus: Annotated[float | None, _number_schema("number", 0)] = Field(default=None, gt=0)
     processes: Annotated[int | None, _number_schema("integer", 1)] = Field(default=None, ge=1)
     open_files: Annotated[int | None, _number_schema("integer", 16)] = Field(default=None, ge=16)
+    file_size: Annotated[ByteSize | None, _SIZE_SCHEMA] = Field(default=None, gt=0)
     tmp: Annotated[ByteSize | None, _SIZE_SCHEMA] = Field(default=None, gt=0)
     enforce: Enforce = "auto"
 
-    @field_validator("memory", "cpus", "processes", "open_files", "tmp", mode="before")
+    @field_validator("memory", "cpus", "processes", "open_files", "file_size", "tmp", mode="before")
     @classmethod
     def _unlimited(cls, value: Any) -> Any:
         if isinstance(value, str) and value.strip().lower() == UNLIMITED:
@@ -98,7 +103,7 @@ class ResourceLimits(BaseModel):
             raise ValueError(f'use "{UNLIMITED}" to lift a limit, not {str(value).lower()}')
         return value
 
-    @field_validator("memory", "tmp", mode="before")
+    @field_validator("memory", "file_size", "tmp", mode="before")
     @classmethod
     def _size(cls, value: Any) -> Any:
         # (Runs before `_unlimited`: pydantic runs a field's "before" validators last-defined first.)
@@ -147,6 +152,6 @@ def format_bytes(value: float) -> str:
 
 def describe_limit(name: str, value: float) -> str:
     """A limit as a person reads it: `memory 4 GiB`, `cpus 1.5`, `processes 256`."""
-    if name in ("memory", "tmp"):
-        return f"{'/tmp' if name == 'tmp' else name} {format_bytes(value)}"
+    if name in ("memory", "file_size", "tmp"):
+        return f"{'/tmp' if name == 'tmp' else name.replace('_', ' ')} {format_bytes(value)}"
     return f"{name.replace('_', ' ')} {value:g}"

@@ -89,6 +89,7 @@ def render_tool_module(server_name: str, tool: ToolSchema, parser: str | None = 
     extra_imports: set[tuple[str, str]] = set()
     if parser is not None:
         extra_imports.add(("import importlib", "_importlib"))
+        extra_imports.add(("import typing", "_typing"))  # `ParseResult` for readers and type checkers
         if tool.output_schema is not None:
             extra_imports.add(("import json", "_json"))
     stdlib, pydantic_names = _imports(module, extra_imports)

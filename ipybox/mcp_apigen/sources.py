@@ -93,9 +93,14 @@ async def generate_mcp_sources(
     The package's `__init__.py` indexes the tools. An existing package of that name is replaced.
 
     The server's parameters (with `${VAR}` placeholders unresolved) are recorded in the host's server
-    registry under `root_dir`, so a `CodeExecutor` can run the tools later, in this process or another,
-    wherever `root_dir` is: generated code names the server and the directory it was generated into,
-    never parameters, and the host runs what it recorded there. Each tool's
+    registry under `root_dir`, so a `CodeExecutor` whose `mcptools_dir` or `package_roots` is `root_dir`
+    can run the tools later, in this process or another: generated code names the server and the
+    directory it was generated into, never parameters, and the host runs what it recorded there. Secrets
+    are recorded by name only: a literal value in `env` or `headers` is recorded as a `${VAR}`
+    placeholder (`env.API_KEY` as `${API_KEY}`, header `Authorization` of server `github` as
+    `${GITHUB_AUTHORIZATION}`; a warning names them), which this process fills in with the value given
+    and an executor in another process from its environment or `.env` (see
+    `ipybox.mcp_client.registry`). Each tool's
     annotations (`readOnlyHint`, ...) as listed now are recorded with them, so the application sees them
     on a call that is decided before the server starts (while the server's parameters stay the same).
 

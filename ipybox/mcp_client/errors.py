@@ -37,6 +37,12 @@ class ServerStartError(MCPServerError):
     """A stdio server could not be started: the command was not found, or it exited at once."""
 
 
+class ServerCodeWritableError(ServerStartError):
+    """A stdio server was not started: a kernel could write code it runs (its command, script, modules or
+    environment), so it would run the kernel's code, and get its `${VAR}` secrets. The message names the
+    path, who can write it and the fix (see `ipybox.config.executables`)."""
+
+
 class ServerConnectError(MCPServerError):
     """The server could not be reached, refused the connection, answered with an HTTP error, or the
     connection was lost."""

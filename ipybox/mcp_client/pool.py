@@ -10,9 +10,12 @@ asked without starting anything, so a call can be approved before its server sta
 A name is resolved in this order: the servers given (`servers`, `register`), then, for a call that says
 which package root its generated module sits in, the server generated as that name into that root
 (`package_lookup`, e.g. [ServerRegistry.package_server][ipybox.mcp_client.registry.ServerRegistry.package_server]),
-then `lookup` (e.g. the registry under `mcptools_dir`). The root only selects among what `package_lookup`
-records: an unrecorded root falls through to `lookup`, and an unknown name is refused without starting
-anything. The same name generated into two roots with different parameters is two servers: a root's
+then `lookup` (e.g. the registry under `mcptools_dir`). The root is a kernel's word, so it only selects
+among the pool's own `package_roots`, which the host decides (`CodeExecutor`: its `mcptools_dir` and
+`package_roots`): a call naming any other root is refused (`ForeignPackageRootError`) before anything is
+looked up, asked or started, so a kernel can't get another project's server started (with that project's
+secrets) by naming that project's directory. Within its own roots, a root without a server of that name
+falls through to `lookup`, and an unknown name is refused without starting anything. The same name generated into two roots with different parameters is two servers: a root's
 server whose parameters differ from those `lookup` has for the name is a separate entry, keyed
 `"<name> (<root>)"`, with its own process, listing and users; with equal parameters it is the name's
 entry. So a call never reaches a server other than the one its package was generated from, and code
@@ -38,7 +41,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,7 @@ import mcp_types as types
 from ipybox.errors import IpyboxError
 from ipybox.mcp_client import MCPConnection, MCPServerError, ServerConnectError, parse_server_params
 from ipybox.mcp_client.params import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_RESULT_SIZE, ServerParams
+from ipybox.mcp_client.placeholders import placeholder_names
 from ipybox.mcp_client.registry import RegisteredServer
 
 logger = logging.getLogger(__name__)
@@ -56,9 +60,20 @@ class UnknownServerError(IpyboxError, LookupError):
     """No MCP server is registered under the requested name."""
 
 
+class ForeignPackageRootError(UnknownServerError):
+    """A call named a package root that is not one of the pool's `package_roots`: nothing is looked up or
+    started for it."""
+
+
 AnnotationsLookup = Callable[[str, Mapping[str, Any]], Mapping[str, Mapping[str, Any]] | None]
 """`(server_name, server_params) -> {tool_name: annotations}`, or `None` when none are known for those
 parameters; e.g. `ServerRegistry.recorded_annotations` for a package root (as `CodeExecutor` uses it)."""
+
+
+ServerPrepare = Callable[[str, ServerParams, bool], Awaitable[ServerParams]]
+"""`(server_name, params, secrets) -> params`: called with a server's parameters, placeholders filled in
+(`secrets`: whether it had any), before it starts; returns the parameters to start it with, or raises an
+`MCPServerError` to refuse it (e.g. `ipybox.config.executables.ServerCodeGuard`)."""
 
 
 PackageLookup = Callable[[str, str], RegisteredServer | None]
@@ -93,9 +108,14 @@ class MCPServers:
         lookup: Consulted for a name not in `servers`, to find servers registered on the host later.
         package_lookup: Consulted for a name not in `servers` when the call names its package root (see
             the module); `None`: roots are ignored.
+        package_roots: The package roots a call may name (with `package_lookup`); a call naming another
+            is refused. Default: none, every root is refused.
         annotations_lookup: Consulted for the annotations of a server's tools while it has not listed
             them in this process, with its name and parameters (see `known_annotations`).
     """
+
+    prepare: ServerPrepare | None = None
+    """Called before a server starts (see `ServerPrepare`); `None`: servers start as registered."""
 
     def __init__(
         self,
@@ -109,6 +129,7 @@ class MCPServers:
         lookup: Callable[[str], Mapping[str, Any] | None] | None = None,
         annotations_lookup: AnnotationsLookup | None = None,
         package_lookup: PackageLookup | None = None,
+        package_roots: Iterable[str | Path] = (),
     ) -> None:
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
@@ -124,6 +145,7 @@ class MCPServers:
         # Package roots' own servers, by key: the annotations recorded with their parameters.
         self._package_entries: dict[str, Mapping[str, Mapping[str, Any]]] = {}
         self._package_keys: dict[tuple[str, str], str] = {}
+        self.package_roots = package_roots
         self._connections: dict[str, MCPConnection] = {}
         self._tools: dict[str, dict[str, types.Tool]] = {}
         # The last listing of each server, kept after it stops (until its parameters change).
@@ -136,6 +158,16 @@ class MCPServers:
         self._in_flight: dict[str, Counter[str]] = {}
         # Why a server that ended by itself is not running (until it starts again or is stopped).
         self._stopped: dict[str, str] = {}
+
+    @property
+    def package_roots(self) -> frozenset[str]:
+        """The package roots a call may name, resolved (see the module)."""
+        return self._package_roots
+
+    @package_roots.setter
+    def package_roots(self, roots: Iterable[str | Path]) -> None:
+        self._package_roots = frozenset(str(Path(root).resolve()) for root in roots)
+        self._package_keys.clear()
 
     @property
     def names(self) -> list[str]:
@@ -180,9 +212,13 @@ class MCPServers:
             if connection is not None:
                 logger.warning("MCP server %r stopped unexpectedly: starting it again", server_name)
                 await self._close(server_name)
+            given = self._params[server_name]
             params: ServerParams = parse_server_params(
-                server_name, self._params[server_name], environ=self.environ, dotenv_path=self.dotenv_path
+                server_name, given, environ=self.environ, dotenv_path=self.dotenv_path
             )
+            if self.prepare is not None:
+                secrets = bool(placeholder_names(dict(given)))
+                params = await self.prepare(server_name, params, secrets)
             connection = MCPConnection(
                 server_name,
                 params,
@@ -222,7 +258,20 @@ class MCPServers:
 
     def _package_key(self, server_name: str, package_root: str) -> str:
         assert self.package_lookup is not None
-        found = self.package_lookup(package_root, server_name)
+        # Resolved once, here: the lookup gets the root that was checked, not the kernel's path again (a
+        # symlink it swaps in between would otherwise point the lookup elsewhere).
+        try:
+            root = str(Path(package_root).resolve())
+        except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL byte
+            root = ""
+        if root not in self._package_roots:
+            roots = ", ".join(sorted(self._package_roots)) or "none"
+            raise ForeignPackageRootError(
+                f"MCP server {server_name!r} was called from a tool package in {package_root}, which is not "
+                f"one of this executor's package roots ({roots}): nothing was started. To run the servers "
+                "generated into that directory, pass it in CodeExecutor(package_roots=[...])"
+            )
+        found = self.package_lookup(root, server_name)
         if found is None:
             try:
                 self.resolve(server_name)

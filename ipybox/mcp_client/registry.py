@@ -16,6 +16,16 @@ The registry names commands the host runs, so it is host-only state:
   `generate_mcp_sources` was given, validated and normalised) and every entry read back is validated
   with the same model; a malformed one is skipped (with a warning), never used.
 
+It holds names of secrets, never their values: each literal value of `env` and `headers` (one without a
+`${VAR}` placeholder) is recorded as a placeholder ([recorded_form][ipybox.mcp_client.registry.recorded_form]:
+`env.API_KEY` as `${API_KEY}`, a header as `${<SERVER>_<HEADER>}`, e.g. `${GITHUB_AUTHORIZATION}`), with a
+warning naming the variables. The process that registered keeps the values in memory and reads its own
+entry back as given, so generating and then running in one process works as in ipybox 0.9; an executor
+in another process fills them in from its environment or `.env` when the server starts, and a missing
+one is an error naming the variable. Entries that earlier versions wrote with literal values are served
+as they are, to their own package root only (see below), and rewritten with placeholders, with a
+warning, the next time the registry is written.
+
 Next to the parameters, `generate_mcp_sources` records each tool's annotations (`readOnlyHint`, ...) as
 the server listed them, so that the tool server knows them for a call decided before the server starts.
 They are bound to the parameters they were listed with (a SHA-256 of their JSON) and used only for
@@ -41,10 +51,11 @@ earlier versions wrote them) still load; their tools' annotations are unknown un
 
 Generated tool modules send the root they sit in with each call, so a package works from wherever it was
 generated ([package_server][ipybox.mcp_client.registry.ServerRegistry.package_server]: the host looks that
-root up here). A root is a path a kernel chose, so it selects among what this file records and nothing
-else: a root (or name) not recorded finds nothing, and nothing is started for it. It can select any root
-recorded here, including another project's of the same user: what runs is still only what this user
-generated, and every call is still decided by the approver first.
+root up here). A root is a path a kernel chose, so the tool server looks up only the roots that the host
+gave it (`MCPServers.package_roots`: a `CodeExecutor`'s `mcptools_dir` and `package_roots`) and refuses
+any other before reading this file: another project's entries, and the secrets they hold, are never
+handed to a kernel that names that project's directory. Within those roots, a root (or name) not recorded
+finds nothing, and nothing is started for it.
 """
 
 from __future__ import annotations
@@ -56,6 +67,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -64,7 +76,7 @@ from typing import Any
 
 from ipybox.errors import UnsafePathError
 from ipybox.mcp_client.errors import ServerParamsError
-from ipybox.mcp_client.params import ServerParams, dump_server_params, validate_server_params
+from ipybox.mcp_client.params import PLACEHOLDER, ServerParams, dump_server_params, validate_server_params
 from ipybox.paths import user_state_dir
 from ipybox.safefs import open_own_dir, replace_file
 
@@ -178,16 +190,29 @@ class ServerRegistry:
             ServerParamsError: The parameters are not valid (nothing is recorded).
             UnsafeRegistryError: The registry's directory or file is not safe to use.
         """
-        params = dump_server_params(validate_server_params(server_name, server_params))
+        given = dump_server_params(validate_server_params(server_name, server_params))
+        params, withheld = recorded_form(server_name, given)
         recorded = None
         if annotations is not None:
             recorded = {"params_sha256": _digest(params), "tools": _recordable(server_name, annotations)}
         with self._locked() as (dir_fd, data):
             key = _key(root_dir)
+            _scrub(data, self.path)
             entries = data.get(key)
             if not isinstance(entries, dict):
                 entries = data[key] = {}
             entries[server_name] = params
+            if withheld:
+                _given_here[str(self.path), key, server_name] = (params, given)
+                logger.warning(
+                    "MCP server %r: the server registry records %s, not the values given: an executor in "
+                    "another process needs %s in its environment or .env (or the server in mcp_servers)",
+                    server_name,
+                    ", ".join(f"{where} as ${{{name}}}" for where, name in withheld.items()),
+                    ", ".join(dict.fromkeys(withheld.values())),
+                )
+            else:
+                _given_here.pop((str(self.path), key, server_name), None)
             _forget_annotations(data, key, server_name)
             if recorded is not None:
                 section = data.get(ANNOTATIONS_KEY)
@@ -202,9 +227,10 @@ class ServerRegistry:
     def unregister(self, root_dir: Path, server_name: str) -> None:
         with self._locked() as (dir_fd, data):
             key = _key(root_dir)
+            _given_here.pop((str(self.path), key, server_name), None)
             entries = data.get(key)
             removed = isinstance(entries, dict) and entries.pop(server_name, None) is not None
-            if _forget_annotations(data, key, server_name) or removed:
+            if _forget_annotations(data, key, server_name) | removed | _scrub(data, self.path):
                 self._write(dir_fd, data)
 
     def recorded_annotations(
@@ -221,7 +247,8 @@ class ServerRegistry:
         if not isinstance(section, dict):
             logger.warning("ignoring the tool annotations in %s: not a mapping", self.path)
             return None
-        by_server = section.get(_key(root_dir))
+        key = _key(root_dir)
+        by_server = section.get(key)
         if by_server is None:
             return None
         if not isinstance(by_server, dict):
@@ -230,6 +257,9 @@ class ServerRegistry:
             )
             return None
         entry = by_server.get(server_name)
+        given = _given_here.get((str(self.path), key, server_name))
+        if given is not None and given[1] == dict(server_params):
+            server_params = given[0]  # as given in this process: recorded (and digested) with placeholders
         return None if entry is None else _read_annotations(server_name, entry, server_params, self.path)
 
     def package_server(self, package_root: str, server_name: str) -> RegisteredServer | None:
@@ -255,7 +285,7 @@ class ServerRegistry:
         by_server = section.get(key) if isinstance(section, dict) else None
         entry = by_server.get(server_name) if isinstance(by_server, dict) else None
         annotations = None if entry is None else _read_annotations(server_name, entry, params, self.path)
-        return RegisteredServer(key, params, annotations)
+        return RegisteredServer(key, self._as_given(key, server_name, params), annotations)
 
     def servers(self, root_dir: Path) -> dict[str, dict[str, Any]]:
         """The valid servers recorded for `root_dir`: name -> parameters (the model's dump)."""
@@ -263,8 +293,15 @@ class ServerRegistry:
         if not isinstance(entries, dict):
             logger.warning("ignoring the entry for %s in %s: not a mapping of servers", root_dir, self.path)
             return {}
+        key = _key(root_dir)
         loaded = ((name, _loaded(name, params, self.path)) for name, params in entries.items())
-        return {name: params for name, params in loaded if params is not None}
+        return {name: self._as_given(key, name, params) for name, params in loaded if params is not None}
+
+    def _as_given(self, key: str, server_name: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The parameters as this process gave them to `register`, while the file still holds what it
+        recorded of them then (another process may have registered the name anew since); else `params`."""
+        given = _given_here.get((str(self.path), key, server_name))
+        return given[1] if given is not None and given[0] == params else params
 
     def _read(self) -> dict[str, Any]:
         """The registry's content, `{}` (with a warning) when it can't or must not be read."""
@@ -302,6 +339,75 @@ class ServerRegistry:
 
     def _write(self, dir_fd: int, data: dict[str, Any]) -> None:
         replace_file(dir_fd, self.path.name, json.dumps(data, indent=2, sort_keys=True))
+
+
+# What `register` was given in this process where the file holds placeholders in place of literal values:
+# (registry file, root, server name) -> (the parameters as recorded, as given). Memory only, never written.
+_given_here: dict[tuple[str, str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def recorded_form(server_name: str, params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """What the registry records of a server's parameters (the model's dump): each literal value of `env`
+    and `headers` replaced by a `${VAR}` placeholder. A value that holds a placeholder already, or is
+    empty, is kept as it is. `env.NAME` becomes `${NAME}` (the variable the server reads), a header
+    `${<SERVER>_<HEADER>}` in capitals, `_` for what is not a letter or digit.
+
+    Returns:
+        The parameters to record, and where each value was withheld (`env.API_KEY` -> `API_KEY`).
+    """
+    recorded = dict(params)
+    withheld: dict[str, str] = {}
+    for field in ("env", "headers"):
+        values = params.get(field)
+        if not isinstance(values, dict):
+            continue
+        kept = {}
+        for name, value in values.items():
+            if not isinstance(value, str) or not value or PLACEHOLDER.search(value):
+                kept[name] = value
+                continue
+            variable = _variable(name if field == "env" else f"{server_name}_{name}".upper())
+            withheld[f"{field}.{name}"] = variable
+            kept[name] = f"${{{variable}}}"
+        recorded[field] = kept
+    return recorded, withheld
+
+
+def _variable(name: str) -> str:
+    variable = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return variable if re.match(r"[A-Za-z_]", variable) else f"_{variable}"
+
+
+def _scrub(data: dict[str, Any], path: Path) -> bool:
+    """Replace the literal values that earlier versions recorded (see the module) by placeholders, in
+    place; annotations recorded for the old parameters are kept for the new ones. Whether any were."""
+    scrubbed: list[str] = []
+    section = data.get(ANNOTATIONS_KEY)
+    for key, entries in data.items():
+        if key == ANNOTATIONS_KEY or not isinstance(entries, dict):
+            continue
+        for name, params in entries.items():
+            if not isinstance(params, dict):
+                continue
+            recorded, withheld = recorded_form(str(name), params)
+            if not withheld:
+                continue
+            entries[name] = recorded
+            scrubbed.append(f"{name} ({key}): {', '.join(dict.fromkeys(withheld.values()))}")
+            by_server = section.get(key) if isinstance(section, dict) else None
+            entry = by_server.get(name) if isinstance(by_server, dict) else None
+            if isinstance(entry, dict):
+                with contextlib.suppress(TypeError, ValueError):
+                    if entry.get("params_sha256") == _digest(params):
+                        entry["params_sha256"] = _digest(recorded)
+    if scrubbed:
+        logger.warning(
+            "the MCP server registry %s held literal values of secrets, now recorded as placeholders: an "
+            "executor needs these variables in its environment or .env: %s",
+            path,
+            "; ".join(scrubbed),
+        )
+    return bool(scrubbed)
 
 
 def _open_dir(directory: Path, *, create: bool) -> int:

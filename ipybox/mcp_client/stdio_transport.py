@@ -261,7 +261,7 @@ def parse_message(line: bytes | bytearray) -> SessionMessage | Exception:
             value = json.loads(line)
         except UnicodeDecodeError:
             value = json.loads(line.decode("utf-8", "replace"))
-        value = _without_lone_surrogates(value)
+        value = without_lone_surrogates(value)
         return SessionMessage(types.jsonrpc_message_adapter.validate_python(value, by_name=False))
     except (ValueError, RecursionError) as e:
         problem = one_line(str(e), 300)
@@ -274,7 +274,8 @@ def parse_message(line: bytes | bytearray) -> SessionMessage | Exception:
     )
 
 
-def _without_lone_surrogates(value: Any) -> Any:
+def without_lone_surrogates(value: Any) -> Any:
+    """`value` (parsed JSON) with each lone surrogate in its strings replaced by U+FFFD."""
     if isinstance(value, str):
         if value.isascii():  # constant time: the common case costs nothing
             return value
@@ -285,9 +286,9 @@ def _without_lone_surrogates(value: Any) -> Any:
             return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
         return value
     if isinstance(value, dict):
-        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+        return {without_lone_surrogates(k): without_lone_surrogates(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_without_lone_surrogates(item) for item in value]
+        return [without_lone_surrogates(item) for item in value]
     return value
 
 

@@ -9,9 +9,14 @@ Contracts:
   its `tools/list` and `tools/call` handlers call (`list_tools`, `call_tool`). A name of a built-in tool
   always means the built-in tool (action names contain `__`, built-in names never do; checked anyway).
 - Listing reads the actions from disk each time (`read_actions`: manifests and `ast` only, never an
-  import). A stale action (its `api.py` edited after it was saved) is described again in ONE fresh kernel
-  for all of them, through an open MCP session's executor or, with none open, a short-lived executor of
-  the workspace; one that does not import is left out (logged) until its `api.py` changes again.
+  import) and answers from their manifests (the descriptions cached when they were saved or last
+  described): `tools/list` never waits for an action's import, which is agent-written code that may
+  never finish. A stale action (its `api.py` edited after it was saved, or no manifest) is left out and
+  described again in the background, one description at a time, in ONE fresh kernel for all of them
+  (bounded: each kernel's check times out), through an open MCP session's executor or, with none open, a
+  short-lived executor of the workspace; once described it is listed from the next `tools/list` on. One
+  that does not import (or whose import times out) is left out (logged) and not described again until
+  the content of its `api.py` changes (touching it is no change).
 - A call runs in the calling session's kernel through `execute_ipython_cell` itself (so `ask` rules become
   elicitations, a denied call says which rule denied it, progress and cancellation work). The generated
   cell gets the names and the arguments only inside one `repr`'d JSON string: argument text never becomes
@@ -52,7 +57,7 @@ from mcp.server.models import InitializationOptions
 from mcp_types import Tool as MCPTool
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ipybox.codeact.actions import CodeActionError, SavedAction, describe_actions, read_actions
+from ipybox.codeact.actions import CodeActionError, SavedAction, api_digest, describe_actions, read_actions
 from ipybox.codeact.checks import RunCheck
 from ipybox.codeact.index import ToolHit, ToolIndex
 from ipybox.codeact.layout import (
@@ -66,6 +71,7 @@ from ipybox.codeact.layout import (
 )
 from ipybox.errors import IpyboxError
 from ipybox.executor.code_executor import CodeExecutor
+from ipybox.mcp_client.stdio_transport import without_lone_surrogates
 from ipybox.mcp_server.registration import load_workspace_config
 from ipybox.running.state import StatePaths
 
@@ -156,9 +162,9 @@ class CodeActions:
         self._index: ToolIndex | None = None
         # SQLite objects may only be used in the thread that created them: one thread for the index.
         self._index_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ipybox-tool-index")
-        self._describing = asyncio.Lock()
-        # Stale actions whose description failed, by the `api.py` (mtime, size) it failed for.
-        self._undescribable: dict[tuple[str, str], tuple[int, int] | None] = {}
+        self._describing: asyncio.Task[None] | None = None  # the background description of stale actions
+        # Stale actions whose description failed, by the sha256 of the `api.py` it failed for.
+        self._undescribable: dict[tuple[str, str], str | None] = {}
 
     # -- paths and index -----------------------------------------------------------------------------
 
@@ -195,8 +201,14 @@ class CodeActions:
             return
         logger.debug("tool index synced: %d entries changed", changed)
 
+    def stop_describing(self) -> None:
+        """Cancel the description of stale actions running in the background, if one is."""
+        if self._describing is not None:
+            self._describing.cancel()
+
     def close(self) -> None:
-        """Close the index and its thread (idempotent)."""
+        """Close the index and its thread, and stop describing (idempotent)."""
+        self.stop_describing()
         index, self._index = self._index, None
         if index is not None:
             self._index_thread.submit(index.close)
@@ -248,18 +260,18 @@ class CodeActions:
     # -- saved actions as MCP tools ------------------------------------------------------------------
 
     async def tools(self) -> list[MCPTool]:
-        """The saved actions as MCP tools (stale ones described again first)."""
+        """The saved actions as MCP tools, from their manifests; stale ones are left out and described
+        again in the background (never waited for: see the module)."""
         try:
             paths = await self.paths()
             listing = await asyncio.to_thread(read_actions, paths.gentools)
         except Exception as e:  # a broken gentools/ must not break the built-in tools
             logger.warning("saved code actions could not be listed: %s", e)
             return []
-        actions = list(listing.actions)
         if listing.stale:
-            actions += await self._describe_stale(paths, listing.stale)
+            await self._describe_later(paths, listing.stale)
         tools: list[MCPTool] = []
-        for action in sorted(actions, key=lambda a: a.tool_name):
+        for action in sorted(listing.actions, key=lambda a: a.tool_name):
             tool = action_tool(action)
             if tool is None:
                 logger.warning("saved code action %s has a manifest that can't be listed", action.tool_name)
@@ -267,39 +279,42 @@ class CodeActions:
                 tools.append(tool)
         return tools
 
-    async def _describe_stale(self, paths: _Paths, stale: list[tuple[str, str]]) -> list[SavedAction]:
-        async with self._describing:
-            # Another listing may have described them while this one waited.
-            listing = await asyncio.to_thread(read_actions, paths.gentools)
-            described = {(a.category, a.name): a for a in listing.actions if (a.category, a.name) in stale}
-            todo = []
-            for key in listing.stale:
-                stamp = await asyncio.to_thread(_api_stamp, paths.gentools, *key)
-                if key in self._undescribable and self._undescribable[key] == stamp:
-                    continue
-                todo.append((key, stamp))
-            if not todo:
-                return list(described.values())
-            try:
-                async with self._fresh_kernel() as run:
-                    fresh = await describe_actions(
-                        run, paths.mcptools, [k for k, _ in todo], root=self.workspace
-                    )
-            except Exception as e:  # listed without them; tried again when they change
-                logger.warning("stale code actions could not be described (%s): they are not listed", e)
-                fresh = []
-            found = {(a.category, a.name): a for a in fresh}
-            for key, stamp in todo:
-                if key in found:
-                    self._undescribable.pop(key, None)
-                    described[key] = found[key]
-                else:
-                    logger.warning(
-                        "saved code action %s does not import: it is not listed until its api.py changes",
-                        action_tool_name(*key),
-                    )
-                    self._undescribable[key] = stamp
-            return list(described.values())
+    async def _describe_later(self, paths: _Paths, stale: list[tuple[str, str]]) -> None:
+        """Describe the `stale` actions in the background, unless a description runs already (the next
+        listing starts another) or each failed for its `api.py` as it is now."""
+        if self._describing is not None and not self._describing.done():
+            return
+        todo = []
+        for key in stale:
+            digest = await asyncio.to_thread(api_digest, paths.gentools, *key)
+            if key not in self._undescribable or self._undescribable[key] != digest:
+                todo.append((key, digest))
+        if todo:
+            self._describing = asyncio.create_task(
+                self._describe(paths, todo), name="ipybox-describe-code-actions"
+            )
+
+    async def _describe(self, paths: _Paths, todo: list[tuple[tuple[str, str], str | None]]) -> None:
+        keys = [key for key, _ in todo]
+        try:
+            async with self._fresh_kernel() as run:
+                fresh = await describe_actions(run, paths.mcptools, keys, root=self.workspace)
+        except Exception as e:  # no kernel to describe them in: the next listing tries again
+            logger.warning("stale code actions could not be described (%s): they are not listed", e)
+            return
+        found = {(a.category, a.name) for a in fresh}
+        for key, digest in todo:
+            if key in found:
+                self._undescribable.pop(key, None)
+                logger.info(
+                    "saved code action %s described again: listed from now on", action_tool_name(*key)
+                )
+            else:
+                logger.warning(
+                    "saved code action %s does not import: it is not listed until its api.py changes",
+                    action_tool_name(*key),
+                )
+                self._undescribable[key] = digest
 
     @asynccontextmanager
     async def _fresh_kernel(self) -> AsyncIterator[RunCheck]:
@@ -442,14 +457,6 @@ def _object_schema(schema: object) -> dict[str, Any] | None:
     return {"type": "object", **schema}
 
 
-def _api_stamp(gentools: Path, category: str, name: str) -> tuple[int, int] | None:
-    try:
-        stat = (gentools / category / name / f"{API_MODULE}.py").stat()
-    except OSError:
-        return None
-    return (stat.st_mtime_ns, stat.st_size)
-
-
 def format_hit(hit: ToolHit) -> str:
     """One line of `search_tools`: `module  signature  — description  (path)`, and the MCP tool of an
     action."""
@@ -561,7 +568,8 @@ def action_result(tool_name: str, ran: types.CallToolResult, marker: str) -> typ
     structured: dict[str, Any] | None = None
     if kind == "model":
         try:
-            value = json.loads(result)
+            # JSON may escape a lone surrogate, which no MCP transport can send: U+FFFD, as elsewhere.
+            value = without_lone_surrogates(json.loads(result))
         except ValueError:
             value = None
         structured = value if isinstance(value, dict) else None

@@ -9,8 +9,16 @@ checked, decided and written with care:
   such as `"type": "http"` is normalised to `streamable_http`, as the file spells it); in a workspace
   whose kernels are sandboxed, a stdio server is registered sandboxed unless the client gives a sandbox
   policy of its own.
+- `beyond_workspace` bounds a stdio server's sandbox by the workspace's, where kernels are sandboxed:
+  writable only the workspace, a top-level entry of it that it doesn't protect, or one of its own
+  `allowWrite` paths (as `cwd` and in `allowWrite`); `allowedDomains` covered by the workspace's (an exact
+  host only by the same exact host: a wildcard never reaches private addresses, an exact host may),
+  with the workspace's `deniedDomains` that concern them; its `allowUnixSockets` only; its `denyRead`
+  and `denyWrite` kept. A registration beyond that is never allowed by a rule alone.
 - `decide_registration` decides it with the workspace's approval rules as the pseudo tool call
-  `ipybox.register_mcp_server(server_name, server_params)`; when no rule decides, it is asked.
+  `ipybox.register_mcp_server(server_name, server_params)`; when no rule decides, it is asked, and an
+  allow rule for a registration beyond the workspace's sandbox asks instead (`Registration.exceeds`
+  says why, in the question and in the error when nobody answers).
 - `add_server` writes exactly what was parsed (the model's dump, `sandbox` included) into `ipybox.toml`
   with `ipybox.config.server_writer` (as `ipybox server add` does: the rest of the file kept byte for
   byte, atomically), and only if the file still loads afterwards, to the same server.
@@ -22,6 +30,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Final
 
@@ -43,6 +52,8 @@ from ipybox.mcp_client.params import (
 )
 from ipybox.rules import ApprovalPolicy, Rule, ToolCall, Verdict
 from ipybox.rules.engine import SEVERITY, RuleEngine, rule_id
+from ipybox.sandbox.domains import covers
+from ipybox.sandbox.policy import DEFAULT_DENY_WRITE, DOTENV_PATTERN
 
 REGISTRATION_SERVER: Final = "ipybox"
 """The server name approval rules see for a registration (`server = "ipybox"`)."""
@@ -67,6 +78,8 @@ class Registration:
         table: What is written as `[servers.<name>]`: the dump of `server` (loads back as `server`).
         replaces: Whether a server of that name is configured already (and is replaced).
         sandboxed_by_default: Whether `sandbox = true` was added because the client gave no policy.
+        beyond: What the server's sandbox allows beyond the workspace's (`beyond_workspace`); empty
+            when it stays within it.
     """
 
     name: str
@@ -74,6 +87,19 @@ class Registration:
     table: dict[str, Any]
     replaces: bool
     sandboxed_by_default: bool
+    beyond: tuple[str, ...] = ()
+
+    @property
+    def exceeds(self) -> str | None:
+        """Why this registration is always asked, for the person asked and for the error when nobody
+        answers; `None` when its sandbox stays within the workspace's."""
+        if not self.beyond:
+            return None
+        return (
+            f"its sandbox goes beyond the workspace's ([sandbox] in {CONFIG_FILE}): {'; '.join(self.beyond)}. "
+            "Such a registration is asked with its policy shown, also where a rule would allow it, and a "
+            "person must approve it"
+        )
 
     def call(self) -> ToolCall:
         """The registration as the pseudo tool call approval rules decide.
@@ -102,9 +128,10 @@ class Registration:
             else f"connects to {server.url} from the host"
         )
         replacing = f", replacing the configured server {self.name!r}" if self.replaces else ""
+        exceeds = f". Note: {self.exceeds}" if self.exceeds else ""
         return (
             f"register the MCP server {self.name!r}: writes [servers.{self.name}] to {CONFIG_FILE} and "
-            f"{action}{replacing}; parameters: {json.dumps(self.table)}"
+            f"{action}{replacing}; parameters: {json.dumps(self.table)}{exceeds}"
         )
 
 
@@ -156,10 +183,114 @@ def parse_registration(
         raise RuntimeError(f"server_params of {server_name!r} would not be written as parsed: {table}")
     try:  # the placeholders' variables must be set, as they must when the server starts
         environ = {**os.environ, _WORKSPACE_ENV: str(workspace)}
-        parse_server_params(server_name, server, environ=environ, dotenv_path=workspace / ".env")
+        resolved = parse_server_params(server_name, server, environ=environ, dotenv_path=workspace / ".env")
     except MCPServerError as e:
         raise ValueError(str(e)) from None
-    return Registration(server_name, server, table, server_name in config.servers, by_default)
+    beyond = beyond_workspace(workspace, config, resolved)
+    return Registration(server_name, server, table, server_name in config.servers, by_default, beyond)
+
+
+def beyond_workspace(workspace: Path, config: WorkspaceConfig, server: ServerParams) -> tuple[str, ...]:
+    """What the sandbox of `server` (placeholders filled in) would let it do that the kernels of the
+    workspace may not, one phrase each; empty when it stays within their bound, and always for a
+    workspace whose kernels are not sandboxed (they can do anything then) and for a url server (which
+    the host connects to, and which has no sandbox).
+
+    The bound (see the module's docstring): written for a server that a client named and a rule may let
+    through, so it only admits what is plainly within the workspace's own policy:
+
+    - writable (its `cwd`, default the workspace, and each `allowWrite`): the workspace itself, an entry
+      of its top level that is not a protected name (`.git`, `.ipybox`, `.env*`, ...), or a path the
+      workspace's `allowWrite` names, also once symlinks are resolved. Not deeper in the workspace: a
+      kernel can write there, so it could put a symlink in such a directory's place before the server
+      starts, and the server's sandbox would then bind whatever the link names. Not a pattern unless the
+      workspace's `allowWrite` has the same one. Its private `/tmp` is always its own.
+    - `allowedDomains`: each covered by one of the workspace's (the same entry, or a wildcard over it;
+      an exact host only by the same exact host, since only an exact entry may resolve to a private
+      address); where one of the workspace's `deniedDomains` concerns it, the server's `deniedDomains`
+      must cover that too.
+    - `allowUnixSockets`: only sockets the workspace's list has.
+    - `denyRead` of the workspace, and its `denyWrite` inside what the server may write: kept.
+    """
+    if not (config.sandbox.enabled and isinstance(server, StdioServerParams)):
+        return ()
+    if (policy := server.sandbox_policy()) is None:
+        return ()  # refused by `parse_registration`
+    ours, home = config.sandbox.policy(), Path.home()
+    root = os.path.realpath(workspace)
+    # As the workspace starts it: relative to the workspace (`~` is not expanded), the workspace by default.
+    cwd = os.path.normpath(os.path.join(root, server.cwd or "."))
+    beyond: list[str] = []
+    own_writable = {_absolute(entry, root, home) for entry in ours.filesystem.allow_write}
+    writable = [(f"cwd {server.cwd!r}" if cwd != root else "cwd", cwd)]
+    writable += [(f"allowWrite {e!r}", _absolute(e, cwd, home)) for e in policy.filesystem.allow_write]
+    for key, path in writable:
+        if (why := _not_writable(path, root, own_writable)) is not None:
+            beyond.append(f"{key}: {why}")
+    for entry in policy.network.allowed_domains:
+        exact = not entry.startswith("*.")
+        if not any(
+            covers(own, entry) and (not exact or covers(entry, own)) for own in ours.network.allowed_domains
+        ):
+            beyond.append(
+                f"allowedDomains {entry!r}: not covered by the workspace's allowedDomains"
+                + (" (an exact host needs the same exact host there)" if exact else "")
+            )
+            continue
+        for denied in ours.network.denied_domains:
+            overlap = entry if covers(denied, entry) else denied if covers(entry, denied) else None
+            if overlap is not None and not any(covers(d, overlap) for d in policy.network.denied_domains):
+                beyond.append(
+                    f"allowedDomains {entry!r}: reaches {overlap!r}, which the workspace's deniedDomains has"
+                )
+    own_sockets = {_absolute(socket, root, home) for socket in ours.network.allow_unix_sockets}
+    for socket in policy.network.allow_unix_sockets:
+        if _absolute(socket, cwd, home) not in own_sockets:
+            beyond.append(f"allowUnixSockets {socket!r}: not in the workspace's allowUnixSockets")
+    hidden = {_absolute(entry, cwd, home) for entry in policy.filesystem.deny_read}
+    for entry in ours.filesystem.deny_read:
+        if _absolute(entry, root, home) not in hidden:
+            beyond.append(f"denyRead: leaves out the workspace's {entry!r}, which kernels can't read")
+    kept = {_absolute(entry, cwd, home) for entry in policy.filesystem.deny_write}
+    for entry in ours.filesystem.deny_write:
+        path = _absolute(entry, root, home)
+        if path not in kept and any(_under(path, place) for _, place in writable):
+            beyond.append(f"denyWrite: leaves out the workspace's {entry!r}, which kernels can't write")
+    return tuple(beyond)
+
+
+def _absolute(entry: str, base: str, home: Path) -> str:
+    """A policy path as the sandbox takes it (`~/...`, absolute, or relative to `base`), normalised."""
+    if entry == "~" or entry.startswith("~/"):
+        return os.path.normpath(os.path.join(home, entry[2:]))
+    return os.path.normpath(os.path.join(base, entry))
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def _not_writable(path: str, root: str, own: set[str]) -> str | None:
+    """Why a server may not write `path` (absolute, normalised) within the bound; `None` if it may."""
+    if path in own:
+        return None
+    if any(char in path for char in "*?["):
+        return "a pattern, and the workspace's allowWrite has no such pattern"
+    for candidate in (path, os.path.realpath(path)):
+        if candidate in own or candidate == root:
+            continue
+        through = " (through a symlink)" if candidate != path else ""
+        if not _under(candidate, root):
+            return f"{candidate} is outside the workspace{through}"
+        name, *below = os.path.relpath(candidate, root).split(os.sep)
+        if below:
+            return (
+                f"{candidate} is below the workspace's top level, where a kernel could put a symlink in its "
+                "place before the server starts (give a top-level directory of the workspace)"
+            )
+        if name in DEFAULT_DENY_WRITE or fnmatchcase(name, DOTENV_PATTERN):
+            return f"{candidate} is a name the workspace keeps from kernels{through}"
+    return None
 
 
 def _parsed(table: Mapping[str, Any]) -> ServerParams | None:
@@ -185,28 +316,39 @@ def _problems(error: ValidationError, accepted: str) -> str:
     return "; ".join(problems)
 
 
-def decide_registration(policy: ApprovalPolicy, call: ToolCall) -> Verdict:
+def decide_registration(policy: ApprovalPolicy, registration: Registration) -> Verdict:
     """Decide a registration with the workspace's rules; when none decides, it is asked.
 
     The rules are tried as for a tool call (highest priority first; at equal priority deny, ask, allow;
-    then file order), with two differences, both because a registration makes the host run what the MCP
+    then file order), with three differences, all because a registration makes the host run what the MCP
     client names, which rules and defaults written for tool calls did not have in mind:
 
     - `[approval] default` does not apply: without a rule, a registration is asked (`ask`).
     - An allow rule decides it only if its `server` names `ipybox` itself (not through a glob such as
       `*`), so a catch-all allow rule doesn't let clients register servers. Deny and ask rules apply as
       to any call.
+    - A registration whose sandbox goes beyond the workspace's (`Registration.exceeds`) is never allowed
+      by a rule: the allow rule that applies asks instead, and the reason says why.
     """
+    call = registration.call()
     engine = RuleEngine(policy.rules, "ask")
     rules = policy.rules
     order = sorted(range(len(rules)), key=lambda i: (-rules[i].priority, -SEVERITY[rules[i].decision]))
+    verdict = Verdict("ask", None, "no rule applies; registering an MCP server is asked by default")
     for index in order:
         rule, matcher = rules[index], engine.matchers[index]
         if rule.decision == "allow" and not _names_registrations(rule):
             continue
         if matcher.applies(call):
-            return Verdict(rule.decision, rule_id(rule, index), f"{matcher.label} applies")
-    return Verdict("ask", None, "no rule applies; registering an MCP server is asked by default")
+            verdict = Verdict(rule.decision, rule_id(rule, index), f"{matcher.label} applies")
+            if rule.decision == "allow" and registration.exceeds is not None:
+                return Verdict(
+                    "ask", verdict.rule_id, f"{matcher.label} would allow it, but {registration.exceeds}"
+                )
+            break
+    if registration.exceeds is None or verdict.decision == "deny":
+        return verdict
+    return Verdict("ask", verdict.rule_id, f"{verdict.reason}; {registration.exceeds}")
 
 
 def _names_registrations(rule: Rule) -> bool:

@@ -5,6 +5,11 @@ hand-offs per request and reply; on pipes the event loop can do that itself, whi
 (a ping: 0.9 ms -> 0.4 ms). The wire also moves off fds 0 and 1 as soon as the process starts, so no child
 (gateway, MCP servers, bridges) inherits it: stray output cannot corrupt the protocol and the client sees
 EOF as soon as this process exits.
+
+A message whose JSON escapes a lone surrogate (`"\\ud800"`: valid JSON, which a client in JavaScript sends
+for a string holding one) is read with U+FFFD in its place, as `ipybox.mcp_client.stdio_transport` reads
+servers' answers: mcp's parser refuses it, and mcp then drops the message and never answers its request.
+Invalid UTF-8 becomes U+FFFD too.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import os
+import re
 import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,8 +27,13 @@ from dataclasses import dataclass
 
 import anyio
 
+from ipybox.mcp_client.stdio_transport import without_lone_surrogates
+
 # A JSON-RPC message is one line; a cell's code or a registration can be large, so lines may be too.
 MAX_LINE = 256 * 1024 * 1024
+
+# A JSON escape of a surrogate, paired or not: only lines with one are looked at again.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 @dataclass
@@ -74,7 +86,18 @@ class _Lines:
             raise StopAsyncIteration from None
         if not line:
             raise StopAsyncIteration
-        return line.decode("utf-8", errors="replace")
+        text = line.decode("utf-8", errors="replace")
+        return _without_lone_surrogate_escapes(text) if _SURROGATE_ESCAPE.search(line) else text
+
+
+def _without_lone_surrogate_escapes(line: str) -> str:
+    """`line` with the lone surrogates its JSON escapes replaced by U+FFFD; as it is when not JSON (mcp
+    reports that as before)."""
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return line
+    return json.dumps(without_lone_surrogates(value), ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
 class _Out:

@@ -53,6 +53,7 @@ from ipybox.running.control_client import ControlClient
 from ipybox.running.questions import ask_question
 from ipybox.running.state import NotRunningError, StatePaths, read_state
 from ipybox.running.status import ServerOutcome
+from ipybox.safefs import read_file
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +148,10 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
         logger.info("MCP session %s ended: its kernel went back to the pool", key[:8])
 
     async def close_sessions(idle_for: float = 0) -> None:
-        """Give back the kernels of sessions idle for `idle_for` seconds (all of them by default)."""
+        """Give back the kernels of sessions idle for `idle_for` seconds (all of them by default: the
+        server stops, and so does a description of saved actions running in the background)."""
+        if idle_for <= 0:
+            actions.stop_describing()
         now = asyncio.get_running_loop().time()
         for key, session in list(sessions.items()):
             if now - session.last_used >= idle_for and not session.lock.locked():
@@ -158,7 +162,9 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
         return (await session_of(ctx)).executor
 
     # search_tools, save_code_action, and each saved code action as a tool (`code_actions`).
-    add_code_action_tools(server, workspace, executor_of, lambda: [s.executor for s in sessions.values()])
+    actions = add_code_action_tools(
+        server, workspace, executor_of, lambda: [s.executor for s in sessions.values()]
+    )
 
     @server.tool()
     async def register_mcp_server(server_name: str, server_params: dict[str, Any], ctx: Context) -> str:
@@ -170,7 +176,8 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
             server_params: {"command", "args", "env", "cwd", "sandbox"} for a stdio server, or {"url",
                 "headers", "type"} for a remote one ("type": "streamable_http" or "sse"). In a workspace
                 with sandboxed kernels, a stdio server runs sandboxed ("sandbox": true unless a policy is
-                given). "${VAR}" placeholders are filled on the host from its environment or the
+                given), and a policy beyond the kernels' (writing outside the workspace or below its top
+                level, hosts or sockets they can't reach) is always asked. "${VAR}" placeholders are filled on the host from its environment or the
                 workspace's .env; their values never reach the kernel.
 
         Returns the generated modules, e.g. "mcptools.fetch: fetch" (import mcptools.<server_name>.<tool>).
@@ -261,7 +268,11 @@ def create_server(workspace: Path, *, output_dir: Path | None = None) -> Workspa
             )
         content.append(types.TextContent(type="text", text=text))
         for image in result.images if result is not None else []:
-            data = base64.b64encode(await asyncio.to_thread(image.read_bytes)).decode()
+            try:  # the kernel may have replaced the file it displayed by a link to one it can't read
+                data = base64.b64encode(await asyncio.to_thread(read_file, image)).decode()
+            except OSError as e:
+                content.append(types.TextContent(type="text", text=f"[ipybox: image not returned: {e}]"))
+                continue
             content.append(types.ImageContent(type="image", data=data, mime_type="image/png"))
         if error is not None:
             raise ToolError(text)
@@ -371,7 +382,7 @@ async def _approve_registration(
         OSError: The audit log could not be written.
     """
     call = registration.call()
-    verdict = decide_registration(policy, call)
+    verdict = decide_registration(policy, registration)
     source = f"rule {verdict.rule_id!r}" if verdict.rule_id is not None else "the default for registrations"
     logger.info("registration of MCP server %r: %s (%s)", registration.name, verdict.decision, verdict.reason)
     if verdict.decision != "ask":
@@ -405,7 +416,14 @@ async def _approve_registration(
         answered = f"{source} asks, but the workspace cannot be reached ({e})"
     if isinstance(answered, str):
         reason = answered
-        if "nobody is connected" in reason:
+        if registration.exceeds is not None:
+            # No rule can let it through: say what goes beyond, and who can approve it.
+            reason += (
+                f". {registration.exceeds[0].upper()}{registration.exceeds[1:]} (at the workspace's web "
+                f"console, `ipybox console`, or with `ipybox approve`), or add the server to {CONFIG_FILE} "
+                "yourself"
+            )
+        elif "nobody is connected" in reason:
             reason += f". To let MCP clients register servers, add to {CONFIG_FILE}:\n{ALLOW_RULE_EXAMPLE}"
         await asyncio.to_thread(audit.record, call, verdict, timed_out=True, reason=reason)
         return reason

@@ -14,6 +14,17 @@ never fails the server, whose `run()`s work regardless. `watch()` also follows `
 edited or removed regenerates its server's package from the tools listed last (no reconnect), which bumps
 the generation marker, so kernels import the package and the parser anew.
 
+Parsers are kernel-written, so nothing waits for their check (a parser's import may sleep):
+- Approval rules apply first and at once: a reload puts `[approval]` in effect under a lock of its own
+  (`hooks.rules_changed` swaps the policy) before it waits for any server work; `reload_rules()` leaves
+  the rest of the file to the background altogether (an `always` answer that wrote a rule).
+- Servers are added, removed and generated under another lock, which a check never holds: the import in a
+  kernel runs in a task of its own after the package is written (the server is `ready`, its `checking`
+  lists the modules being checked), at most one per server (a newer generation cancels the older check),
+  bounded by `check_timeout`. A parser whose check takes longer is disabled: its server's package is
+  generated without it (no `run_parsed()`) and its `parser_errors` say so, and it is not checked again
+  until its file's content changes (then once).
+
 Progress: with a `progress` listener, each server's steps are emitted as `ProgressEvent`s of the part
 `server <name>` (`ipybox.progress`): `connecting` (its process starts and `initialize`, then `tools/list`:
 `MCPServers.connection` does both, so `connecting` covers both), `listing tools` once its tool list is read,
@@ -33,6 +44,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import hashlib
 import logging
 import os
 from collections.abc import Awaitable, Iterable
@@ -52,6 +65,7 @@ from ipybox.mcp_apigen.parsers import (
     parser_file,
     parser_module,
     parsers_dir,
+    read_parser,
     static_problems,
     unmatched_parsers,
 )
@@ -99,7 +113,9 @@ class ServerStatus:
         error: Why it failed, when it did.
         parsers: Modules of its package that have an output parser (`run_parsed()`), sorted.
         parser_errors: Parsers that do not work, one line each: `mcpparse/<server>/<module>.py:LINE:COL:
-            message` (paths relative to the workspace). They never fail the server.
+            message` (paths relative to the workspace), disabled ones included. They never fail the server.
+        checking: Modules whose parser is being imported in a kernel now (its problems are added when
+            that check ends).
     """
 
     state: ServerState
@@ -108,6 +124,7 @@ class ServerStatus:
     error: str | None = None
     parsers: list[str] = dataclasses.field(default_factory=list)
     parser_errors: list[str] = dataclasses.field(default_factory=list)
+    checking: list[str] = dataclasses.field(default_factory=list)
 
 
 class Reconciler:
@@ -121,7 +138,8 @@ class Reconciler:
         quiet_period: Seconds the files must stay unchanged after an edit before they are reloaded.
         run_check: Executes code in a fresh kernel (see `ipybox.codeact.checks.RunCheck`): output parsers
             are then checked by importing them there. `None`: they are checked by `ast` only.
-        check_timeout: Seconds a check in a kernel may take.
+        check_timeout: Seconds a check in a kernel may take; a parser whose check takes longer is disabled
+            until its file changes.
         progress: Called with each server's steps (see the module); may be set later as `progress`.
 
     Attributes:
@@ -167,8 +185,15 @@ class Reconciler:
         self._loaded: Snapshot | None = None  # the files' contents at the last load
         self._tools: dict[str, list[types.Tool]] = {}  # what each server listed when last generated
         self._configured = asyncio.Event()  # set once a configuration was applied (mcptools_dir known)
+        # Servers and packages (held while servers start and generate, never while a parser is checked).
         self._apply_lock = asyncio.Lock()
-        self._reload_lock = asyncio.Lock()
+        self._reload_lock = asyncio.Lock()  # loads and rule changes take turns (never held for servers)
+        self._rules_lock = asyncio.Lock()
+        self._rules: ApprovalPolicy | None = None  # the policy last handed to `hooks.rules_changed`
+        self._checks: dict[str, asyncio.Task[None]] = {}  # each server's running parser check
+        # Parsers whose check timed out, by (server, module): the sha256 of the file that did.
+        self._disabled: dict[tuple[str, str], str] = {}
+        self._background: set[asyncio.Task[Any]] = set()
 
     @property
     def mcptools_dir(self) -> Path | None:
@@ -188,32 +213,67 @@ class Reconciler:
         return loaded
 
     async def reload(self) -> bool:
-        """Load `ipybox.toml` again and apply it. A configuration that doesn't load is logged and kept in
-        `error`, and the last good one keeps running.
+        """Load `ipybox.toml` again and apply it: its approval rules at once, then the rest (`apply`). A
+        configuration that doesn't load is logged and kept in `error`, and the last good one keeps
+        running.
 
         Returns:
             Whether it loaded (and was applied).
         """
+        config = await self._load_rules()
+        if config is None:
+            return False
+        await self._apply_servers(config)
+        return True
+
+    async def reload_rules(self) -> bool:
+        """Load `ipybox.toml` again and put its approval rules in effect now, without waiting for servers:
+        the rest of the file is applied in the background (as `reload` would). For a change that only
+        writes rules (an `always` answer).
+
+        Returns:
+            Whether it loaded.
+        """
+        config = await self._load_rules()
+        if config is None:
+            return False
+        self._in_background(self._apply_servers(config), f"applying the edited {CONFIG_FILE}")
+        return True
+
+    async def _load_rules(self) -> WorkspaceConfig | None:
+        """Load the files; a good configuration's rules are in effect when this returns."""
         async with self._reload_lock:
             snapshot, loaded = await asyncio.to_thread(_read_config, self.workspace_dir)
             config = self._accept(snapshot, loaded)
-            if config is None:
-                return False
-            await self.apply(config)
-            return True
+            if config is not None:
+                await self._apply_rules(config.approval)
+            return config
+
+    async def _apply_rules(self, policy: ApprovalPolicy) -> None:
+        async with self._rules_lock:
+            if self._rules is not None and self._rules == policy:
+                return
+            self._rules = policy
+            await self._run_hook("rules_changed", self.hooks.rules_changed(policy))
 
     async def apply(self, config: WorkspaceConfig) -> ConfigChanges:
         """Apply `config`, doing only what differs from the configuration applied before.
 
-        The packages of removed (or disabled) servers go first; then changed approval rules reach
-        `hooks.rules_changed`; then, concurrently, removed servers stop, added and changed ones are
-        (re)started and generated (one failing does not hold back the others: see `status()`), and
-        `hooks.kernels_changed` replaces kernels if their settings changed. Servers that failed to start
-        before are tried again. Each package written or removed bumps the generation marker at once.
+        Changed approval rules reach `hooks.rules_changed` first, without waiting for anything else. Then
+        the packages of removed (or disabled) servers go; then, concurrently, removed servers stop, added
+        and changed ones are (re)started and generated (one failing does not hold back the others: see
+        `status()`), and `hooks.kernels_changed` replaces kernels if their settings changed. Servers that
+        failed to start before are tried again. Each package written or removed bumps the generation
+        marker at once. Output parsers are checked in a kernel after this returns (`checked()`).
 
         Returns:
             What changed.
         """
+        await self._apply_rules(config.approval)
+        return await self._apply_servers(config)
+
+    async def _apply_servers(self, config: WorkspaceConfig) -> ConfigChanges:
+        """`apply` but for the rules (in effect already)."""
         async with self._apply_lock:
             first = self._applied is None
             changes = self._changes(self._applied, config)
@@ -228,8 +288,6 @@ class Reconciler:
                 removed += [name for name in self._generations.servers if name not in enabled]
             # Packages go at once; their servers stop while the others start.
             retired = self._retire_packages(removed)
-            if changes.approval_changed:
-                await self._run_hook("rules_changed", self.hooks.rules_changed(config.approval))
             _log_changes(changes, config)
             restarted = set(changes.changed)
             work = [
@@ -340,6 +398,7 @@ class Reconciler:
                         "error": None,
                         "parsers": ["get_current_time"],  # modules with an output parser
                         "parser_errors": [],  # or "mcpparse/time/get_current_time.py:3:9: NameError: …"
+                        "checking": [],  # modules whose parser is being imported in a kernel now
                     }
                 },
                 "error": None,  # or "…/ipybox.toml:12:1: unknown key 'comand' in [servers.time] (…)"
@@ -356,6 +415,29 @@ class Reconciler:
             "mcptools_dir": str(self._mcptools_dir) if self._mcptools_dir is not None else None,
         }
 
+    async def checked(self) -> None:
+        """Wait until no output parser is being checked (each check is bounded by `check_timeout`)."""
+        while self._checks:
+            await asyncio.wait(list(self._checks.values()))
+
+    async def close(self) -> None:
+        """Cancel what runs in the background (parser checks, an apply `reload_rules` left there)."""
+        tasks = [*self._checks.values(), *self._background]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _in_background(self, work: Awaitable[Any], what: str) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except Exception:
+                logger.exception("%s failed", what)
+
+        task = asyncio.create_task(run(), name=f"ipybox-reconcile: {what}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def _on_edit(self, snapshot: Snapshot) -> None:
         if snapshot == self._loaded:
             return  # a later event of a burst that was applied already
@@ -363,10 +445,15 @@ class Reconciler:
         if snapshot.same_contents(self._loaded) and not failed:
             self._loaded = snapshot
             return  # saved again unchanged: only servers that failed would be tried again
+        # The rules now; servers and kernels in the background, so that the next edit's rules never wait
+        # for them (applies take turns, in the order of the edits).
         try:
-            await self.reload()
+            config = await self._load_rules()
         except Exception:
             logger.exception("applying the edited %s failed: still watching", CONFIG_FILE)
+            return
+        if config is not None:
+            self._in_background(self._apply_servers(config), f"applying the edited {CONFIG_FILE}")
 
     def _accept(self, snapshot: Snapshot, loaded: WorkspaceConfig | ConfigError) -> WorkspaceConfig | None:
         """Record a load: the configuration if it is good, else the error (logged)."""
@@ -438,22 +525,30 @@ class Reconciler:
     async def _publish(
         self, name: str, listed: list[types.Tool], tools: int | None, generation: int | None
     ) -> bool:
-        """Write the package of `name` from the tools it `listed` (with the parsers found now), mark the
-        change, then check the parsers; the server is `ready` once they are checked. Returns whether the
-        package was written."""
+        """Write the package of `name` from the tools it `listed` (with the parsers found now, less the
+        disabled ones), mark the change and check the parsers by `ast`; the server is then `ready`, and
+        the parsers that parse are imported in a kernel in the background (`_check_in_kernel`). Returns
+        whether the package was written."""
         assert self._mcptools_dir is not None
         root = self._mcptools_dir
         before = self._servers.get(name)
         self._servers[name] = dataclasses.replace(
-            before or ServerStatus("starting"), state="starting", error=None
+            before or ServerStatus("starting"), state="starting", error=None, checking=[]
         )
+        self._cancel_check(name)
         self._emit(name, "generating")
         try:
-            parsers = await asyncio.to_thread(discover_parsers, root, name)
+            found = await asyncio.to_thread(discover_parsers, root, name)
+            digests = await asyncio.to_thread(_parser_digests, root, name, found)
+            disabled = {m for m in found if self._disabled.get((name, m), "") == digests[m]}
+            parsers = found - disabled
             modules = await asyncio.to_thread(write_mcp_sources, name, listed, root, parsers)
         except Exception as e:
             self._failed(name, e, tools, generation)
             return False
+        for module in found:
+            if module not in disabled:
+                self._disabled.pop((name, module), None)  # changed since: checked again
         self._tools[name] = listed
         generation = self._generations.bump(changed=[name])
         self._write_generations()
@@ -466,8 +561,17 @@ class Reconciler:
         )
         if parsed:
             self._emit(name, "checking parsers", f"{len(parsed)} parser{'s' * (len(parsed) != 1)}")
-        errors = await self._check_parsers(name, parsed, unmatched_parsers(name, parsers, modules))
-        self._servers[name] = ServerStatus("ready", len(modules), generation, None, parsed, errors)
+        errors, to_import = await self._static_check(name, parsed, unmatched_parsers(name, parsers, modules))
+        errors += [self._disabled_line(name, module) for module in sorted(disabled & set(modules))]
+        checking = to_import if self.run_check is not None else []
+        self._servers[name] = ServerStatus("ready", len(modules), generation, None, parsed, errors, checking)
+        if checking:
+            task = asyncio.create_task(
+                self._check_in_kernel(name, generation, {m: digests[m] for m in checking}),
+                name=f"ipybox-reconcile: checking the parsers of {name}",
+            )
+            self._checks[name] = task
+            task.add_done_callback(functools.partial(self._check_done, name))
         problems = f", {len(errors)} parser problem{'s' * (len(errors) != 1)}" if errors else ""
         self._emit(name, "ready", f"{len(modules)} tool{'s' * (len(modules) != 1)}{problems}")
         return True
@@ -481,9 +585,11 @@ class Reconciler:
     def _emit(self, name: str, step: ProgressStep, detail: str | None = None) -> None:
         emit_to(self.progress, self._timer.event(server_part(name), step, detail))
 
-    async def _check_parsers(self, name: str, parsed: list[str], problems: list[ParserProblem]) -> list[str]:
-        """Check the parsers of `name`'s modules `parsed`: by `ast` here, then (the ones that parse) by
-        importing them in a fresh kernel, when there is `run_check`. Returns the problems' lines."""
+    async def _static_check(
+        self, name: str, parsed: list[str], problems: list[ParserProblem]
+    ) -> tuple[list[str], list[str]]:
+        """Check the parsers of `name`'s modules `parsed` by `ast` here: the problems' lines, and the
+        modules whose parser parses (to import in a kernel)."""
         assert self._mcptools_dir is not None
         root = self._mcptools_dir
         errors = [self._located(p) for p in problems]
@@ -493,18 +599,75 @@ class Reconciler:
             errors += [self._located(p) for p in found]
             if not found:
                 to_import.append(module)
-        if self.run_check is None or not to_import:
-            return errors
-        modules = [parser_module(name, module) for module in to_import]
+        for line in errors:
+            logger.warning("output parser of %r: %s", name, line)
+        return errors, to_import
+
+    def _check_done(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._checks.get(name) is task:
+            del self._checks[name]
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("checking the output parsers of %r failed", name, exc_info=task.exception())
+
+    def _cancel_check(self, name: str) -> None:
+        task = self._checks.pop(name, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()  # its result would be of an older package; the kernel goes back (deleted)
+
+    async def _check_in_kernel(self, name: str, generation: int, digests: dict[str, str | None]) -> None:
+        """Import the parsers of `name`'s modules (`digests`: each file's sha256) in a fresh kernel, off
+        the apply path, and add what fails to the server's `parser_errors` if its package is still the one
+        of `generation`. Parsers whose import outlasts `check_timeout` are disabled: the package is
+        generated again without them."""
+        assert self._mcptools_dir is not None
+        errors, timed_out = await self._import_parsers(name, sorted(digests))
+        for line in errors:
+            logger.warning("output parser of %r: %s", name, line)
+        for module in timed_out:
+            digest = digests[module]
+            if digest is not None:  # a file that can't be read now is checked again when it can
+                self._disabled[name, module] = digest
+            logger.warning("output parser of %r: %s", name, self._disabled_line(name, module))
+        status = self._servers.get(name)
+        if status is None or status.generation != generation:
+            return
+        if not timed_out:
+            self._servers[name] = dataclasses.replace(
+                status, parser_errors=[*status.parser_errors, *errors], checking=[]
+            )
+            return
+        # Its package without them (this task is the server's check until then: `_publish` spares it).
+        async with self._apply_lock:
+            status = self._servers.get(name)
+            if status is not None and status.generation == generation and name in self._tools:
+                await self._publish(name, self._tools[name], status.tools, status.generation)
+
+    async def _import_parsers(self, name: str, modules: list[str]) -> tuple[list[str], list[str]]:
+        """Import the parsers of `modules` in one fresh kernel: the problems' lines, and the modules whose
+        import took longer than `check_timeout` (when the kernel as a whole did, each is imported again in
+        a kernel of its own, so one parser that hangs does not take the others with it)."""
+        assert self._mcptools_dir is not None and self.run_check is not None
+        root = self._mcptools_dir
         try:
             report = await asyncio.wait_for(
-                run_check(self.run_check, modules, root=root.parent), self.check_timeout
+                run_check(self.run_check, [parser_module(name, m) for m in modules], root=root.parent),
+                self.check_timeout,
             )
+        except TimeoutError:
+            if len(modules) == 1:
+                return [], modules
+            errors: list[str] = []
+            timed_out: list[str] = []
+            for module in modules:
+                more, slow = await self._import_parsers(name, [module])
+                errors += more
+                timed_out += slow
+            return errors, timed_out
         except Exception as e:
-            reason = f"it took longer than {self.check_timeout:g} s" if isinstance(e, TimeoutError) else e
-            logger.warning("could not check the output parsers of %r in a kernel: %s", name, reason)
+            logger.warning("could not check the output parsers of %r in a kernel: %s", name, e)
             where = self._display(parsers_dir(root) / name)
-            return [*errors, f"{where}: not checked in a kernel: {reason}"]
+            return [f"{where}: not checked in a kernel: {e}"], []
+        errors = []
         for problem in report.problems[:_MAX_PROBLEMS]:
             module = problem.module.rpartition(".")[2]
             expected = parser_file(name, module)
@@ -514,9 +677,15 @@ class Reconciler:
             # Else it is in a module the parser imports, shown where the kernel saw it. The report is the
             # kernel's (code a parser runs can print one): its lines are kept short.
             errors.append(_clip(problem.describe(relative_to=self.workspace_dir)))
-        for line in errors:
-            logger.warning("output parser of %r: %s", name, line)
-        return errors
+        return errors, []
+
+    def _disabled_line(self, name: str, module: str) -> str:
+        assert self._mcptools_dir is not None
+        where = self._display(self._mcptools_dir.parent / parser_file(name, module))
+        return (
+            f"{where}: disabled: importing it in a kernel took longer than {self.check_timeout:g} s, so "
+            "run_parsed() is left out; it is checked again when the file changes"
+        )
 
     def _located(self, problem: ParserProblem) -> str:
         """`problem` with its path shown relative to the workspace (it is relative to `mcptools/`'s
@@ -538,6 +707,7 @@ class Reconciler:
             return []
         retired = [path for name in names if (path := self._retire(name)) is not None]
         for name in names:
+            self._cancel_check(name)
             self._servers.pop(name, None)
             self._digests.pop(name, None)
             self._tools.pop(name, None)
@@ -584,6 +754,17 @@ class Reconciler:
 # What a kernel reports is kept within bounds: code a parser runs at import can print a report of its own.
 _MAX_PROBLEMS = 50
 _MAX_PROBLEM_CHARS = 1000
+
+
+def _parser_digests(root: Path, server_name: str, modules: Iterable[str]) -> dict[str, str | None]:
+    """The sha256 of each parser's file (`None` when it can't be read)."""
+    digests: dict[str, str | None] = {}
+    for module in modules:
+        try:
+            digests[module] = hashlib.sha256(read_parser(root, server_name, module)).hexdigest()
+        except (OSError, ValueError):
+            digests[module] = None
+    return digests
 
 
 def _clip(line: str) -> str:

@@ -18,6 +18,16 @@ not acted on. The `flock` is what makes cutting back safe: no other ipybox proce
 A log whose last line is unterminated anyway (a crash of an older ipybox, a writer that takes no lock)
 gets the next line on a line of its own.
 
+A full disk must not turn every decision into a refusal (issue 31: a kernel fills the workspace's disk,
+then no other session's call could be recorded, so none ran). The log keeps a reserve: `RESERVE_BYTES`
+allocated past its end (`fallocate` with `FALLOC_FL_KEEP_SIZE`: the size and the content stay as they
+are), topped up before every append. With the disk full the top-up fails but the line still fits, in
+blocks that are already the log's, which nothing else can take (a reserve file freed for the append would
+race a kernel still writing); the first such append logs an ERROR that the disk is full, and the first
+top-up that succeeds again logs that the reserve is back. `arm_reserve()` makes it before the first
+decision (the supervisor calls it at start). Where the filesystem can't preallocate (some network and FUSE
+filesystems), or it never had room for the reserve, a full disk refuses lines as before.
+
 Reading skips a damaged line instead of failing: `AuditLog.load()` returns the entries and the numbers of
 the lines it could not read; `read()` logs those at WARNING.
 
@@ -34,14 +44,17 @@ processes append, each stamping its line just before it takes the lock). Measure
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import fnmatch
+import functools
 import json
 import logging
 import os
 import re
 import stat
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -85,6 +98,32 @@ _WRITE_LOCK: Final = threading.Lock()
 # How long an append waits for another process's: one append takes microseconds, so a lock held this long
 # is held by something that is not appending (it fails the call rather than hang it).
 _FLOCK_WAIT_S: Final = 10.0
+
+RESERVE_BYTES: Final = 1024**2
+"""Space kept allocated past the end of the log for a full disk: about 3,000 decisions."""
+_FALLOC_FL_KEEP_SIZE: Final = 1
+
+
+@functools.cache
+def _fallocate() -> Any:
+    libc = ctypes.CDLL(None, use_errno=True)
+    function = libc.fallocate64 if hasattr(libc, "fallocate64") else libc.fallocate
+    function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    function.restype = ctypes.c_int
+    return function
+
+
+def _preallocate(fd: int, offset: int, length: int) -> None:
+    """Allocate `length` bytes from `offset` without changing the file's size.
+
+    Raises:
+        OSError: ENOSPC (the disk is full), EOPNOTSUPP (the filesystem can't), ...
+    """
+    if not sys.platform.startswith("linux"):  # FALLOC_FL_KEEP_SIZE is Linux's
+        raise OSError(errno.EOPNOTSUPP, "no fallocate on this platform")
+    if _fallocate()(fd, _FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, os.strerror(number))
 
 
 _OPTIONAL_KEYS: Final = ("scope", "by")
@@ -335,6 +374,8 @@ class AuditLog:
         self.path = Path(path)
         self._redactor = _Redactor(secrets)
         self._prepared = False
+        self._disk_full = False
+        self._no_reserve: int | None = None  # the errno the reserve could not be made with, logged once
 
     def record(
         self,
@@ -534,6 +575,15 @@ class AuditLog:
             raise
         return fd
 
+    def arm_reserve(self) -> None:
+        """Make the log (if need be) and its reserve for a full disk (see the module docstring), before
+        anything fills the disk. Never raises: a log that can't have one is logged, and still written.
+        """
+        try:
+            self._append(b"")
+        except OSError as e:
+            logger.error("could not prepare the audit log %s: %s", self.path, e)
+
     def _append(self, line: bytes) -> None:
         with _WRITE_LOCK:
             if not self._prepared:
@@ -546,17 +596,24 @@ class AuditLog:
                         os.fchmod(fd, 0o600)
                     self._prepared = True
                 self._lock(fd)  # released by the close below
-                before = os.fstat(fd).st_size
+                info = os.fstat(fd)
+                before = info.st_size
+                self._top_up(fd, info)
+                if not line:
+                    return
                 if before and os.pread(fd, 1, before - 1) != b"\n":
                     line = b"\n" + line  # an unterminated line is there already: keep it apart from ours
                 try:
                     written = os.write(fd, line)
                 except OSError as e:  # nothing was stored: a write that stores some reports a count
+                    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                        logger.error("the audit log %s is full: a decision was refused", self.path)
                     raise OSError(
                         e.errno, f"the audit log {self.path} could not be written ({e.strerror})"
                     ) from None
                 if written != len(line):
                     self._take_back(fd, before, written)
+                    logger.error("the audit log %s is full: a decision was refused", self.path)
                     raise OSError(
                         errno.ENOSPC,
                         f"the audit log {self.path} could not be written: {written} of {len(line)} bytes "
@@ -564,6 +621,36 @@ class AuditLog:
                     )
             finally:
                 os.close(fd)
+
+    def _top_up(self, fd: int, info: os.stat_result) -> None:
+        """Keep `RESERVE_BYTES` allocated past the end of the log; say so when the disk is full."""
+        try:
+            _preallocate(fd, info.st_size, RESERVE_BYTES)
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                if self._no_reserve != e.errno:
+                    self._no_reserve = e.errno
+                    logger.warning(
+                        "the audit log %s has no reserve for a full disk (%s): with the disk full, decisions "
+                        "will be refused",
+                        self.path,
+                        e.strerror,
+                    )
+            elif not self._disk_full:
+                self._disk_full = True
+                left = max(0, info.st_blocks * 512 - info.st_size)  # allocated past the end
+                logger.error(
+                    "THE DISK IS FULL: the audit log %s is writing into its reserve (about %d KiB left); once "
+                    "that is used up, every tool call will be refused. Free space on the disk (a kernel may "
+                    "be filling the workspace)",
+                    self.path,
+                    left // 1024,
+                )
+            return
+        self._no_reserve = None
+        if self._disk_full:
+            self._disk_full = False
+            logger.warning("the disk has space again: the audit log %s has its reserve back", self.path)
 
     def _lock(self, fd: int) -> None:
         """Take the log's `flock`, waiting a bounded time for another process's append."""

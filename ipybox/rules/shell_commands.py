@@ -47,6 +47,7 @@ unexpanded text. Rules that allow must be written for what they name, and the sa
 
 from __future__ import annotations
 
+import logging
 import posixpath
 import re
 import shlex
@@ -57,6 +58,8 @@ from typing import Final
 
 from ipybox.errors import IpyboxError
 from ipybox.rules.calls import ToolCall
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "KERNEL_SHELL_SERVER",
@@ -164,7 +167,17 @@ def split_commands(line: str) -> list[ShellCommand]:
             f"the command contains the character U+{ord(_PLACEHOLDER):04X}, which is not read"
         )
     splitter = _Splitter(len(line))
-    splitter.parse(line, 0, closing=False)
+    try:
+        splitter.parse(line, 0, closing=False)
+    except ShellSyntaxError:
+        raise
+    except Exception as e:
+        # A line this reader gets wrong is refused like one it can't read, and audited as such by the
+        # approver: never a traceback in place of a decision.
+        _log.debug("reading a shell command failed", exc_info=True)
+        raise ShellSyntaxError(
+            f"ipybox's shell reader failed on it ({type(e).__name__}); write it more plainly"
+        ) from None
     return splitter.commands
 
 
@@ -795,13 +808,19 @@ def _word(token: _Token, *, for_program: bool) -> str:
     if for_program and not token.subs:
         return token.value
     value, prefix = token.value, ""
-    assignment = None if for_program else _ASSIGNMENT.match(token.raw)
-    if assignment is not None:  # `A='x y'`, not `'A=x y'` (which is no assignment)
-        prefix = assignment[0]
-        value = value[len(prefix) :]
+    subs = iter(token.subs)
+    # `A='x y'`, not `'A=x y'` (which is no assignment): decided on the text as written, then cut from the
+    # value as read, where a substitution in a subscript (`a[$(touch x)]=1`, which bash runs) is one
+    # placeholder, as everywhere else in the word.
+    assignment = None if for_program or not _ASSIGNMENT.match(token.raw) else _ASSIGNMENT.match(value)
+    if assignment is not None:
+        head, *rest = assignment[0].split(_PLACEHOLDER)
+        prefix = head + "".join(next(subs).text + piece for piece in rest)
+        value = value[len(assignment[0]) :]
+    remaining = tuple(subs)
     pieces = value.split(_PLACEHOLDER)
-    out = [prefix, _quote(pieces[0]) if pieces[0] or not (prefix or token.subs) else ""]
-    for sub, piece in zip(token.subs, pieces[1:], strict=True):
+    out = [prefix, _quote(pieces[0]) if pieces[0] or not (prefix or remaining) else ""]
+    for sub, piece in zip(remaining, pieces[1:], strict=True):
         out.append(sub.text)
         if piece:
             out.append(_quote(piece))

@@ -12,10 +12,12 @@ from ipybox.approval.approval_client import ApprovalClient
 from ipybox.approval.channel import Answers
 from ipybox.approval.request import ApprovalRequest
 from ipybox.kernels.gateway import GatewayEndpoint
+from ipybox.rules.calls import ToolCall
 from ipybox.running.control_client import ControlClient
 from ipybox.running.leased_client import LeasedKernelClient
 from ipybox.running.state import read_state
 from ipybox.running.status import LeaseId
+from ipybox.safefs import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_OUTPUT_FILE_BYTES
 
 _closing: set[asyncio.Future[None]] = set()  # leases being given back after a failed open
 
@@ -27,12 +29,18 @@ class WorkspaceSession:
         workspace: The directory `ipybox up` runs in.
         on_approval: Gets each `ask` for this session's kernels.
         pause_timer: Pauses the running execution's timeout while a human decides; returns the resume.
-        images_dir, output_dir, max_output_chars: As for `KernelClient`.
+        images_dir, output_dir, max_output_chars, max_output_file_bytes, max_image_bytes: As for
+            `KernelClient`.
         kernel_init_timeout: Seconds a kernel from the pool gets to answer (`KernelClient`'s
             `ready_timeout`; `None`: no limit).
         answers: What the application does with `ask`s: decides them (`application`), asks its MCP
             client (`elicitation`), or neither (`none`: the workspace asks people instead, and only tells
             it, so the execution's clock stops while they decide).
+        declines: Asked about each `ask` before `on_approval` is: why the application does not answer this
+            one (`None`: it does). Declined, it goes to the people present, or is denied
+            (`ApprovalClient`'s `declines`).
+        check: The session checks agent-written code (`CodeExecutor.check_in_fresh_kernel`): the
+            workspace refuses its kernels' `ask`s without asking anyone.
     """
 
     def __init__(
@@ -44,11 +52,17 @@ class WorkspaceSession:
         images_dir: Path | None = None,
         output_dir: Path | None = None,
         max_output_chars: int,
+        max_output_file_bytes: int = DEFAULT_MAX_OUTPUT_FILE_BYTES,
+        max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
         kernel_init_timeout: float | None = 60,
         answers: Answers = "application",
+        declines: Callable[[ToolCall], str | None] | None = None,
+        check: bool = False,
     ) -> None:
         self.workspace = workspace
         self.answers: Answers = answers
+        self.declines = declines
+        self.check = check
         self.on_approval = on_approval
         self.pause_timer = pause_timer
         self.state = read_state(workspace)
@@ -62,6 +76,8 @@ class WorkspaceSession:
             images_dir=images_dir,
             output_dir=output_dir,
             max_output_chars=max_output_chars,
+            max_output_file_bytes=max_output_file_bytes,
+            max_image_bytes=max_image_bytes,
             spare_kernel=False,  # the workspace's pool is the spare
             ready_timeout=kernel_init_timeout,
             kernel_source=self._lease_kernel,
@@ -79,7 +95,7 @@ class WorkspaceSession:
         """
         await self.control.__aenter__()
         try:
-            self.lease = await self.control.new_lease()
+            self.lease = await self.control.new_lease(check=self.check)
             self._approvals = ApprovalClient(
                 self._on_request,
                 address=f"unix:{self.state.control_socket}",
@@ -87,6 +103,7 @@ class WorkspaceSession:
                 path=f"/leases/{self.lease}/approval",
                 answers=self.answers,
                 on_waiting=self.pause_timer,
+                declines=self.declines,
             )
             await self._approvals.connect()
             await self.kernel_client.connect()

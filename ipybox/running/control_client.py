@@ -32,6 +32,7 @@ from ipybox.running.status import (
     LeaseCreated,
     LeaseId,
     LeaseReleased,
+    LeaseRequest,
     ServerOutcome,
     ShutdownAccepted,
     StreamFailure,
@@ -104,8 +105,11 @@ class ControlClient:
     async def shutdown(self) -> None:
         await self._call("POST", "/shutdown", ShutdownAccepted)
 
-    async def new_lease(self) -> LeaseId:
-        return (await self._call("POST", "/leases", LeaseCreated)).lease
+    async def new_lease(self, *, check: bool = False) -> LeaseId:
+        """A new lease; with `check`, one whose kernels check agent-written code (their `ask`s are refused
+        without asking anyone)."""
+        body = LeaseRequest(check=True) if check else None
+        return (await self._call("POST", "/leases", LeaseCreated, body)).lease
 
     async def lease_kernel(self, lease: LeaseId) -> KernelId:
         return (await self.take_kernel(lease)).kernel_id
@@ -202,11 +206,17 @@ class ControlClient:
             f"an unexpected body ({body[:200]!r}): is it the same ipybox version?"
         )
 
-    async def _call(self, method: str, path: str, answer: type[_Answer]) -> _Answer:
+    async def _call(
+        self, method: str, path: str, answer: type[_Answer], request: BaseModel | None = None
+    ) -> _Answer:
         if self._http is None:
             raise RuntimeError("use 'async with ControlClient(...)'")
+        data = request.model_dump_json() if request is not None else None
+        headers = {"Content-Type": "application/json"} if data is not None else None
         try:
-            async with self._http.request(method, f"http://localhost{path}") as response:
+            async with self._http.request(
+                method, f"http://localhost{path}", data=data, headers=headers
+            ) as response:
                 body = await response.read()
         except aiohttp.ClientConnectionError as e:
             raise NotRunningError(f"cannot reach ipybox in {self.state.workspace}: {e}") from None

@@ -70,7 +70,10 @@ class MCPServerStatus(_Model):
         parsers: Modules of its package with an output parser (`mcpparse/<server>/<module>.py`), whose
             `run_parsed()` returns the parser's `ParseResult`.
         parser_errors: Parsers that do not work, one line each: `mcpparse/<server>/<module>.py:LINE:COL:
-            message` (relative to the workspace). They never fail the server: `run()` works.
+            message` (relative to the workspace). They never fail the server: `run()` works. A parser
+            whose check in a kernel took too long is disabled (left out of the package) and listed here.
+        checking: Modules whose parser is being imported in a kernel now (a check runs in the background;
+            its problems join `parser_errors` when it ends).
         location: Where its table starts, `ipybox.toml:LINE:COL` (`None` when not known).
         stopped: Why the server is not running now, when it ended by itself after it started (e.g. "MCP
             server 'x' went over its memory limit (limit 64 MiB, peak 64 MiB) and was stopped"); it
@@ -83,6 +86,7 @@ class MCPServerStatus(_Model):
     error: str | None = None
     parsers: list[str] = []
     parser_errors: list[str] = []
+    checking: list[str] = []
     location: str | None = None
     stopped: str | None = None
 
@@ -264,6 +268,17 @@ class ServerOutcome(_Model):
     error: str | None = None
     problems: list[Problem] = []
     about_server: bool = False
+
+
+class LeaseRequest(_Model):
+    """The body of `POST /leases` (optional).
+
+    Attributes:
+        check: The lease's kernels check agent-written code (an output parser, a saved action): an
+            `ask` of theirs is refused at once, and nobody is asked.
+    """
+
+    check: bool = False
 
 
 class LeaseCreated(_Model):

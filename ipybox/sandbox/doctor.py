@@ -50,21 +50,43 @@ class Check:
 THREAT_MODEL: tuple[tuple[str, str], ...] = (
     (
         "kernel reads",
-        "the filesystem, except `.env*` in the workspace and its parents (also ones made or replaced "
-        "later), credential stores in the home (`~/.ssh`, ...), `denyRead`, other kernels' connection "
-        "files and sockets, the host's `/tmp` and processes",
+        "the filesystem, except `.env*` in the workspace, its parents and the directories beside it (also "
+        "ones made or replaced later), workspaces' `.ipybox` (its own, its parents', its siblings'), "
+        "ipybox's host state (`~/.local/state/ipybox`: the server registry, gateway tokens), credential "
+        "stores in the home (`~/.ssh`, ...), `denyRead`, other kernels' connection files and sockets, the "
+        "host's `/tmp` and processes",
     ),
     (
         "kernel writes",
         "inside the workspace's top-level entries (existing files in place, directories throughout), "
-        "`allowWrite`, its private `/tmp`; never a new name at the workspace's top level, a protected name "
-        "(`ipybox.toml`, `.git`, `.ipybox`, `mcptools`, `.vscode`, `.claude`, `.mcp.json`, `.envrc`, "
-        "shell rc files, ...) or the host's ipybox state (`~/.local/state/ipybox`)",
+        "`allowWrite` (a path of it inside a tree already writable gets no bind of its own, so a symlink "
+        "a kernel puts in its place is never followed), its private `/tmp`; never a new name at the "
+        "workspace's top level, a protected name (`ipybox.toml`, `.git`, `.ipybox`, `mcptools`, `.venv`, "
+        "`node_modules`, `.vscode`, `.claude`, `.mcp.json`, `.envrc`, shell rc files, ...) or what the "
+        "host executes (next row)",
+    ),
+    (
+        "what the host executes",
+        "read-only to kernels and sandboxed servers: the environments programs run from (`.venv`, `venv`, "
+        "`node_modules`, `__pypackages__`, `.tox`, `.nox`; tool caches in a home workspace) and what "
+        "ipybox derives from `ipybox.toml` and its own interpreter (each server's resolved command, a "
+        "virtualenv's whole tree, its script's directory, or at the top level the script, `__pycache__`, "
+        "`*.py` and the packages it imports, a `-m` module, a subdirectory `cwd`, package-runner project "
+        "files, `PATH`/`PYTHONPATH`/`NODE_PATH` entries); a server whose code a living kernel can still "
+        "write is refused (`ServerCodeWritableError`) and gets no secrets; `ipybox doctor DIR` warns "
+        "about what can't be derived",
     ),
     (
         "kernel reaches",
         "no network; the tool server's call socket with a token valid for its own calls only; "
         "`allowedDomains` through the host's filtering proxy; `allowUnixSockets`",
+    ),
+    (
+        "kernel's resources",
+        "memory, processes, open files, file size and `/tmp` per kernel, set before its first instruction "
+        '(see "Limits"); under `setrlimit`, memory only for a sandboxed kernel with a `tmp` limit, with '
+        "`memfd_create` and `shmget` refused by seccomp; no disk quota: the audit log keeps a reserve, so "
+        "a kernel that fills the disk does not turn other sessions' calls into refusals",
     ),
     (
         "`ipybox.toml`, `.env`",
@@ -73,8 +95,15 @@ THREAT_MODEL: tuple[tuple[str, str], ...] = (
     ),
     (
         "`.ipybox/` (state, tokens, audit log)",
-        "hidden from kernels; the supervisor refuses one that is a symlink or not its user's and opens "
-        "files in it without following symlinks",
+        "hidden from kernels and sandboxed servers, also those of parent and sibling workspaces; the "
+        "supervisor refuses one that is a symlink or not its user's and opens files in it without "
+        "following symlinks",
+    ),
+    (
+        "other projects beside the workspace",
+        "their `.ipybox/` and `.env*` are hidden: each directory beside the workspace that holds one when "
+        "a kernel starts is a read-only view (a rotated or new one stays hidden); in one that held none "
+        "then, one made later shows up until the next kernel starts",
     ),
     (
         "`mcptools/` and its generation marker",
@@ -83,14 +112,68 @@ THREAT_MODEL: tuple[tuple[str, str], ...] = (
     ),
     (
         "server registry (`~/.local/state/ipybox`)",
-        "outside the workspace, read-only to kernels also when the workspace is the home; read without "
-        "following symlinks, each entry validated; a name not in it starts nothing",
+        "hidden from kernels and sandboxed servers, also when the workspace is the home; holds `${VAR}` "
+        "names, never secret values; read without following symlinks, each entry validated; an executor "
+        "looks up only its own package roots (`mcptools_dir`, `package_roots`): another project's root, "
+        "or a name not in it, starts nothing and asks no one",
+    ),
+    (
+        "catalog servers (`ipybox init --server`)",
+        "the filesystem server runs in a sandbox of its own (its program installed beforehand); `init`'s "
+        "rules deny paths outside the workspace, with a `..` part, or naming a protected name in any "
+        "spelling; the git server's rule keeps it on the workspace's own repository",
+    ),
+    (
+        "server sandboxes and links",
+        "a sandboxed server sees the view a kernel does, also when its `cwd` is a subdirectory (protected "
+        "names read-only; `.env*`, `.ipybox` and the state dir hidden): a write through a kernel-made "
+        "link to `ipybox.toml` fails; an ask about a path with a link on its way shows the target, "
+        "resolved on the host (`→ /ws/ipybox.toml (protected)`)",
+    ),
+    (
+        "servers registered over MCP",
+        "where kernels are sandboxed: always sandboxed, and bounded by `[sandbox]` (writable only the "
+        "workspace, its unprotected top-level directories or its `allowWrite`; `allowedDomains` and "
+        "`allowUnixSockets` within the workspace's; its `denyRead`/`denyWrite` kept); beyond that always "
+        "asked with the policy shown, even under an allow rule, and refused when nobody can answer",
+    ),
+    (
+        "kernel-written parsers and saved actions",
+        "checked in a fresh sandboxed kernel, in the background and bounded, never under the lock that "
+        "applies rules or servers: a rule edit applies in well under a second; one whose check times out "
+        "is disabled and reported until its content changes; `tools/list` answers from manifests and "
+        "never imports; generated modules import parsers lazily with a timeout; a check kernel's `ask` is "
+        "refused and reaches nobody",
+    ),
+    (
+        "attached applications, `ipybox exec`",
+        "run in the workspace's own kernels (its sandbox, environment, rules) however the workspace is "
+        "named (`--workspace`, the current directory, `--working-dir`); `--sandbox` is checked against "
+        "the configuration in effect (`ipybox.toml` with `.env` and the environment over it), also when "
+        "an edit turns it off later; `execute()` answers no `ask` (the people `[approval] ask` lists do, "
+        "else it is denied at once) unless the application passes `execute_accepts_asks=True`; the audit "
+        "log records who answered",
+    ),
+    (
+        "text a kernel or server controls",
+        "names, arguments, errors, server stderr and output are shown escaped everywhere ipybox prints "
+        "them (terminal commands, logs, console pages): no escape sequence (OSC 52 clipboard, title, "
+        "clear screen), carriage return, bidi or zero-width character reaches a terminal or page raw; "
+        "`ipybox approve` answers only an ask that has been on screen for 0.5 s, by its id, and shows "
+        "folded arguments in full on `v`",
     ),
     (
         "approval channel",
         "its own token, which never reaches a kernel; a kernel's token opens only the call channel",
     ),
-    ("complete outputs", "in a private per-user directory (0700), files 0600 with unpredictable names"),
+    (
+        "complete outputs and images",
+        "complete outputs in a private per-user directory (0700), files 0600 with unpredictable names; "
+        "images and tool-result files reached without following symlinks (a link on the path gets nothing "
+        "written there), saved under their own extension for image and audio types only and as `.bin` "
+        "otherwise; at most `max_output_file_bytes` per cell and `max_image_bytes` per image, past which "
+        "the output says what was not saved",
+    ),
 )
 
 

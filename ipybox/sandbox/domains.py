@@ -66,6 +66,20 @@ class DomainFilter:
         return normalize_host(host) in self._allowed
 
 
+def covers(outer: str, inner: str) -> bool:
+    """Whether every host the entry `inner` matches is one the entry `outer` matches: the same entry, or
+    a wildcard `*.x` over a host or a wildcard below `x` (`*.x` does not match `x` itself).
+
+    Example:
+        ```python
+        assert covers("*.github.com", "api.github.com") and covers("*.github.com", "*.api.github.com")
+        assert not covers("*.github.com", "github.com") and not covers("api.github.com", "*.github.com")
+        ```
+    """
+    outer, inner = normalize_host(outer), normalize_host(inner)
+    return outer == inner or (outer.startswith("*.") and inner.endswith(outer[1:]))
+
+
 def _matches(host: str, entries: list[str]) -> bool:
     for entry in entries:
         if entry.startswith("*."):

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ipybox.errors import IpyboxError
 from ipybox.paths import user_state_dir
 from ipybox.sandbox.domains import domain_entry_error
-from ipybox.sandbox.view import PathRule, View
+from ipybox.sandbox.view import PathRule, View, rules_beside
 
 DEFAULT_DENY_READ = (
     "~/.ssh",
@@ -67,6 +67,27 @@ DEFAULT_DENY_WRITE = (
     ".exrc",
     ".nvimrc",
     ".nvim.lua",
+    # Environments the host runs programs from: ipybox or an MCP server started from the workspace's own
+    # virtualenv or node_modules imports what is there (a `.pth` in site-packages runs at every start), and
+    # tox, nox and PDM run from theirs. What else the host executes from a workspace (a server's script,
+    # its directory, a venv under another name) is derived from its configuration: see
+    # `ipybox.sandbox.executables`.
+    ".venv",
+    "venv",
+    "node_modules",
+    "__pypackages__",
+    ".tox",
+    ".nox",
+    # A workspace that is a home directory: the tool caches and installs that npx, uvx, nvm, pyenv,
+    # rustup, bun and deno run programs from.
+    ".npm",
+    ".nvm",
+    ".pyenv",
+    ".cargo",
+    ".rustup",
+    ".bun",
+    ".deno",
+    ".cache",
     # A workspace that is a home directory: shell start-up files and the directories programs run
     # things from (`~/.local/bin`, `~/.config/autostart`, IPython start-up scripts, ipybox's registry).
     ".bashrc",
@@ -86,6 +107,11 @@ DEFAULT_DENY_WRITE = (
 )
 # Hidden in the workspace and in each of its parents.
 DOTENV_PATTERN = ".env*"
+STATE_DIR = ".ipybox"
+"""A workspace's state directory (by default): hidden in the workspace and in each of its parents."""
+OTHER_SECRETS = (DOTENV_PATTERN, STATE_DIR)
+"""Hidden in each directory beside the workspace that holds one (other projects' and workspaces'); see
+`View.hidden_beside`."""
 
 
 class SandboxPolicyError(IpyboxError, ValueError):
@@ -204,8 +230,14 @@ class SandboxPolicy(_Strict):
             readable: More paths to keep visible read-only (under the private `/tmp`).
         """
         hidden = [PathRule(str(directory), DOTENV_PATTERN) for directory in (workspace, *workspace.parents)]
-        # A workspace's state (tokens, audit log) is none of a kernel's business.
-        hidden.append(PathRule(str(workspace), ".ipybox"))
+        # A workspace's state (tokens, audit log) is none of a kernel's business, nor are other workspaces'
+        # (in a parent, or beside it) and other projects' `.env` files beside it (see `OTHER_SECRETS`).
+        hidden += [PathRule(str(directory), STATE_DIR) for directory in (workspace, *workspace.parents)]
+        # Nor the host's ipybox state: the server registry (which names other projects' servers and
+        # secrets) and the gateways' tokens; nothing in a sandbox reads it.
+        state = user_state_dir()
+        if not workspace.is_relative_to(state):
+            hidden.append(PathRule(str(state), ""))
         hidden += [
             _rule(entry, workspace, home) for entry in (*DEFAULT_DENY_READ, *self.filesystem.deny_read)
         ]
@@ -221,7 +253,34 @@ class SandboxPolicy(_Strict):
             sockets=[str(Path(sock).expanduser()) for sock in self.network.allow_unix_sockets],
             hidden=hidden,
             protected=protected,
+            hidden_beside=list(OTHER_SECRETS),
         )
+
+    def guarding(self, workspace: Path, state_dir: Path, *, cwd: Path) -> SandboxPolicy:
+        """This policy for a process that works for `workspace` from `cwd` (its sandbox's working dir): a
+        view guards the names of its own working dir only, so when `cwd` is not `workspace` (a server
+        started in a subdirectory, or elsewhere) the workspace's `.env*` files and `.ipybox` are hidden
+        and its protected names read-only here too, and the workspace's state (`state_dir`, wherever it
+        is) is hidden and read-only unless it is `cwd`'s `.ipybox`, which the view hides already. Returns
+        this policy itself when nothing is missing. All paths absolute."""
+        cwd, workspace, state_dir = cwd.resolve(), workspace.resolve(), state_dir.resolve()
+        hide: list[str] = []
+        protect: list[str] = []
+        if cwd != workspace:
+            hide += [str(workspace / DOTENV_PATTERN), str(workspace / ".ipybox")]
+            protect += [str(workspace / name) for name in DEFAULT_DENY_WRITE]
+        if state_dir != cwd / ".ipybox":
+            hide.append(str(state_dir))
+            protect.append(str(state_dir))
+        if not hide and not protect:
+            return self
+        files = self.filesystem.model_copy(
+            update={
+                "deny_read": [*self.filesystem.deny_read, *hide],
+                "deny_write": [*self.filesystem.deny_write, *protect],
+            }
+        )
+        return self.model_copy(update={"filesystem": files})
 
     def deny_read_paths(self, workspace: Path, home: Path) -> list[Path]:
         """Existing files and directories to hide: `.env` files in the workspace and its parents, the
@@ -229,6 +288,11 @@ class SandboxPolicy(_Strict):
         found: list[Path] = []
         for directory in (workspace, *workspace.parents):
             found.extend(sorted(directory.glob(".env*")))
+            found.append(directory / STATE_DIR)
+        for rule in rules_beside(str(workspace), list(OTHER_SECRETS)):
+            found.extend(sorted(Path(rule.base).glob(rule.pattern)))
+        if not workspace.is_relative_to(user_state_dir()):
+            found.append(user_state_dir())
         for entry in (*DEFAULT_DENY_READ, *self.filesystem.deny_read):
             found.extend(_matches(entry, workspace, home))
         return _existing_unique(found)
@@ -252,6 +316,10 @@ def _rule(entry: str, workspace: Path, home: Path) -> PathRule:
     if entry.startswith("~/") or entry == "~":
         return PathRule(str(home), entry[2:])
     if Path(entry).is_absolute():
+        parent = Path(entry).parent
+        if not any(char in str(parent) for char in "*?["):
+            # Only the last name is a pattern: it covers names made later too (see `PathRule`).
+            return PathRule(str(parent), Path(entry).name)
         anchor = Path(entry).anchor
         return PathRule(anchor, str(Path(entry).relative_to(anchor)))
     return PathRule(str(workspace), entry)

@@ -16,6 +16,20 @@ Frozen are: the workspace (its protected names: `ipybox.toml`, `.git`, `.ipybox`
 parents (their `.env` files), and the directories of the policy's hidden and protected paths (the home
 directory for `~/.ssh`, ...), with their ancestors.
 
+Beside the workspace (`View.hidden_beside`): each directory of the workspace's parent that holds a name
+of those patterns when the sandbox starts (another project's `.env`, another workspace's `.ipybox`) is
+frozen with those names hidden, found anew at each start (one listing of the parent and of each of its
+directories, stopped at the first match). A directory that holds none then is left as it is, so the cost
+is a mount per entry of the directories that hold secrets, not of all of them; a secret made later in
+one that held none shows up in sandboxes started before it (not in those started after). Under the
+private `/tmp` nothing beside the workspace is visible: nothing is looked for there.
+
+Extra paths inside a writable tree (an `allowWrite` path below a top-level entry of the workspace, or below
+another `allowWrite` path; a socket or readable path there) are not bound on their own: the sandbox sees
+them, writable, through that tree already, and a kernel can replace them, or a directory on their way, by
+a symlink, which a bind of their own would follow on the host at the next start (binding the link's target
+read-write, or failing every later start when it points nowhere).
+
 What follows for a process inside: it can't create or remove entries at the top level of the workspace
 (`EROFS`, or `EBUSY` for a rename or removal of an entry), everything below those entries behaves as
 before; entries the host adds to a frozen directory later show up in sandboxes started after that.
@@ -88,6 +102,8 @@ class View:
         sockets: Host Unix sockets the sandbox may connect to.
         hidden: Absent inside, whether they exist now or later.
         protected: Read-only inside writable trees, and impossible to create there.
+        hidden_beside: Name patterns hidden in each directory beside the workspace that holds one when
+            the sandbox starts (see the module).
         tmp_size: The private `/tmp`'s size in bytes (and `/dev/shm`'s; `/dev` is then read-only), or
             `None`: as large as the host lets a tmpfs be (half its RAM).
 
@@ -104,6 +120,7 @@ class View:
         hidden: list[PathRule] | None = None,
         protected: list[PathRule] | None = None,
         tmp_size: int | None = None,
+        hidden_beside: list[str] | None = None,
     ) -> None:
         self.workspace = workspace
         self.writable = list(writable or [])
@@ -112,6 +129,7 @@ class View:
         self.hidden = list(hidden or [])
         self.protected = list(protected or [])
         self.tmp_size = tmp_size
+        self.hidden_beside = list(hidden_beside or [])
 
     @property
     def tmp_size(self) -> int | None:
@@ -137,6 +155,7 @@ class View:
             "sockets": self.sockets,
             **rules,
             "tmp_size": self.tmp_size,
+            "hidden_beside": self.hidden_beside,
         }
 
     @classmethod
@@ -150,12 +169,41 @@ class View:
             protected=[PathRule(**rule) for rule in data.get("protected", [])],
             # Absent from plans written before sizes existed: no limit, as then.
             tmp_size=data.get("tmp_size"),
+            hidden_beside=list(data.get("hidden_beside", [])),
         )
 
 
 def mount_args(view: View) -> list[str]:
     """bubblewrap options that build `view`'s filesystem (everything but namespaces and environment)."""
     return _Planner(view).args()
+
+
+def rules_beside(workspace: str, patterns: list[str]) -> list[PathRule]:
+    """Rules hiding `patterns` in each directory beside `workspace` (an entry of its parent, a symlink to a
+    directory included) that holds a name matching one of them now; none under the private `/tmp`."""
+    workspace = posixpath.normpath(workspace)
+    parent = posixpath.dirname(workspace)
+    if not patterns or parent == workspace or _under(parent, _PRIVATE_TMP):
+        return []
+    try:
+        with os.scandir(parent) as entries:
+            siblings = [posixpath.join(parent, entry.name) for entry in entries if entry.is_dir()]
+    except OSError:
+        return []
+    rules = []
+    for sibling in siblings:
+        if sibling == workspace or sibling in _SPECIAL or sibling == "/sys":
+            continue
+        try:
+            with os.scandir(sibling) as entries:
+                holds = any(fnmatchcase(entry.name, pattern) for entry in entries for pattern in patterns)
+        except OSError:
+            # Not listable (`chmod 711`): a name can still be opened if known, so the patterns' own
+            # literal names are looked for (frozen, such a directory shows only what the view needs).
+            holds = any(os.path.lexists(posixpath.join(sibling, p.rstrip("*?["))) for p in patterns)
+        if holds:
+            rules += [PathRule(sibling, pattern) for pattern in patterns]
+    return rules
 
 
 def _parents(path: str) -> list[str]:
@@ -180,7 +228,7 @@ class _Planner:
         self.workspace = posixpath.normpath(view.workspace)
         self.tmp_size = view.tmp_size
         self.writable = [self.workspace, *(posixpath.normpath(p) for p in view.writable)]
-        self.hidden_names = self._names(view.hidden)
+        self.hidden_names = self._names([*view.hidden, *rules_beside(self.workspace, view.hidden_beside)])
         protected = self._names(view.protected)
         # A protected name only matters where the sandbox could write; elsewhere everything is read-only.
         self.protected_names = {
@@ -192,6 +240,7 @@ class _Planner:
         self.extra_paths = [item for item in self.extra_paths if item[0] not in ("/", *_SPECIAL)]
         self.frozen = self._frozen_dirs()
         self.emitted: set[str] = set()  # entries bound while listing frozen directories
+        self.writable_trees: set[str] = set()  # bound read-write as a whole: the sandbox's to change below
 
     # -- rules
 
@@ -276,11 +325,27 @@ class _Planner:
             ):
                 self._emit_dir(path, args, remount)
         for path, option in sorted(self.extra_paths, key=lambda item: item[0].count("/")):
-            if path not in self.emitted and path not in self.frozen and not self._hidden(path):
+            if (
+                path not in self.emitted
+                and path not in self.frozen
+                and not self._hidden(path)
+                and not self._in_writable_tree(path)
+            ):
                 args += [option, path, path]
+                if option == "--bind-try":  # shallower first: a deeper path finds its tree here
+                    self.writable_trees.add(path)
         for path in remount:
             args += ["--remount-ro", path]
         return args
+
+    def _in_writable_tree(self, path: str) -> bool:
+        """Whether a directory above `path` is bound read-write as a whole (see the module docstring)."""
+        for parent in _parents(path):
+            if parent in self.frozen:  # a read-only tmpfs: nothing above it is bound as a whole
+                return False
+            if parent in self.writable_trees:
+                return True
+        return False
 
     def _special_args(self, remount: list[str]) -> list[str]:
         """`/proc`, `/dev` and the private `/tmp`; with a size, `/dev/shm` too (see the module docstring)."""
@@ -332,6 +397,8 @@ class _Planner:
                 writable = self._writable_at(path) and not self._matches(self.protected_names, path)
                 args += ["--bind-try" if writable else "--ro-bind-try", path, path]
                 self.emitted.add(path)
+                if writable:
+                    self.writable_trees.add(path)
         # Frozen directories this user can't list but can pass through (`chmod 711`), and the workspace.
         for path in sorted(self.frozen):
             child = posixpath.dirname(path) == directory and path not in ("/", *listed, *_SPECIAL)

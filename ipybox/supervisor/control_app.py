@@ -3,7 +3,8 @@ warm pool for attached applications, their approval websockets, applying a serve
 
 - `GET /status`: what runs (`WorkspaceStatus`), with each kernel's usage asked of the gateway (`kernels`;
   within 2 s also when the gateway does not answer).
-- `POST /leases`: a new lease (`LeaseCreated`); `DELETE /leases/{lease}`: release it and its kernels
+- `POST /leases`: a new lease (`LeaseCreated`); with the body `{"check": true}` (`LeaseRequest`) one whose
+  kernels check agent-written code, whose `ask`s are refused without asking anyone; `DELETE /leases/{lease}`: release it and its kernels
   (`LeaseReleased`).
 - `POST /leases/{lease}/kernels`: a ready kernel from the pool (`KernelLeased`).
 - `WS /leases/{lease}/approval`: where the lease's application answers `ask` decisions.
@@ -48,6 +49,7 @@ from ipybox.running.status import (
     LeaseCreated,
     LeaseId,
     LeaseReleased,
+    LeaseRequest,
     ServerOutcome,
     ShutdownAccepted,
     StreamFailure,
@@ -65,7 +67,7 @@ class Controlled(Protocol):
 
     def status(self) -> WorkspaceStatus: ...
     async def status_with_kernels(self) -> WorkspaceStatus: ...
-    def new_lease(self) -> LeaseId: ...
+    def new_lease(self, check: bool = False) -> LeaseId: ...
     async def lease_kernel(self, lease: LeaseId) -> KernelLeased: ...
     async def release_lease(self, lease: LeaseId) -> None: ...
     async def serve_approvals(self, lease: LeaseId, websocket: WebSocket) -> None: ...
@@ -99,7 +101,9 @@ def control_app(target: Controlled, token: str) -> ASGIApp:
         return await target.status_with_kernels()
 
     async def new_lease(request: Request) -> LeaseCreated:
-        return LeaseCreated(lease=target.new_lease())
+        body = await request.body()
+        asked = LeaseRequest.model_validate_json(body) if body.strip() else LeaseRequest()
+        return LeaseCreated(lease=target.new_lease(check=asked.check))
 
     async def kernel(request: Request) -> KernelLeased:
         return await target.lease_kernel(LeaseId(request.path_params["lease"]))

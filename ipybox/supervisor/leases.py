@@ -62,6 +62,7 @@ class _Lease:
     kernels: dict[KernelId, CallerId | None] = field(default_factory=dict)
     channel: ApprovalChannel | None = None
     lost: str | None = None  # why the workspace took its kernel, until the next one is bound
+    refusal: str | None = None  # why its kernels' asks are refused without asking anyone
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,11 @@ class LeaseTable:
 
     # -- leases
 
-    def new_lease(self) -> LeaseId:
+    def new_lease(self, refusal: str | None = None) -> LeaseId:
+        """A new lease; with `refusal`, an `ask` of its kernels is refused with that reason and nobody
+        is asked (a lease whose kernel checks agent-written code)."""
         lease = LeaseId(uuid4().hex)
-        self._leases[lease] = _Lease()
+        self._leases[lease] = _Lease(refusal=refusal)
         return lease
 
     def __contains__(self, lease: object) -> bool:
@@ -225,6 +228,13 @@ class LeaseTable:
     def channel(self, lease: LeaseId) -> ApprovalChannel | None:
         entry = self._leases.get(lease)
         return entry.channel if entry is not None else None
+
+    def refusal(self, caller: CallerId | str) -> str | None:
+        """Why `caller`'s `ask`s are refused without asking anyone (its lease checks agent-written code);
+        `None` for a kernel whose asks are routed."""
+        lease = self._lease_of.get(CallerId(caller))
+        entry = self._leases.get(lease) if lease is not None else None
+        return entry.refusal if entry is not None else None
 
     def answerer(self, caller: CallerId | str) -> ApprovalChannel | None:
         """The open approval channel of the application holding `caller`'s kernel: who answers its

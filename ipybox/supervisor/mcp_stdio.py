@@ -11,7 +11,6 @@ import contextlib
 import json
 import signal
 import sys
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
@@ -21,37 +20,26 @@ import tomlkit
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
 
-from ipybox.config import CONFIG_FILE, ConfigError, ConfigProblem
+from ipybox.config import CONFIG_FILE
+from ipybox.limits import unenforceable_defaults
 from ipybox.mcp_server.wire import Wire, claim_wire, wire_streams
 from ipybox.mcp_server.workspace_mcp import WorkspaceMCP, create_server
 from ipybox.sandbox import SandboxPolicy
 from ipybox.sandbox.container import unsandboxed_note
 from ipybox.supervisor import NotRunningError, Supervisor, read_state
+from ipybox.supervisor.supervisor import check_running_sandboxed
 
 
 def ensure_config(workspace: Path, sandbox: bool, sandbox_config: Path | None) -> None:
     """Create `ipybox.toml` for a workspace that has none, from the command line's sandbox options.
 
-    Raises:
-        ConfigError: `--sandbox` was asked for, but the workspace's `ipybox.toml` runs kernels unsandboxed
-            (a sandbox that was asked for is never silently absent).
+    Whether an existing workspace sandboxes, as `--sandbox` asks, is not read from its file here: `.env`
+    and the environment override the file, so the check is made on the configuration that runs
+    (`Supervisor(require_sandbox=True)`, `check_running_sandboxed`).
     """
     path = workspace / CONFIG_FILE
     if path.exists():
         if sandbox or sandbox_config:
-            if not _sandbox_enabled(path):
-                raise ConfigError(
-                    path,
-                    [
-                        ConfigProblem(
-                            str(path),
-                            None,
-                            None,
-                            "--sandbox was given, but this file does not enable the sandbox: set "
-                            "`enabled = true` under [sandbox] (its policy applies), or leave out --sandbox",
-                        )
-                    ],
-                )
             print(f"ipybox: {path} exists: its [sandbox] table applies, not --sandbox", file=sys.stderr)
         return
     document = tomlkit.document()
@@ -63,18 +51,17 @@ def ensure_config(workspace: Path, sandbox: bool, sandbox_config: Path | None) -
         for key, value in json.loads(policy.model_dump_json(by_alias=True, exclude_defaults=True)).items():
             table.add(key, value)
     document.add("sandbox", table)
+    lifted = unenforceable_defaults(sandboxed=sandbox or sandbox_config is not None)
+    if lifted:
+        # A default this machine can't enforce would stop the workspace: lifted here, in the file, with why.
+        limits = tomlkit.table()
+        for name, why in lifted.items():
+            limits.add(tomlkit.comment(f"not enforceable here: {why}"))
+            limits.add(name, "unlimited")
+        kernel = tomlkit.table(is_super_table=True)
+        kernel.add("limits", limits)
+        document.add("kernel", kernel)
     path.write_text(tomlkit.dumps(document))
-
-
-def _sandbox_enabled(path: Path) -> bool:
-    """Whether `ipybox.toml` at `path` enables the sandbox (a file that doesn't parse is the supervisor's to
-    report, with its position)."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return True
-    table = data.get("sandbox")
-    return isinstance(table, dict) and table.get("enabled") is True
 
 
 async def serve_stdio(
@@ -92,6 +79,7 @@ async def serve_stdio(
     """
     wire = claim_wire()  # before any child process starts, so none inherits the client's pipes
     ensure_config(workspace, sandbox, sandbox_config)
+    require_sandbox = sandbox or sandbox_config is not None
     serving = asyncio.current_task()
     assert serving is not None
     with _stopping_on_signals(serving) as signalled:
@@ -99,13 +87,18 @@ async def serve_stdio(
         mcp: WorkspaceMCP | None = None
         try:
             try:
-                read_state(workspace)
+                state = read_state(workspace)
             except NotRunningError:
-                supervisor = Supervisor(workspace, serve_mcp=False)
+                # Raises ConfigError, before anything starts, when --sandbox meets a configuration (file,
+                # .env or environment) that turns the sandbox off.
+                supervisor = Supervisor(workspace, serve_mcp=False, require_sandbox=require_sandbox)
                 # ipybox's container image runs kernels unsandboxed by default: said, never silent.
                 if (note := unsandboxed_note(supervisor.config.sandbox.enabled)) is not None:
                     print(note, file=sys.stderr)
                 await supervisor.start()
+            else:
+                if require_sandbox:
+                    await check_running_sandboxed(state)
             mcp = create_server(workspace)
             await _serve(mcp.server, wire)
         except asyncio.CancelledError:

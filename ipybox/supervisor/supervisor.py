@@ -52,17 +52,20 @@ from ipybox.approval.ask_events import (
 )
 from ipybox.approval.asks import AskAnswer, AskBoard, AskEvent, AskOpened, PendingAsk, Subscription
 from ipybox.approval.channel import Answers, ApprovalChannel
+from ipybox.approval.links import PathLink, path_links
 from ipybox.approval.rule_approver import WorkspaceApprover
 from ipybox.asgi_server import EmbeddedServer
 from ipybox.codeact.actions import read_actions
 from ipybox.codeact.analysis import analyse_action
 from ipybox.codeact.layout import action_tool_name, gentools_dir
-from ipybox.config import CONFIG_FILE, WorkspaceConfig, load_config
-from ipybox.config.loading import MAX_NESTING
+from ipybox.config import CONFIG_FILE, ConfigError, ConfigProblem, WorkspaceConfig, load_config
+from ipybox.config.executables import LiveKernels, ServerCodeGuard
+from ipybox.config.loading import MAX_NESTING, setting_source
 from ipybox.config.positions import KeyPath, Position, key_positions, too_deep
 from ipybox.config.rule_writer import write_answer_rule
 from ipybox.config.sections import KernelSection
 from ipybox.console.endpoint import ConsoleEndpoint
+from ipybox.display_text import PrintableFormatter
 from ipybox.executor.kernel_setup import start_kernel_gateway, workspace_kernel_setup
 from ipybox.in_kernel.tool_runner import TOKEN_ENV
 from ipybox.kernels.gateway import KernelGateway, describe_exit
@@ -70,9 +73,11 @@ from ipybox.kernels.kernel_client import KernelClient
 from ipybox.kernels.kernel_connection import GatewayError, GatewayUnreachableError, log_tail
 from ipybox.kernels.pool import KernelPool, PoolStoppedError
 from ipybox.mcp_apigen.package import remove_stale_work_dirs
+from ipybox.mcp_client.params import ServerParams
 from ipybox.progress import PartTimer, Progress, ProgressEvent, ProgressHub, ProgressStep, server_part
 from ipybox.reconcile.reconciler import Reconciler
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
+from ipybox.running.control_client import ControlClient
 from ipybox.running.state import (
     StateLogHandler,
     StatePaths,
@@ -97,7 +102,7 @@ from ipybox.running.status import (
     ToolServerStatus,
     WorkspaceStatus,
 )
-from ipybox.sandbox import DomainProxy
+from ipybox.sandbox import DomainProxy, SandboxPolicy
 from ipybox.supervisor.control_app import control_app
 from ipybox.supervisor.kernel_health import KernelHealth
 from ipybox.supervisor.leases import LeaseTable
@@ -113,6 +118,13 @@ WORKSPACE_ENV = "IPYBOX_WORKSPACE"
 _LEASE_ATTEMPTS = 3
 # Seconds code run by `run_in_fresh_kernel` (a check of agent-written modules) may run.
 _CHECK_TIMEOUT = 60
+# Why the asks of a kernel that checks agent-written code are refused (nobody is asked: a person would be
+# asked about calls of code nobody chose to run, and the check would wait for the answer).
+PARSER_CHECK_REFUSAL = "checking an output parser asks nobody: tool calls are refused while it is checked"
+CHECK_REFUSAL = (
+    "checking agent-written code (a code action being saved or described) asks nobody: tool calls are "
+    "refused while it is checked"
+)
 # How often the warm pool is looked at while `start()` reports it (it has no events of its own).
 _POOL_PROGRESS_INTERVAL = 0.1
 
@@ -124,6 +136,10 @@ class Supervisor:
         workspace: The workspace directory (with `ipybox.toml`).
         serve_mcp: Serve MCP over streamable HTTP as `[endpoints] mcp` says (off for `ipybox mcp`, which
             serves it over stdio).
+        require_sandbox: The command line asked for the sandbox (`--sandbox`): the configuration this
+            supervisor loads, and runs, must enable it (`ConfigError` here naming what turned it off: the
+            file, `.env` or the environment), and an edit that turns it off while running is refused (the
+            kernels keep running sandboxed; `ipybox status` shows the refusal).
 
     Example:
         ```python
@@ -137,10 +153,14 @@ class Supervisor:
         ```
     """
 
-    def __init__(self, workspace: Path, *, serve_mcp: bool = True) -> None:
+    def __init__(self, workspace: Path, *, serve_mcp: bool = True, require_sandbox: bool = False) -> None:
         self.workspace = workspace.resolve()
         self.serve_mcp = serve_mcp
+        self.require_sandbox = require_sandbox
+        # Loaded once: what is checked here is what runs (the reconciler applies this same object).
         self.config: WorkspaceConfig = load_config(self.workspace / CONFIG_FILE)
+        if require_sandbox:
+            check_sandboxed(self.config)
         self.paths = StatePaths(self.config.resolve(self.config.workspace.state_dir))
         self.started_at = datetime.now(UTC)
         self._lock = SupervisorLock(self.paths)
@@ -167,6 +187,16 @@ class Supervisor:
         self.restarts: dict[str, int] = {"gateway": 0, "tool_server": 0}
         self._kernels_lock = asyncio.Lock()
         self.kernel_generation = 0  # kernels recycled or restarted this many times
+        # The sandbox policy each version of the gateway's kernel spec confines kernels by (`None`:
+        # unsandboxed), newest last: it changes when what the host executes does (see `_protect_servers`).
+        self._spec_policies: list[SandboxPolicy | None] = []
+        self.guard = ServerCodeGuard(
+            self.workspace,
+            self._known_servers,
+            self._live_kernels,
+            environ={**os.environ, WORKSPACE_ENV: str(self.workspace)},
+            dotenv_path=self.workspace / ".env",
+        )
         self._gateway_failure: str | None = None  # why the gateway is down, while it is
         self.progress = ProgressHub()
         self._timer = PartTimer()
@@ -221,14 +251,18 @@ class Supervisor:
         )
         self._run_dir = Path(run_dir)
         self._record_run_dirs()
+        audit = AuditLog(self.paths.audit)
+        audit.arm_reserve()  # before a kernel can fill the disk: decisions are recorded on a full one
         self.approver = WorkspaceApprover(
             self.config.approval,
-            AuditLog(self.paths.audit),
+            audit,
             self.leases.answerer,
             board=self.board,
             session_of=lambda caller: self.leases.lease_of(CallerId(caller)),
             write_rule=self._write_answer_rule,
             console=lambda: self.console_url,
+            links=self._path_links,
+            refusal_of=self.leases.refusal,
         )
         parts.push_async_callback(self._stop_tool_server)
         with self._reporting("tool server"):
@@ -242,6 +276,7 @@ class Supervisor:
             progress=self.progress.emit,
         )
         parts.push_async_callback(self._stop_kernels, end_leases=True)
+        parts.push_async_callback(self.reconciler.close)  # its parser checks first: they use kernels
         with self._reporting("gateway") as gateway:
             await self._start_kernels()
             gateway.append(f"pid {self.gateway.pid if self.gateway is not None else '?'}")
@@ -488,8 +523,9 @@ class Supervisor:
             source = (self.workspace / CONFIG_FILE).read_text(encoding="utf-8")
         return server_outcome(name, status, reconciler.error, source)
 
-    def new_lease(self) -> LeaseId:
-        return self.leases.new_lease()
+    def new_lease(self, check: bool = False) -> LeaseId:
+        """A new lease; with `check`, one whose kernel checks agent-written code: its asks are refused."""
+        return self.leases.new_lease(CHECK_REFUSAL if check else None)
 
     async def lease_kernel(self, lease: LeaseId) -> KernelLeased:
         self.leases.kernels(lease)  # an unknown lease fails before a kernel is claimed for it
@@ -532,13 +568,13 @@ class Supervisor:
         """Execute `code` in a fresh kernel of the warm pool (sandboxed as every kernel of the workspace)
         and return its output; the kernel is deleted afterwards. It is how agent-written modules (output
         parsers) are checked (`ipybox.codeact.checks.RunCheck`): the kernel runs under a lease of its own,
-        whose `ask`s nobody answers, and nothing it imported outlives the check.
+        whose `ask`s are refused without asking anyone, and nothing it imported outlives the check.
 
         Raises:
             CodeExecutionError: The code raised.
             GatewayError: No kernel could be had (the gateway is down or restarting).
         """
-        lease = self.leases.new_lease()
+        lease = self.leases.new_lease(PARSER_CHECK_REFUSAL)
         try:
             gateway = self.gateway
             if gateway is None:
@@ -722,6 +758,13 @@ class Supervisor:
             with contextlib.suppress(Exception):
                 await websocket.close()
 
+    def _path_links(self, call: ToolCall) -> dict[str, PathLink]:
+        """Where `call`'s path arguments lead through links, resolved here on the host against the server's
+        `cwd` (else the workspace), for the people and the application asked."""
+        cwd = getattr(self.config.servers.get(call.server), "cwd", None)
+        base = self.workspace / cwd if isinstance(cwd, str) else self.workspace
+        return path_links(call.args, base=base, workspace=self.workspace)
+
     async def _write_answer_rule(self, ask: PendingAsk, accept: bool, by: str) -> None:
         """An `always` answer: the rule it makes goes into `ipybox.toml` (refused with the reason when it
         would not load), and the workspace loads it now, as it would any edit."""
@@ -736,7 +779,8 @@ class Supervisor:
             redact=self.approver.audit.redact,
         )
         logger.info("%s added rule %r to %s:%d", by, written.id, CONFIG_FILE, written.line)
-        await self.reconciler.reload()
+        # The rule now; whatever else the file says is applied in the background (never waited for here).
+        await self.reconciler.reload_rules()
         if self.reconciler.error is not None:  # checked before writing: only a concurrent edit gets here
             logger.warning(
                 "%s does not load after rule %r was added: %s", CONFIG_FILE, written.id, self.reconciler.error
@@ -751,6 +795,8 @@ class Supervisor:
         logger.info("approval rules reloaded (%d rules, default %s)", len(policy.rules), policy.default)
 
     async def kernels_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
+        if self.require_sandbox:
+            check_sandboxed(config)  # refused before anything stops: the sandboxed kernels keep running
         logger.warning("%s: recycling kernels (running code in leased kernels is lost)", "; ".join(reasons))
         async with self._kernels_lock:
             self.config = config
@@ -765,12 +811,14 @@ class Supervisor:
         server = ToolServer(
             unix_socket=self.run_dir / "tools.sock",
             media_dir=self.config.resolve(self.config.workspace.images_dir),
+            max_image_bytes=self.config.kernel.max_image_bytes,
             # Server parameters may say where the workspace is, e.g. a data file's absolute path.
             environ={**os.environ, WORKSPACE_ENV: str(self.workspace)},
             dotenv_path=self.workspace / ".env",
         )
         assert self.approver is not None  # made in start(), before the first tool server
         server.approver = self.approver
+        server.servers.prepare = self._prepare_server
         if self.tool_server is not None:  # a restart: the servers the reconciler registered
             for name in self.config.enabled_servers():
                 server.servers.register(name, self.config.server_params(name))
@@ -783,8 +831,9 @@ class Supervisor:
         config = self.config
         assert self.tool_server is not None
         # The same builder as `CodeExecutor`'s embedded gateway; what differs is described by the setup.
+        setup = workspace_kernel_setup(self._with_servers(config), self.workspace, self.paths.dir)
         kernels = await start_kernel_gateway(
-            workspace_kernel_setup(config, self.workspace, self.paths.dir),
+            setup,
             self.tool_server.calls_address,
             # No call token for all: each pool kernel gets one of its own (`_pool_kernel_env`), so a token
             # only ever stands for one kernel's calls.
@@ -801,7 +850,70 @@ class Supervisor:
             self._pool_kernel_env,
             gateway_log=self.gateway.log_path,
         )
+        self._spec_policies.append(setup.sandbox)
+        self.pool.version = len(self._spec_policies) - 1
         await self.pool.start()
+
+    # -- what the host executes (see `ipybox.config.executables`)
+
+    def _with_servers(self, config: WorkspaceConfig) -> WorkspaceConfig:
+        """`config` (whose kernel settings the kernels run with) with the servers last applied, which may
+        be newer: the reconciler starts servers before it replaces kernels for the same edit."""
+        applied = self.reconciler.config if self.reconciler is not None else None
+        if applied is None or applied.servers == config.servers:
+            return config
+        return config.model_copy(update={"servers": applied.servers})
+
+    def _known_servers(self) -> dict[str, dict[str, Any]]:
+        config = self._with_servers(self.config)
+        return {name: config.server_params(name) for name in config.enabled_servers()}
+
+    async def _prepare_server(self, name: str, params: ServerParams, secrets: bool) -> ServerParams:
+        """Before a server starts: kernels get what it executes read-only, then the guard refuses it if
+        a kernel can still write any of it (`ServerCodeWritableError`), or protects a sandboxed one."""
+        await self._protect_servers()
+        return self.guard.check(name, params, secrets=secrets)
+
+    async def _protect_servers(self) -> None:
+        """Make the gateway start kernels whose policy protects what the servers execute now, and replace
+        the idle kernels, when that differs from what the gateway's spec protects. Leased kernels keep
+        the policy they started with until their session resets (see `_live_kernels`)."""
+        async with self._kernels_lock:
+            gateway, pool, tool_server = self.gateway, self.pool, self.tool_server
+            if gateway is None or pool is None or tool_server is None or not self._spec_policies:
+                return
+            setup = workspace_kernel_setup(self._with_servers(self.config), self.workspace, self.paths.dir)
+            if setup.sandbox is None or setup.sandbox == self._spec_policies[-1]:
+                return
+            proxy_socket = self.run_dir / "proxy.sock" if setup.needs_proxy else None
+            spec = setup.kernel_spec(tool_server.calls_address, proxy_socket)
+            assert spec is not None  # sandboxed
+            gateway.update_kernel_spec(spec)
+            self._spec_policies.append(setup.sandbox)
+            logger.info("what the MCP servers execute changed: kernels get it read-only, idle ones replaced")
+            await pool.recycle(len(self._spec_policies) - 1)
+
+    def _live_kernels(self) -> list[LiveKernels]:
+        """The policies kernels live under: the gateway's current one, and an older one for each leased
+        kernel started before what the servers execute changed."""
+        if not self._spec_policies or self._spec_policies[-1] is None:
+            return []  # unsandboxed kernels: on the host already
+        live = [LiveKernels("a kernel of this workspace", self._spec_policies[-1])]
+        pool, current = self.pool, len(self._spec_policies) - 1
+        for lease in self.leases.leases if pool is not None else ():
+            for kernel in self.leases.kernels(lease):
+                version = pool.versions.get(kernel) if pool is not None else None
+                policy = self._spec_policies[version] if version is not None else None
+                if version is None or version == current or policy is None:
+                    continue
+                live.append(
+                    LiveKernels(
+                        f"the kernel of session {lease}, started before this server was added,",
+                        policy,
+                        f"reset that session (or end it), then save {CONFIG_FILE} again to start the server",
+                    )
+                )
+        return live
 
     async def _stop_kernels(self, *, end_leases: bool = False, lost: str | None = None) -> None:
         # Leases outlive a recycle: their applications get fresh kernels under the same lease.
@@ -945,6 +1057,49 @@ class Supervisor:
             logger.info("removed what a supervisor killed before it could stop left: %s", ", ".join(removed))
 
 
+def check_sandboxed(config: WorkspaceConfig) -> None:
+    """Check that `config`, the effective configuration (`ipybox.toml` with `.env` and the environment
+    over it), runs kernels sandboxed, as `--sandbox` asks.
+
+    Raises:
+        ConfigError: It doesn't; placed at what turned the sandbox off, and saying how to change it.
+    """
+    if config.sandbox.enabled:
+        return
+    source, line, column = setting_source(config, ("sandbox", "enabled"))
+    if source.startswith("environment variable"):
+        reason = "this variable turns the sandbox off (over ipybox.toml): unset it"
+    elif source == str(config.root / ".env"):
+        reason = "this line turns the sandbox off (over ipybox.toml): remove it"
+    else:
+        reason = (
+            "this file does not enable the sandbox: set `enabled = true` under [sandbox] (its policy applies)"
+        )
+    reason = f"--sandbox was given, but {reason}, or leave out --sandbox"
+    path = config.path if config.path is not None else config.root / CONFIG_FILE
+    raise ConfigError(path, [ConfigProblem(source, line, column, reason)])
+
+
+async def check_running_sandboxed(state: SupervisorState) -> None:
+    """Check that the workspace running with `state` (an `ipybox up` of its own, with its own environment)
+    runs kernels sandboxed, as `--sandbox` asks of a command that attaches to it.
+
+    Raises:
+        ConfigError: It runs them unsandboxed.
+        NotRunningError: It stopped meanwhile.
+    """
+    async with ControlClient(state) as control:
+        if (await control.status()).sandbox:
+            return
+    path = Path(state.workspace) / CONFIG_FILE
+    reason = (
+        f"--sandbox was given, but the workspace running in {state.workspace} runs kernels unsandboxed (its "
+        "[sandbox] enabled is false, from ipybox.toml, .env or the environment of the `ipybox up` that runs "
+        "it): stop it with `ipybox down`, enable the sandbox, or leave out --sandbox"
+    )
+    raise ConfigError(path, [ConfigProblem(str(path), None, None, reason)])
+
+
 _ANSWERS: dict[str, Answers] = {"application": "application", "elicitation": "elicitation", "none": "none"}
 
 
@@ -1002,7 +1157,8 @@ def _action_statuses(reconciler: Reconciler | None) -> list[ActionStatus]:
 
 @contextlib.contextmanager
 def _logging_to(paths: StatePaths) -> Iterator[None]:
-    """While open, ipybox's log from INFO up goes to the state directory's `logs/supervisor.log`.
+    """While open, ipybox's log from INFO up goes to the state directory's `logs/supervisor.log`, escaped
+    (`PrintableFormatter`: a server's stderr quoted in a record can't reach a terminal that shows the file).
 
     The handler filters at INFO. The `ipybox` logger must let INFO through to reach it: while any
     supervisor of this process logs, it is at INFO or below (lowered if it was above, and the level it had
@@ -1010,7 +1166,7 @@ def _logging_to(paths: StatePaths) -> Iterator[None]:
     its level: a library call that did (`CodeExecutor.start()`) silenced the log after an MCP session.
     """
     handler = StateLogHandler(paths)  # never through a symlink a kernel planted
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.INFO)
     root = logging.getLogger("ipybox")
     root.addHandler(handler)

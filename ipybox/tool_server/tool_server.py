@@ -24,7 +24,8 @@ a kernel can't reset the servers over HTTP or connect as the approver of its own
 
 A call is decided before its MCP server starts: an unknown server name is refused at once (no approver
 is asked, nothing starts; with `servers.package_lookup` set, a name is also looked up in the package root
-the calling module names, see [MCPServers.resolve_key][ipybox.mcp_client.pool.MCPServers.resolve_key]), and the approver sees the annotations the tool server already knows: from the
+the calling module names when that root is one of `servers.package_roots`, and a call naming another root
+is refused the same way, see [MCPServers.resolve_key][ipybox.mcp_client.pool.MCPServers.resolve_key]), and the approver sees the annotations the tool server already knows: from the
 server's last listing in this process, else those `annotations_lookup` has recorded for its parameters
 (`CodeExecutor` reads the ones `generate_mcp_sources` recorded in the host's registry), else none (no
 hint declared).
@@ -69,6 +70,7 @@ from ipybox.mcp_client import (
 from ipybox.mcp_client.params import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_RESULT_SIZE
 from ipybox.mcp_client.pool import AnnotationsLookup, MCPServers, UnknownServerError
 from ipybox.rules.calls import ToolCall
+from ipybox.safefs import DEFAULT_MAX_IMAGE_BYTES
 from ipybox.tool_server.call_channel import (
     CallChannel,
     ChannelLimits,
@@ -100,6 +102,7 @@ class ToolServer:
         unix_socket: Listen on this socket path (default: `tools.sock` in a private temporary directory);
             kernels' calls go to a second socket next to it, `<name>.calls.sock`.
         media_dir: Where images and binary resources returned by tools are saved.
+        max_image_bytes: The largest of them saved; a larger one is not, and the result's text says so.
         environ: Environment for `${VAR}` placeholders in server parameters (default: the host's).
         dotenv_path: `.env` file for placeholders missing from `environ`.
         lookup: Consulted for a server name not in `servers` (e.g. a registry read on demand).
@@ -142,6 +145,7 @@ class ToolServer:
         servers: Mapping[str, Mapping[str, Any]] | None = None,
         unix_socket: Path | None = None,
         media_dir: Path | None = None,
+        max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
         environ: Mapping[str, str] | None = None,
         dotenv_path: Path | None = None,
         lookup: Callable[[str], Mapping[str, Any] | None] | None = None,
@@ -160,6 +164,7 @@ class ToolServer:
         self.token = secrets.token_urlsafe(32)
         self.call_token = secrets.token_urlsafe(32)
         self.media_dir = media_dir or Path("images")
+        self.max_image_bytes = max_image_bytes
         self.approval = ApprovalChannel(approval_required, approval_timeout)
         self.servers = MCPServers(
             servers,
@@ -345,6 +350,7 @@ class ToolServer:
                 tool_name=tool_name,
                 has_output_schema=bool(tool and tool.output_schema),
                 media_dir=self.media_dir,
+                max_file_bytes=self.max_image_bytes,
             )
         except ToolCallError as e:
             return error("tool_error", str(e))

@@ -177,6 +177,16 @@ async def test_a_line_that_cannot_be_read_is_refused_and_audited(approver: Works
     assert audited(approver) == [("ipybox", "shell", "ls 'unclosed; rm -rf d", "deny", None, "default")]
 
 
+async def test_a_substitution_in_an_array_subscript_is_decided_and_audited(
+    approver: WorkspaceApprover,
+) -> None:
+    # bash runs `rm -rf d` here; the reader once crashed on the subscript, refusing the line unaudited.
+    assert await approver.decide(shell("a[$(rm -rf d)]=1")) == Rejected(
+        "`rm -rf d` is denied by rule 'no-rm-rf'"
+    )
+    assert audited(approver) == [("shell", "rm", "rm -rf d", "deny", "no-rm-rf", "rule")]
+
+
 async def test_a_line_that_runs_nothing_is_approved_without_an_entry(approver: WorkspaceApprover) -> None:
     assert await approver.decide(shell("# just a comment\n")) == Approved()
     assert audited(approver) == []

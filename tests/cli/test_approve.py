@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import io
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -34,14 +35,15 @@ from ipybox.cli.approve import (
     HELP,
     MAX_ARG_LINES,
     SCREEN_HOME,
+    SETTLE_S,
     Approvals,
     Output,
     Send,
     format_args,
-    printable,
     short_id,
     time_left,
 )
+from ipybox.display_text import printable
 from ipybox.running.approvers import ApproverConnection
 from ipybox.running.state import read_state
 from tests.cli.test_main import IPYBOX, ipybox
@@ -77,7 +79,8 @@ def opened(approvals: Approvals, *asks: AskView) -> None:
 
 
 def approvals_with(*asks: AskView) -> Approvals:
-    approvals = Approvals("/ws", "alice on /dev/pts/3")
+    """Approvals whose keys answer at once (the settle time has its own tests)."""
+    approvals = Approvals("/ws", "alice on /dev/pts/3", settle_s=0)
     opened(approvals, *asks)
     return approvals
 
@@ -132,7 +135,7 @@ def test_an_unknown_key_says_which_keys_answer() -> None:
     approvals = approvals_with(view(1))
     reaction = approvals.key("x", NOW)
     assert reaction.send is None
-    assert reaction.log == ["unknown key x: one of y s a n d D answers, ? helps, q quits"]
+    assert reaction.log == ["unknown key x: one of y s a n d D answers, v views, ? helps, q quits"]
     assert "one of y s a n d D" in approvals.key("yes", NOW).log[0]  # line mode: one key per line
 
 
@@ -149,6 +152,79 @@ def test_keys_wait_while_an_answer_is_on_its_way() -> None:
     again = approvals.key("n", NOW)
     assert again.send is None and "still waiting for the workspace" in again.log[0]
     assert approvals.prompt(NOW) == "answering #1..."
+
+
+class Clock:
+    """Monotonic seconds that a test moves on."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_key_within_half_a_second_of_a_new_ask_answers_nothing_and_says_it_changed() -> None:
+    clock = Clock()
+    approvals = Approvals("/ws", "alice", clock=clock)
+    assert approvals.settle_s == SETTLE_S == 0.5
+    opened(approvals, view(1))
+    clock.now += 5  # ask #1 has been read
+    assert approvals.settling() == 0
+    # The kernel withdraws #1 and puts up #2; the person's `y` (meant for #1) lands 150 ms later.
+    approvals.closed(AskClosedMessage(id="1-secretpart1", why="the calling code went away"), NOW)
+    opened(approvals, view(2, "write_file", args={"path": "/root/.bashrc"}))
+    clock.now += 0.15
+    late = approvals.key("y", NOW)
+    assert late.send is None
+    assert late.log[0].startswith("the ask changed: look again")
+    assert "the ask changed: look again" in screen_text(approvals)
+    assert screen_text(approvals).splitlines()[-1].startswith("read #2 first")
+    clock.now += 0.35
+    assert approvals.settling() == 0 and approvals.prompt(NOW).startswith("answer #2 [")
+    assert approvals.key("n", NOW).send == Send("2-secretpart2", False, "once")
+
+
+def test_every_change_of_the_ask_shown_restarts_the_settle_time() -> None:
+    clock = Clock()
+    approvals = Approvals("/ws", "alice", clock=clock)
+    opened(approvals, view(1), view(2))
+    assert approvals.key("y", NOW).send is None  # #1 just appeared
+    clock.now += 0.5
+    assert approvals.key("y", NOW).send == Send("1-secretpart1", True, "once")
+    approvals.result(AnswerResult(id="1-secretpart1", ok=True), NOW)  # #2 is shown now
+    clock.now += 0.1
+    assert approvals.key("y", NOW).send is None  # a double press does not answer #2 unread
+    clock.now += 0.5
+    approvals.key("a", NOW)  # always: pressed twice; #2 replaced between the two presses
+    approvals.closed(AskClosedMessage(id="2-secretpart2", why="timed out"), NOW)
+    opened(approvals, view(3))
+    assert approvals.key("a", NOW).send is None
+    clock.now += 0.5
+    approvals.shown_again()  # back from the pager: read afresh
+    assert approvals.key("y", NOW).send is None
+    opened(approvals, view(4))  # another ask waiting behind the one shown changes nothing
+    clock.now += 0.5
+    assert approvals.key("y", NOW).send == Send("3-secretpart3", True, "once")
+
+
+def test_v_shows_every_argument_whole_and_the_folded_screen_says_so() -> None:
+    content = "\n".join(f"line {i} of the file" for i in range(1, 175))
+    ask = view(1, "write_file", args={"path": "a" * 400, "content": content})
+    approvals = approvals_with(ask)
+    shown = screen_text(approvals)
+    assert "line 174 of the file" not in shown
+    assert "(folded: v shows the arguments in full)" in shown
+    reaction = approvals.key("v", NOW)
+    assert reaction.send is None and reaction.view is not None
+    assert reaction.view[0] == "ask #1: edge.write_file, all arguments:"
+    assert f'path: "{"a" * 400}"' in reaction.view
+    assert [line for line in reaction.view if line.startswith("  | ")] == [
+        f"  | line {i} of the file" for i in range(1, 175)
+    ]
+    short = approvals_with(view(2, args={"seconds": 0}))
+    assert "folded" not in screen_text(short)
+    assert approvals_with().key("v", NOW).log == ["no ask is waiting"]
 
 
 # -- the workspace's events
@@ -233,7 +309,7 @@ def test_the_screen_shows_the_call_why_it_asks_and_the_time_left() -> None:
     assert "annotations: destructiveHint=true" in shown
     assert 'path: "out/a.md"' in shown and 'content: "hello"' in shown
     assert "also waiting (2):" in shown and "#4 edge.slow" in shown
-    assert shown.splitlines()[-1] == "answer #3 [y s a n d D ? q] (45 s left, 2 more waiting)"
+    assert shown.splitlines()[-1] == "answer #3 [y s a n d D v ? q] (45 s left, 2 more waiting)"
     assert "secretpart" not in shown  # the ids' unguessable part is not shown
 
 
@@ -273,7 +349,7 @@ def test_the_screen_fits_the_terminal_and_keeps_the_prompt() -> None:
 def test_line_mode_describes_each_ask_once_when_it_is_next() -> None:
     approvals = Approvals("/ws", "alice")
     first = approvals.opened(AskOpenedMessage(ask=view(1)), NOW)
-    assert first.log[0] == "ask #1: edge.slow" and first.log[-1] == "  answer #1: [y s a n d D ? q]"
+    assert first.log[0] == "ask #1: edge.slow" and first.log[-1] == "  answer #1: [y s a n d D v ? q]"
     assert approvals.opened(AskOpenedMessage(ask=view(2)), NOW).log == []  # shown when it is next
     closed = approvals.closed(AskClosedMessage(id="1-secretpart1", why="timed out"), NOW)
     assert closed.log[1] == "ask #2: edge.slow"
@@ -437,6 +513,15 @@ def audit(workspace: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (workspace / ".ipybox" / "audit.jsonl").read_text().splitlines()]
 
 
+async def answerable(pane: Pane, number: str | None = None) -> str:
+    """The pane once the ask shown (`#N`, if given) takes keys: its prompt `answer #N [...]` appears when
+    it has been on the screen for the settle time."""
+    pattern = re.compile(rf"^answer {re.escape(number) if number else '#[0-9]+'} \[", re.M)
+    return await pane.wait_for(
+        lambda text: pattern.search(text) is not None, f"ask {number or ''} taking keys"
+    )
+
+
 def ask_on_screen(text: str) -> str | None:
     """The `#N` of the ask the pane shows, if any."""
     for line in text.splitlines():
@@ -453,6 +538,7 @@ async def test_y_lets_a_kernels_call_run_and_n_rejects_it(running: Path, pane: P
             text = await pane.shows("ask #")
             assert "edge.slow" in text and "asked by rule 'ask-slow'" in text and "seconds: 0" in text
             assert "y allow once" in text
+            await answerable(pane, ask_on_screen(text))
             pane.keys(key)
             result = await call
             assert result.text is not None and result.text.startswith(expected)
@@ -467,7 +553,7 @@ async def test_y_lets_a_kernels_call_run_and_n_rejects_it(running: Path, pane: P
 async def test_s_allows_the_tools_next_calls_in_the_session_without_asking(running: Path, pane: Pane) -> None:
     async with CodeExecutor(workspace=running) as kernel:
         call = asyncio.create_task(kernel.execute(slow_call()))
-        await pane.shows("ask #")
+        await answerable(pane)
         pane.keys("s")
         assert (await call).text == "slept 0.0"
         text = await pane.shows("allowed for this session by terminal (")
@@ -506,9 +592,11 @@ async def test_several_asks_are_answered_oldest_first(running: Path, pane: Pane)
         second = asyncio.create_task(two.execute(slow_call(0.02)))
         text = await pane.shows("1 more waiting")
         assert "seconds: 0.01" in text
+        await answerable(pane, ask_on_screen(text))
         pane.keys("y")
         assert (await first).text == "slept 0.01"
         text = await pane.shows("seconds: 0.02")
+        await answerable(pane, ask_on_screen(text))
         pane.keys("n")
         assert (await second).text is not None and (await second).text.startswith("rejected:")  # type: ignore[union-attr]
 
@@ -546,6 +634,7 @@ def test_line_mode_answers_from_standard_input(running: Path) -> None:
                 task = asyncio.create_task(kernel.execute(slow_call()))
                 while "answer #" not in await asyncio.to_thread(approve.stdout.readline):  # type: ignore[union-attr]
                     pass
+                await asyncio.sleep(SETTLE_S)  # read before answered: a line sooner answers nothing
                 approve.stdin.write("?\ny\n")  # type: ignore[union-attr]
                 approve.stdin.flush()  # type: ignore[union-attr]
                 return (await task).text
@@ -618,6 +707,7 @@ async def test_always_is_confirmed_then_written_into_ipybox_toml_and_a_refusal_k
         text = await pane.shows("ask #")
         number = ask_on_screen(text)
         assert "edge.weather" in text and "asked by the default decision" in text
+        await answerable(pane, number)
         pane.keys("D")
         await pane.shows("Press D again to confirm")
         pane.keys("D")
@@ -635,3 +725,88 @@ async def test_always_is_confirmed_then_written_into_ipybox_toml_and_a_refusal_k
     assert "# Added by terminal (" in written and 'id = "always-allow-edge-weather"' in written
     last = audit(running)[-1]
     assert (last["tool"], last["decided_by"], last["scope"]) == ("weather", "terminal", "always")
+
+
+# -- from the attacker's side: a key answers only what the person saw
+
+# Ask A: `edge.slow`, called by a process the kernel started, so the kernel can withdraw A at the moment
+# it chooses (killing the process: "the calling code went away").
+START_ASK_A = (
+    "import subprocess, sys\n"
+    "a = subprocess.Popen([sys.executable, '-c', "
+    "'from mcptools.edge import slow; slow.run(slow.Params(seconds=0))'])"
+)
+# ... and replaces it with ask B at once.
+SWAP_TO_ASK_B = (
+    "a.kill(); a.wait()\n"
+    "from mcptools.edge import log_and_echo\n"
+    "from ipybox.in_kernel.tool_runner import ApprovalRejectedError\n"
+    "try:\n    print(log_and_echo.run(log_and_echo.Params(text='write_file /root/.bashrc')))\n"
+    "except ApprovalRejectedError as e:\n    print('rejected:', e)"
+)
+
+
+@pytest.mark.integration
+async def test_an_ask_swapped_in_150_ms_before_a_key_is_not_answered_by_that_key(
+    running: Path, pane: Pane
+) -> None:
+    async with CodeExecutor(workspace=running) as kernel:
+        await kernel.execute(START_ASK_A)
+        text = await answerable(pane)  # A has been on the screen for a while: the person reads it
+        first = ask_on_screen(text)
+        assert "edge.slow" in text
+        swap = asyncio.create_task(kernel.execute(SWAP_TO_ASK_B))
+        text = await pane.wait_for(
+            lambda text: "edge.log_and_echo" in text and ask_on_screen(text) not in (None, first), "ask B"
+        )
+        second = ask_on_screen(text)
+        assert f"{first} edge.slow: withdrawn (the calling code went away)" in text
+        await asyncio.sleep(0.15)
+        pane.keys("y")  # meant for A, lands 150 ms after B took its place
+        text = await pane.shows("the ask changed: look again", timeout=10)
+        assert ask_on_screen(text) == second and not swap.done()
+        await answerable(pane, second)
+        pane.keys("n")
+        result = await swap
+        assert result.text is not None and result.text.startswith("rejected:")
+    last = audit(running)[-1]
+    assert (last["tool"], last["decision"], last["decided_by"]) == ("log_and_echo", "deny", "terminal")
+
+
+@pytest.mark.integration
+async def test_v_shows_all_174_lines_of_an_argument_in_less_and_comes_back(running: Path) -> None:
+    pane = Pane("env -u PAGER " + approve_command(running))  # plain `less`, whatever the test's PAGER
+    content = "\n".join(f"line {i:03d} of the script" for i in range(1, 175))
+    call_code = (
+        "from mcptools.edge import log_and_echo\n"
+        "from ipybox.in_kernel.tool_runner import ApprovalRejectedError\n"
+        f"try:\n    print(len(log_and_echo.run(log_and_echo.Params(text={content!r}))))\n"
+        "except ApprovalRejectedError as e:\n    print('rejected:', e)"
+    )
+    try:
+        await pane.shows("waiting for asks")
+        async with CodeExecutor(workspace=running) as kernel:
+            call = asyncio.create_task(kernel.execute(call_code))
+            text = await answerable(pane)
+            number = ask_on_screen(text)
+            assert "line 006 of the script" in text and "line 007 of the script" not in text
+            assert "(folded: v shows the arguments in full)" in text
+            pane.keys("v")
+            seen: set[int] = set()
+            for _ in range(20):  # a page at a time, to the end
+                text = await pane.wait_for(
+                    lambda text: "of the script" in text and "y allow once" not in text, "the pager"
+                )
+                seen.update(int(n) for n in re.findall(r"^  \| line (\d{3}) of the script$", text, re.M))
+                if "(END)" in text:
+                    break
+                pane.keys("Space")
+                await pane.wait_for(lambda now, before=text: now != before, "the next page")  # type: ignore[misc]
+            assert seen == set(range(1, 175))
+            pane.keys("q")
+            await answerable(pane, number)  # the ask is back, read afresh before keys answer it
+            pane.keys("n")
+            result = await call
+            assert result.text is not None and result.text.startswith("rejected:")
+    finally:
+        pane.kill()

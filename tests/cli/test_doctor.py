@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from ipybox.cli import doctor
 from ipybox.cli.doctor import limits_report
 from ipybox.limits import Enforcement, ResourceLimits, WorkspaceLimits, detect_enforcement
 from ipybox.limits.cgroups import Cgroup
+from ipybox.limits.disk import Filesystem, filesystem_of, no_quota_reason
 from ipybox.sandbox.doctor import Check
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +50,7 @@ def test_with_a_control_group_every_default_is_enforced_and_the_missing_v2_is_ex
         "limits via cgroup v2",
         "default limits, sandboxed kernels",
         "default limits, unsandboxed kernels",
+        "disk",
     ]
     assert checks["limits enforced by"] == Check(
         "limits enforced by", True, "cgroup v1 under /sys/fs/cgroup/memory/x", False
@@ -83,20 +86,24 @@ def test_with_setrlimit_the_process_limit_is_unenforceable_for_root_only(
     assert "not mounted" not in mechanism.detail  # each problem has a line of its own instead
     assert checks["limits via cgroup v2"].detail == "not mounted"
     assert checks["limits via control groups"].detail == "no control group can be made (test)"
-    for kind in ("sandboxed", "unsandboxed"):
-        line = checks[f"default limits, {kind} kernels"]
-        if euid == 0:
-            why = RLIMIT.unenforceable(WorkspaceLimits(), sandboxed=kind == "sandboxed")["processes"]
-            assert report.unenforceable[kind] == {"processes": why}
-            assert not line.ok and not line.required  # limits never decide doctor's exit status
-            assert line.detail.startswith(f"can't enforce processes 256 ({why}), so a workspace won't start")
-            assert 'set processes = "unlimited" in [kernel.limits], or run where it can be' in line.detail
-            assert "; enforced: memory 4 GiB, open files 4096" in line.detail
-        else:
-            assert report.unenforceable[kind] == {}
-            assert line.ok and line.detail.startswith(
-                "enforced: memory 4 GiB, processes 256, open files 4096"
-            )
+    sandboxed = checks["default limits, sandboxed kernels"]
+    if euid == 0:
+        why = RLIMIT.unenforceable(WorkspaceLimits(), sandboxed=True)["processes"]
+        assert report.unenforceable["sandboxed"] == {"processes": why}
+        assert not sandboxed.ok and not sandboxed.required  # limits never decide doctor's exit status
+        assert sandboxed.detail.startswith(f"can't enforce processes 256 ({why}), so a workspace won't start")
+        assert 'set processes = "unlimited" in [kernel.limits], or run where it can be' in sandboxed.detail
+        assert "; enforced: memory 4 GiB, open files 4096" in sandboxed.detail
+    else:
+        assert report.unenforceable["sandboxed"] == {}
+        assert sandboxed.ok and sandboxed.detail.startswith(
+            "enforced: memory 4 GiB, processes 256, open files 4096"
+        )
+    # setrlimit can't bound an unsandboxed kernel's memory (the host's /dev/shm), for root or not.
+    unsandboxed = checks["default limits, unsandboxed kernels"]
+    assert list(report.unenforceable["unsandboxed"]) == (["processes", "memory"] if euid == 0 else ["memory"])
+    assert not unsandboxed.ok and "memory 4 GiB (setrlimit counts mapped memory only" in unsandboxed.detail
+    assert 'memory = "unlimited" in [kernel.limits]' in unsandboxed.detail
 
 
 def test_a_sandbox_without_a_private_tmp_names_the_tmp_default_as_unenforceable() -> None:
@@ -178,7 +185,9 @@ def test_as_an_unprivileged_user_doctor_reports_setrlimit_and_that_it_enforces_e
     limits = json.loads(done.stdout)["limits"]
     assert limits["mechanism"] == "rlimit", limits  # v1 groups can't be made by a user; no delegated v2
     assert limits["problems"] and all(problem.startswith("cgroup v") for problem in limits["problems"])
-    assert limits["unenforceable"] == {"sandboxed": {}, "unsandboxed": {}}  # RLIMIT_NPROC applies to users
+    # RLIMIT_NPROC applies to users; memory needs the sandbox (an unsandboxed kernel has the host's /dev/shm)
+    assert limits["unenforceable"]["sandboxed"] == {}
+    assert list(limits["unenforceable"]["unsandboxed"]) == ["memory"]
 
 
 def _readme_section() -> str:
@@ -202,5 +211,36 @@ def test_the_readmes_doctor_excerpt_is_what_doctor_prints_for_that_machine(
     prefix = "     no  limits via "
     problems = tuple(line.removeprefix(prefix) for line in lines if line.startswith(prefix))
     monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(doctor, "filesystem_of", lambda path: Filesystem("/home", "ext4", frozenset({"rw"})))
     report = limits_report(Enforcement("rlimit", None, problems), private_tmp=True)
     assert [check.line() for check in report.checks] == lines
+
+
+MOUNTINFO = """\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+30 22 8:2 / /srv rw,relatime shared:2 - xfs /dev/sdb1 rw,attr2,inode64,prjquota
+31 30 8:3 / /srv/with\\040space rw shared:3 - ext4 /dev/sdc1 rw
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("/home/me/project", "/ (ext4) has no project quotas (mount option prjquota)"),
+        ("/srv/project", "project quotas are on for /srv (xfs), but ipybox sets none"),
+        ("/srv/with space/project", "/srv/with space (ext4) has no project quotas"),
+    ],
+)
+def test_the_disk_line_says_there_is_no_disk_quota_why_and_what_ipybox_does_instead(
+    path: str, reason: str, tmp_path: Path
+) -> None:
+    filesystem = filesystem_of(Path(path), MOUNTINFO)
+    assert reason in no_quota_reason(filesystem)
+
+    line = _by_name(limits_report(CGROUP1, WorkspaceLimits(file_size="2GiB"), workspace=tmp_path).checks)[
+        "disk"
+    ]
+
+    assert not line.ok and line.detail.startswith("no disk quota for kernels' writes here: ")
+    assert "; what ipybox does instead: the audit log keeps a 1 MiB reserve" in line.detail
+    assert "file_size in [kernel.limits] bounds each file a kernel writes (set to 2 GiB)" in line.detail

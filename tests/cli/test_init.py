@@ -22,7 +22,7 @@ from ipybox.cli.init import GITIGNORE_LINE, render_config
 from ipybox.cli.main import main
 from ipybox.config import load_config
 from ipybox.config.schema import example_path, schema_path
-from ipybox.config.server_catalog import CATALOG
+from ipybox.config.server_catalog import CATALOG, regex_escape
 from ipybox.limits import WorkspaceLimits
 from ipybox.rules.calls import ToolCall
 
@@ -114,6 +114,19 @@ def test_every_choice_of_servers_and_sandbox_validates(
         assert {key: written[key] for key in CATALOG[name].params} == CATALOG[name].params
 
 
+def test_a_default_limit_this_machine_cannot_enforce_is_lifted_in_the_file_saying_why(
+    workspace: Path,
+) -> None:
+    workspace.mkdir()
+    why = "setrlimit counts mapped memory only, and an unsandboxed process can keep files in /dev/shm"
+    text = render_config(workspace, sandbox=False, lifted={"memory": why})
+    assert f'# {why}\nmemory = "unlimited"' in text
+    (workspace / "ipybox.toml").write_text(text)
+    limits = load_config(workspace).kernel.limits
+    assert limits.memory is None and limits.processes == WorkspaceLimits().processes
+    assert "\n[kernel.limits]" not in render_config(workspace, sandbox=False, lifted={})
+
+
 def test_a_server_named_twice_is_written_once(workspace: Path) -> None:
     assert init(workspace, "--server", "time", "--server", "time") == 0
     assert (workspace / "ipybox.toml").read_text().count("\n[servers.time]\n") == 1
@@ -140,6 +153,57 @@ def test_the_rules_decide_as_their_comments_say(workspace: Path) -> None:
     assert decision("fetch", "fetch", read_only, url="https://example.com") == "ask"
     assert decision("fetch", "fetch", {"readOnlyHint": True, "openWorldHint": True}, url="https://x") == "ask"
     assert decision("memory", "delete_entities", entityNames=[]) == "ask"
+
+
+def test_the_rules_refuse_the_names_the_host_acts_on_in_every_spelling(workspace: Path) -> None:
+    # An attack: through the filesystem server, read what the kernel's sandbox hides, or replace what the
+    # host runs from (a read-only tool is allowed without asking, a write would be asked).
+    assert init(workspace, "--server", "filesystem", "--server", "git") == 0
+    policy = load_config(workspace).approval
+    here = str(workspace.resolve())
+    read_only = {"readOnlyHint": True, "openWorldHint": False}
+
+    def decision(tool: str, annotations: dict[str, bool] | None = None, **args: object) -> str:
+        return policy.decide(ToolCall("filesystem", tool, dict(args), annotations or {})).decision
+
+    spellings = [
+        "ipybox.toml",
+        "./ipybox.toml",
+        ".//./ipybox.toml",
+        f"{here}/ipybox.toml",
+        f"{here}//./ipybox.toml",
+    ]
+    for path in [*spellings, "out/../ipybox.toml", f"{here}/out/../ipybox.toml"]:
+        assert decision("write_file", path=path, content="") == "deny", path
+        assert decision("edit_file", path=path, edits=[]) == "deny", path
+        assert decision("move_file", source="out/x", destination=path) == "deny", path
+    for path in [".env", ".env.local", "./.ipybox/state.json", f"{here}/.ipybox/state.json", ".git/config"]:
+        assert decision("read_text_file", read_only, path=path) == "deny", path
+        assert decision("move_file", source=path, destination="out/x") == "deny", path
+    assert decision("write_file", path="mcptools/fs/__init__.py", content="") == "deny"
+    # Below the top level the names are ordinary files; lists of paths are asked.
+    assert decision("write_file", path="out/ipybox.toml", content="") == "ask"
+    assert decision("read_text_file", read_only, path="out/.env") == "allow"
+    assert decision("read_multiple_files", read_only, paths=["notes.md", ".env"]) == "ask"
+    # The git server stays on the workspace's repository (a kernel can make a .git, with hooks, below it).
+    git = ToolCall("git", "git_commit", {"repo_path": "out", "message": "x"}, {})
+    assert policy.decide(git).decision == "deny"
+    assert policy.decide(ToolCall("git", "git_status", {"repo_path": here}, read_only)).decision == "allow"
+
+
+def test_the_filesystem_server_runs_sandboxed_and_init_says_what_to_install(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    assert init(workspace, "--server", "filesystem") == 0
+    assert load_config(workspace).server_params("filesystem")["sandbox"]  # no path of its is the kernel's
+    assert capsys.readouterr().err == (
+        "ipybox: note: `mcp-server-filesystem` is not on PATH, so the server filesystem can't start until "
+        "it is (run `npm install -g @modelcontextprotocol/server-filesystem`: the server runs in a sandbox "
+        "without network, so npx can't fetch it)\n"
+    )
 
 
 @pytest.mark.parametrize("name", ["my [ws] *?", "quote \"and' back\\slash", "line\nbreak"])
@@ -241,6 +305,7 @@ def _normalised(text: str, workspace: Path) -> str:
         text.replace(schema_path().as_uri(), "<SCHEMA>")
         .replace(str(example_path()), "<EXAMPLE>")
         .replace(str(workspace.resolve()), "<WORKSPACE>")
+        .replace(regex_escape(str(workspace.resolve())), "<WORKSPACE>")
     )
 
 

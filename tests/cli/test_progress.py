@@ -192,7 +192,9 @@ def test_a_hostile_detail_reaches_the_terminal_without_control_characters() -> N
     for forbidden in ("\x1b", "\x07", "\x00", "\x9b", "\r", "\u202e", "\u2028"):
         assert forbidden not in theirs
     shown = screen(output)
-    assert shown == ["✗ server x[2J   failed: boom[2J]0;pwned [31mredevil next1Aend"]
+    assert shown == [
+        "✗ server x\\x1b[2J  failed: boom\\x1b[2J\\x1b]0;pwned\\x07\\x0d\\x1b[31mred\\u202eevil\\u2028next\\x9b1A\\x00end"
+    ]
 
 
 def test_a_log_record_made_while_drawing_is_printed_above_the_parts_sanitised(
@@ -212,7 +214,7 @@ def test_a_log_record_made_while_drawing_is_printed_above_the_parts_sanitised(
     shown = screen(stream.getvalue())
     assert shown == [
         "✓ gateway       ready, pid 1  1.0 s",
-        "WARNING ipybox.test: server said hi[2J",
+        "WARNING ipybox.test: server said hi\\x1b[2J",
         "there",
         "✓ server a      ready, 1 tool  0.5 s",
         "✓ server b      ready, 2 tools  0.6 s",
@@ -267,7 +269,7 @@ def test_a_dumb_terminal_gets_each_final_line_once_and_no_escape_sequences(
     assert "\x1b" not in output and "\r" not in output
     assert output.splitlines() == [
         "✓ gateway       ready, pid 7  2.0 s",
-        "✗ server x      failed: boom[2J]0;pwned [31mredevil next1Aend",
+        "✗ server x      failed: boom\\x1b[2J\\x1b]0;pwned\\x07\\x0d\\x1b[31mred\\u202eevil\\u2028next\\x9b1A\\x00end",
         output.splitlines()[2],
     ]
     assert output.splitlines()[2].startswith("- kernels       starting 0 of 1")

@@ -145,7 +145,10 @@ def test_server_params(write_config: WriteConfig, workspace: Path) -> None:
         "args": ["-y", "@modelcontextprotocol/server-filesystem", "."],
         "env": {"DEBUG": "1"},
         "cwd": str(workspace),
-        "sandbox": SandboxPolicy().model_dump(by_alias=True),
+        # The workspace's state (`state_dir = ".state"`) is hidden from its servers as from its kernels.
+        "sandbox": SandboxPolicy(
+            filesystem={"denyRead": [str(workspace / ".state")], "denyWrite": [str(workspace / ".state")]}
+        ).model_dump(by_alias=True),
     }
     jail = config.server_params("jail")
     assert jail.pop("sandbox")["filesystem"]["allowWrite"] == ["/data/out"]
@@ -173,7 +176,7 @@ def test_server_params_are_what_the_mcp_client_takes(write_config: WriteConfig, 
     fs = parse_server_params("fs", config.server_params("fs"), environ={})
     assert isinstance(fs, StdioServerParams)
     assert (fs.command, fs.env, fs.cwd) == ("npx", {"DEBUG": "1"}, str(workspace))
-    assert fs.sandbox_policy() == SandboxPolicy()
+    assert fs.sandbox_policy() == SandboxPolicy().guarding(workspace, workspace / ".state", cwd=workspace)
     jail = parse_server_params("jail", config.server_params("jail"), environ={})
     assert isinstance(jail, StdioServerParams) and jail.sandbox is not None
     assert jail.sandbox.filesystem.allow_write == ["/data/out"]
@@ -667,12 +670,25 @@ def test_max_idle_and_recycle_rss_are_off_unless_set(write_config: WriteConfig) 
     assert kernel.max_idle == 1800 and kernel.recycle_rss == 2 * 1024**3
 
 
+def test_what_a_cell_writes_to_files_is_bounded_by_default_and_configurable(
+    write_config: WriteConfig,
+) -> None:
+    kernel = load_config(write_config("")).kernel
+    assert (kernel.max_output_file_bytes, kernel.max_image_bytes) == (256 * 1024**2, 32 * 1024**2)
+    toml = '[kernel]\nmax_output_file_bytes = "1GiB"\nmax_image_bytes = 1000\n'
+    kernel = load_config(write_config(toml)).kernel
+    assert (kernel.max_output_file_bytes, kernel.max_image_bytes) == (1024**3, 1000)
+
+
 @pytest.mark.parametrize(
     ("toml", "place", "reason"),
     [
         ('[kernel]\nrecycle_rss = "big"\n', ":2:1: kernel.recycle_rss", "not a size: 'big'"),
         ("[kernel]\nmax_idle = true\n", ":2:1: kernel.max_idle", "takes a number of seconds, not true"),
         ("[kernel]\nmax_idle = 0\n", ":2:1: kernel.max_idle", "greater than 0"),
+        ('[kernel]\nmax_image_bytes = "huge"\n', ":2:1: kernel.max_image_bytes", "not a size: 'huge'"),
+        ("[kernel]\nmax_output_file_bytes = true\n", ":2:1: kernel.max_output_file_bytes", "takes a size"),
+        ("[kernel]\nmax_output_file_bytes = 0\n", ":2:1: kernel.max_output_file_bytes", "greater than 0"),
     ],
 )
 def test_a_bad_max_idle_or_recycle_rss_is_a_config_error_at_its_line(

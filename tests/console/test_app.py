@@ -12,6 +12,7 @@ import pytest
 from starlette.routing import Route
 
 from ipybox.approval.asks import AskAnswer
+from ipybox.approval.links import PathLink
 from ipybox.console.app import ConsoleApp
 from ipybox.console.rendering import TEMPLATES_DIR
 from ipybox.rules import ToolCall, Verdict
@@ -303,6 +304,22 @@ async def test_markup_in_arguments_is_shown_as_text(
     ]:
         assert "<script>alert" not in page and "<img src=x" not in page
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+async def test_a_path_argument_that_is_a_link_shows_where_it_leads_flagged(
+    browser: httpx.AsyncClient, target: WorkspaceTarget
+) -> None:
+    call = ToolCall("filesystem", "write_file", {"path": "gentools/notes.md", "content": "x"})
+    link = PathLink(target="/home/me/project/ipybox.toml", flag="protected")
+    ask = target.board.open(
+        call, target.policy.decide(call), asked_of="console", routes=("console",), links={"path": link}
+    )
+    for page in [(await browser.get("/asks")).text, (await browser.get(f"/asks/{ask.id}/card")).text]:
+        assert re.search(
+            r'<tr class="arg-link arg-link-flagged" data-link="path">\s*<th>path</th>\s*<td>is a link '
+            r'<code class="link-target">→ /home/me/project/ipybox.toml \(protected\)</code>',
+            page,
+        )
 
 
 async def test_long_argument_values_are_folded(browser: httpx.AsyncClient, target: WorkspaceTarget) -> None:

@@ -28,6 +28,7 @@ WORKSPACE_DECIDES: dict[str, Any] = {
     "spare_kernel": False,
     "mcp_servers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}},
     "mcptools_dir": "tools",
+    "package_roots": ["tools"],
     "working_dir": ".",
     "limits": ResourceLimits(memory="1GiB"),
 }
@@ -66,6 +67,8 @@ def test_a_workspace_executor_takes_the_arguments_about_its_own_results(tmp_path
         images_dir=tmp_path / "images",
         output_dir=tmp_path / "outputs",
         max_output_chars=100,
+        max_output_file_bytes=1000,
+        max_image_bytes=10,
         log_level="info",
     )
     assert (executor.images_dir, executor.max_output_chars, executor.log_level) == (
@@ -73,7 +76,15 @@ def test_a_workspace_executor_takes_the_arguments_about_its_own_results(tmp_path
         100,
         "INFO",
     )
+    assert (executor.max_output_file_bytes, executor.max_image_bytes) == (1000, 10)
     assert executor.working_dir == tmp_path.resolve()
+
+
+@pytest.mark.parametrize("name", ["max_output_file_bytes", "max_image_bytes"])
+@pytest.mark.parametrize("value", [0, -1, True, 1.5, "1MiB"])
+def test_a_file_limit_that_is_not_a_positive_number_of_bytes_is_refused(name: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"{name} takes a positive number of bytes, not "):
+        CodeExecutor(**{name: value})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -96,6 +107,7 @@ def test_a_workspace_executor_takes_the_arguments_about_its_own_results(tmp_path
             {"kernel_gateway_url": "http://127.0.0.1:8888", "limits": ResourceLimits(processes=10)},
             "limits= applies to kernels of the embedded gateway",
         ),
+        ({"execute_accepts_asks": True}, r"execute_accepts_asks applies to CodeExecutor\(workspace=\.\.\.\)"),
     ],
 )
 def test_embedded_arguments_that_exclude_each_other_are_refused(kwargs: dict[str, Any], message: str) -> None:
@@ -149,3 +161,11 @@ def test_constructing_an_executor_starts_nothing(tmp_path: Path) -> None:
         with pytest.raises(RuntimeError, match="not running"):
             _ = executor.kernel_client
     assert not (tmp_path / "mcptools").exists()
+
+
+@pytest.mark.parametrize("roots", ["tools", Path("tools")])
+def test_package_roots_is_a_list_of_directories(roots: str | Path) -> None:
+    with pytest.raises(
+        ValueError, match=r"package_roots takes a list of directories: pass package_roots=\[\.\.\.\]"
+    ):
+        CodeExecutor(package_roots=roots)  # type: ignore[arg-type]

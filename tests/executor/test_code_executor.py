@@ -137,6 +137,60 @@ async def test_images_are_saved(executor: CodeExecutor) -> None:
     assert result.text is None  # the figure's text repr is not output when its image is saved
 
 
+async def test_a_cell_that_prints_without_end_fills_its_output_file_up_to_the_limit_only(
+    executor: CodeExecutor,
+) -> None:
+    client = executor.kernel_client
+    saved, client.max_output_file_bytes = client.max_output_file_bytes, 1024 * 1024
+    try:
+        result = await executor.execute("for _ in range(60):\n    print('z' * 99_999)\nprint('END')")
+    finally:
+        client.max_output_file_bytes = saved
+    assert result.output_file is not None and result.text is not None
+    content = result.output_file.read_bytes()
+    # What was written stays, and the file says where it stops and why.
+    assert content[: 1024 * 1024] == ((b"z" * 99_999 + b"\n") * 11)[: 1024 * 1024]
+    assert content[1024 * 1024 :].decode() == (
+        "\n[ipybox: the complete output stops here: it reached max_output_file_bytes (1 MiB); "
+        "the rest was not saved]\n"
+    )
+    assert "output truncated: 6,000,004 characters in total; only its first 1 MiB were saved, in " in (
+        result.text
+    )
+    assert "the file stops at max_output_file_bytes (1 MiB)]" in result.text
+    assert result.text.endswith("zzz\nEND")  # the tail kept in memory is complete
+
+
+async def test_images_over_the_limits_are_not_saved_and_the_output_says_so(executor: CodeExecutor) -> None:
+    svg = '<svg xmlns="http://www.w3.org/2000/svg" width="2" height="2"/>'
+    code = (
+        "import matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3], [1, 4, 9])\n"
+        "plt.show()\n"
+        "from IPython.display import SVG, display\n"
+        f"for _ in range(3):\n    display(SVG({svg!r}))"
+    )
+    client = executor.kernel_client
+    saved = client.max_image_bytes, client.max_output_file_bytes
+    # The plot is larger than one image may be; two SVGs fit in what a cell's images may take together.
+    client.max_image_bytes, client.max_output_file_bytes = 1000, 2 * len(svg) + 10
+    try:
+        result = await executor.execute(code)
+    finally:
+        client.max_image_bytes, client.max_output_file_bytes = saved
+    assert [p.suffix for p in result.images] == [".svg", ".svg"]
+    assert all(p.read_text() == svg for p in result.images)
+    assert result.text is not None
+    first, second = result.text.splitlines()
+    assert first.startswith("[ipybox: image not saved: ") and first.endswith(
+        " image/png is more than max_image_bytes (1000 B)]"
+    )
+    assert second == (
+        f"[ipybox: image not saved ({len(svg)} B image/svg+xml): this cell's images together would pass "
+        f"max_output_file_bytes ({2 * len(svg) + 10} B)]"
+    )
+
+
 async def test_kernel_env_and_working_dir(executor: CodeExecutor) -> None:
     result = await executor.execute("import os\nprint(os.environ['IPYBOX_TEST_VAR'])\nprint(os.getcwd())")
     assert result.text == f"test-value\n{executor.working_dir}"

@@ -1,6 +1,7 @@
 """Generated tool packages work from wherever they were generated (issue 15, item 6): a kernel's call names
-the package root its module sits in, and the host runs the server `generate_mcp_sources` recorded there.
-With the real edge server generated into directories outside the working directory, and no `mcptools_dir`.
+the package root its module sits in, and the host runs the server `generate_mcp_sources` recorded there,
+for the roots the executor was given (`package_roots`, issue 30). With the real edge server generated into
+directories outside the working directory, and no `mcptools_dir`.
 
 Resolution order: `mcp_servers`, then the calling package's root, then `mcptools_dir`. The same name
 generated into two roots with different parameters is two servers, each call reaching its own root's."""
@@ -56,7 +57,12 @@ async def roots(tmp_path_factory: pytest.TempPathFactory) -> Roots:
 
 @pytest.fixture(scope="module")
 async def executor(roots: Roots) -> AsyncIterator[CodeExecutor]:
-    async with CodeExecutor(working_dir=roots.work, approval_timeout=GUARD, spare_kernel=False) as ex:
+    async with CodeExecutor(
+        working_dir=roots.work,
+        package_roots=[roots.other, roots.second],
+        approval_timeout=GUARD,
+        spare_kernel=False,
+    ) as ex:
         path = [str(roots.other.parent), str(roots.second.parent)]
         await ex.execute(f"import sys\nsys.path[:0] = {path!r}")
         yield ex
@@ -76,7 +82,7 @@ async def _run(executor: CodeExecutor, code: str) -> tuple[list[ApprovalRequest]
     return requests, (result.text or "").strip()
 
 
-async def test_a_package_generated_outside_the_working_dir_works_without_mcptools_dir(
+async def test_a_package_generated_into_a_given_package_root_works_without_mcptools_dir(
     executor: CodeExecutor, roots: Roots
 ) -> None:
     requests, text = await _run(
@@ -119,14 +125,14 @@ async def test_a_call_naming_no_root_uses_mcptools_dir_as_before(executor: CodeE
     assert text == "default"
 
 
-async def test_a_forged_package_root_is_an_unknown_server_and_starts_nothing(
+async def test_a_root_that_was_not_given_is_refused_and_starts_nothing(
     executor: CodeExecutor, roots: Roots
 ) -> None:
     requests, text = await _run(
         executor,
         f"""
         from ipybox.tool_exec.client import ToolRunner, ToolRunnerError
-        for root in ("/forged/root", {str(roots.vault.parent)!r}, {str(roots.other)!r}):
+        for root in ("/forged/root", {str(roots.vault)!r}, {str(roots.other)!r}):
             try:
                 ToolRunner("secret", package=root).run_sync("getenv", {{"name": "WHICH"}})
             except ToolRunnerError as e:
@@ -135,8 +141,8 @@ async def test_a_forged_package_root_is_an_unknown_server_and_starts_nothing(
     )
     lines = text.splitlines()
     assert len(lines) == 3
-    assert lines[0].startswith("no MCP server named 'secret' was generated into /forged/root")
-    assert all("no MCP server named 'secret'" in line for line in lines)
+    assert all("which is not one of this executor's package roots" in line for line in lines[:2]), lines
+    assert lines[2].startswith(f"no MCP server named 'secret' was generated into {roots.other}")
     assert requests == []  # refused before anyone is asked
     assert pids("packages-secret") == []
     assert executor.tool_server is not None

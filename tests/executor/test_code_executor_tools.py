@@ -23,7 +23,7 @@ from ipybox import (
     CodeExecutor,
     process,
 )
-from tests.servers.processes import pids
+from tests.servers.processes import TAG_ENV, pids
 
 pytestmark = pytest.mark.integration
 
@@ -270,7 +270,8 @@ async def test_stop_leaves_no_process(tools_workspace: Path, mcptools: Path) -> 
 
 def test_generated_sources_work_from_another_process(tools_workspace: Path, mcptools: Path) -> None:
     # The registry written by generate_mcp_sources (in this process) tells a fresh process's executor
-    # how to start the servers; the kernel only names them.
+    # how to start the servers; the kernel only names them. It holds the names of values given literally
+    # (the server's tag), not the values: the fresh process has them in its environment.
     script = textwrap.dedent(
         f"""
         import asyncio, json
@@ -284,8 +285,15 @@ def test_generated_sources_work_from_another_process(tools_workspace: Path, mcpt
         asyncio.run(main())
         """
     )
+    env = {**os.environ, TAG_ENV: "facade-everything"}
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT, check=False
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == "Echo: other"

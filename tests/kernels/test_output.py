@@ -35,6 +35,18 @@ def test_bounded_text_tail_stays_bounded_with_many_small_appends() -> None:
     assert len(rendered) <= 100 + len("\n[cut]\n")
 
 
+def test_the_complete_output_stops_at_whole_characters_and_has_no_lone_surrogate(tmp_path: Path) -> None:
+    collector = OutputCollector(limit=4, images_dir=tmp_path / "img", output_dir=tmp_path, max_file_bytes=8)
+    collector.add_text("a\ud800é")  # 1 + 3 (U+FFFD) + 2 bytes
+    collector.add_text("éé")  # the first fits whole (8 bytes), the second not at all
+    collector.add_text("more")  # past the limit: not written
+    result = collector.result()
+    assert result.output_file is not None and result.text is not None
+    head, notice = result.output_file.read_text().split("\n", 1)
+    assert head == "a\ufffdéé" and notice.startswith("[ipybox: the complete output stops here: it reached ")
+    assert "only its first 8 B were saved" in result.text and "max_output_file_bytes (8 B)" in result.text
+
+
 def test_collector_spills_complete_output_to_a_file(tmp_path: Path) -> None:
     collector = OutputCollector(limit=50, images_dir=tmp_path / "img", output_dir=tmp_path / "out")
     parts = [f"line {i}\n" for i in range(100)]

@@ -1,6 +1,6 @@
 """Complete outputs and images from the attacker's side: another local user who plants the shared output
-directory, and a kernel that replaces the output or images directory by a symlink before the host writes
-there (issue 12, class 9)."""
+directory, and a kernel that replaces the output or images directory, or a directory above it, by a symlink
+before the host writes there (issue 12, class 9; issue 30, finding 4: tool results' images too)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import pytest
 
 from ipybox import CodeExecutor
 from ipybox.kernels.output import OutputCollector
+from tests.servers import params
+from tests.servers.edge_server import PNG_BYTES
 
 pytestmark = pytest.mark.integration
 
@@ -109,6 +111,46 @@ def test_images_are_not_written_through_an_images_dir_a_kernel_replaced_by_a_sym
     assert list(victim.iterdir()) == []
     assert len(result.images) == 1 and result.images[0].read_text() == "<svg/>"
     assert (workspace / "images").is_symlink(), "the symlink is left for the user to look at"
+
+
+async def test_a_kernel_that_links_a_directory_on_the_images_path_out_of_the_workspace_gets_nothing_written_there(
+    tmp_path: Path,
+) -> None:
+    # The tool server (tool results' images) and the output collector (displayed images) write into
+    # `images_dir`; a sandboxed kernel links a directory on its way, then the images dir itself, to a
+    # directory outside the workspace that it can't write, and makes both write.
+    victim, workspace = tmp_path / "victim", tmp_path / "workspace"
+    victim.mkdir()
+    (workspace / "out").mkdir(parents=True)  # at the top level, which a kernel can't add to
+    show = "from IPython.display import SVG, display\ndisplay(SVG('<svg xmlns=\"http://www.w3.org/2000/svg\"/>'))"
+    call = (
+        "from ipybox.in_kernel.tool_runner import ToolRunner\nprint(ToolRunner('edge').run_sync('media', {}))"
+    )
+    async with CodeExecutor(
+        working_dir=workspace,
+        images_dir=workspace / "out" / "a" / "images",
+        sandbox=True,
+        mcp_servers={"edge": params.edge()},
+        approve_tool_calls=False,
+        spare_kernel=False,
+    ) as executor:
+        results = []
+        for link in ("out/a", "out/a/images"):  # a directory on the way, then the images dir itself
+            await executor.execute(
+                "import os\nif os.path.islink('out/a'): os.unlink('out/a')\n"
+                f"os.makedirs(os.path.dirname({link!r}), exist_ok=True)\nos.symlink({str(victim)!r}, {link!r})"
+            )
+            assert (workspace / link).is_symlink()
+            results.append(await executor.execute(f"{call}\n{show}"))
+    assert list(victim.rglob("*")) == [], "the host wrote outside the workspace through the kernel's link"
+    for result, link in zip(results, ("out/a", "out/a/images"), strict=True):
+        assert result.text is not None
+        assert (
+            f"[image not saved (image/png, {len(PNG_BYTES)} bytes): {workspace / link} is a symlink"
+            in result.text
+        )
+        [image] = result.images  # the displayed image, in the private output directory instead
+        assert image.read_text().startswith("<svg") and not image.is_relative_to(workspace)
 
 
 def test_output_files_in_a_given_output_dir_are_readable_by_their_owner_only(tmp_path: Path) -> None:

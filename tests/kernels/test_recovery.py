@@ -24,7 +24,7 @@ from ipybox.kernels.kernelspec import KernelSpec
 from ipybox.kernels.result import KernelDiedError
 from tests.kernels.kernel_processes import kernel_processes, kill_kernel, kill_next_kernel, ready_timeouts
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROUNDS = 20
 # Short, so that a regression fails fast; a kernel that starts takes about a second here.

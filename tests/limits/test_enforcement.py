@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from ipybox.errors import IpyboxError
+from ipybox.limits import enforcement as enforcement_module
 from ipybox.limits.cgroups import Cgroup, CgroupSupport
 from ipybox.limits.enforcement import Enforcement, LimitUnavailableError, check_limits, detect_enforcement
 from ipybox.limits.spec import ResourceLimits, WorkspaceLimits
@@ -47,8 +48,44 @@ def test_setrlimit_cannot_limit_the_processes_of_root_but_can_those_of_a_user(eu
         assert missing == {}
 
 
-def test_setrlimit_limits_memory_and_open_files_on_linux(euid: int) -> None:
-    assert RLIMIT.unenforceable(ResourceLimits(memory="1GiB", open_files=64), sandboxed=False) == {}
+def test_setrlimit_limits_memory_of_a_sandbox_with_a_sized_tmp_and_open_files_on_linux(euid: int) -> None:
+    limits = ResourceLimits(memory="1GiB", open_files=64, file_size="1GiB", tmp="64MiB")
+
+    assert RLIMIT.unenforceable(limits, sandboxed=True) == {}
+    assert RLIMIT.unenforceable(ResourceLimits(open_files=64, file_size="1GiB"), sandboxed=False) == {}
+
+
+def test_setrlimit_refuses_memory_of_an_unsandboxed_kernel_which_the_hosts_dev_shm_would_hold_past_it(
+    euid: int,
+) -> None:
+    missing = RLIMIT.unenforceable(ResourceLimits(memory="2GiB"), sandboxed=False)
+
+    assert list(missing) == ["memory"]
+    assert "host's /dev/shm" in missing["memory"] and "sandbox it with a tmp limit" in missing["memory"]
+    assert "control group" in missing["memory"]
+    assert CGROUP1.unenforceable(ResourceLimits(memory="2GiB"), sandboxed=False) == {}
+
+
+@pytest.mark.parametrize("private_tmp", [True, False])
+def test_setrlimit_refuses_memory_of_a_sandbox_whose_tmp_is_an_unsized_tmpfs(private_tmp: bool) -> None:
+    limits = ResourceLimits(memory="2GiB", tmp=None if private_tmp else "64MiB")
+
+    missing = RLIMIT.unenforceable(limits, sandboxed=True, private_tmp=private_tmp)
+
+    assert "unsized in-memory filesystems" in missing["memory"] and "set tmp too" in missing["memory"]
+    assert CGROUP2.unenforceable(limits.model_copy(update={"tmp": None}), sandboxed=True) == {}
+
+
+def test_setrlimit_refuses_memory_where_no_seccomp_filter_can_be_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(enforcement_module, "seccomp_unavailable", lambda: "libseccomp is not installed")
+
+    missing = RLIMIT.unenforceable(ResourceLimits(memory="2GiB", tmp="64MiB"), sandboxed=True)
+
+    assert (
+        "memfd_create and shmget" in missing["memory"] and "libseccomp is not installed" in missing["memory"]
+    )
 
 
 def test_setrlimit_refuses_a_memory_limit_below_what_an_idle_kernel_reserves(euid: int) -> None:
@@ -93,7 +130,9 @@ def test_the_workspace_defaults_unsandboxed_need_tmp_lifted(euid: int) -> None:
 def test_every_unenforceable_limit_is_named_at_once(euid: int) -> None:
     missing = RLIMIT.unenforceable(EVERYTHING, sandboxed=False)
 
-    assert set(missing) == ({"tmp", "cpus", "processes"} if euid == 0 else {"tmp", "cpus"})
+    assert set(missing) == (
+        {"tmp", "cpus", "processes", "memory"} if euid == 0 else {"tmp", "cpus", "memory"}
+    )
 
 
 def test_check_limits_passes_what_can_be_enforced() -> None:
@@ -111,11 +150,12 @@ def test_the_error_names_each_limit_why_how_to_lift_it_and_where_it_was_set(euid
     assert message.startswith("[kernel.limits] asks for limits this machine cannot enforce: ")
     assert "cpus 1.5: a CPU cap needs a control group" in message
     assert "/tmp 1 GiB: an unsandboxed kernel has no private /tmp to size" in message
-    assert "memory" not in message.split("Lift them")[0].split("enforce: ")[1], "memory can be enforced"
+    assert "memory 2 GiB: setrlimit counts mapped memory only" in message
     assert "(cgroup v2: not mounted; cgroup v1: no pids hierarchy mounted)" in message, "why no cgroup"
     lift = message.split("Lift them (")[1].split(")")[0]
     assert sorted(lift.removesuffix(" in [kernel.limits]").split(", ")) == [
         'cpus = "unlimited"',
+        'memory = "unlimited"',
         'tmp = "unlimited"',
     ]
     assert "ipybox doctor" in message
@@ -140,12 +180,12 @@ def test_describe_says_the_mechanism_and_where() -> None:
     assert CGROUP1.describe() == "cgroup v1 under /sys/fs/cgroup/memory/x"
     assert CGROUP2.describe() == "cgroup v2 under /sys/fs/cgroup/user.slice/x.scope"
     assert RLIMIT.describe() == (
-        "setrlimit (address space, user's processes, open files; no CPU cap) "
-        "(cgroup v2: not mounted; cgroup v1: no pids hierarchy mounted)"
+        "setrlimit (address space, of sandboxed processes only, with memfd and shmget refused; user's "
+        "processes; open files; no CPU cap) (cgroup v2: not mounted; cgroup v1: no pids hierarchy mounted)"
     )
-    assert (
-        Enforcement("rlimit").describe()
-        == "setrlimit (address space, user's processes, open files; no CPU cap)"
+    assert Enforcement("rlimit").describe() == (
+        "setrlimit (address space, of sandboxed processes only, with memfd and shmget refused; user's "
+        "processes; open files; no CPU cap)"
     )
 
 
@@ -204,3 +244,12 @@ def test_this_machine_enforces_by_cgroup_for_root_and_says_why_not_for_a_user() 
     elif enforcement.mechanism == "rlimit":
         assert enforcement.cgroup is None
         assert enforcement.problems, "why no cgroup, for ipybox doctor"
+
+
+def test_the_defaults_a_machine_cannot_enforce_are_named_with_why_and_the_rest_kept() -> None:
+    # setrlimit can't bound an unsandboxed kernel's memory (the host's /dev/shm): a new ipybox.toml lifts it.
+    unsandboxed = enforcement_module.unenforceable_defaults(sandboxed=False, enforcement=RLIMIT)
+    assert "memory" in unsandboxed and "/dev/shm" in unsandboxed["memory"]
+    assert "tmp" not in unsandboxed  # an unsandboxed kernel gets no tmp default to lift
+    assert enforcement_module.unenforceable_defaults(sandboxed=True, enforcement=CGROUP1) == {}
+    assert enforcement_module.unenforceable_defaults(sandboxed=False, enforcement=CGROUP1) == {}

@@ -29,10 +29,13 @@ CGROUPS = detect_enforcement().mechanism != "rlimit"
 
 def _limits(enforce: str, sandboxed: bool) -> ResourceLimits:
     rlimit = enforce == "rlimit"
+    memory = "2GiB" if rlimit else "1GiB"  # setrlimit's is address space: an idle kernel reserves 0.7 GiB
     return ResourceLimits(
-        memory="2GiB" if rlimit else "1GiB",  # setrlimit's is address space: an idle kernel reserves 0.7 GiB
+        # setrlimit can't bound an unsandboxed kernel's memory (the host's /dev/shm): it refuses to try.
+        memory=None if rlimit and not sandboxed else memory,
         processes=None if (rlimit and ROOT) else 64,
         open_files=1024,
+        file_size="100MiB",
         tmp="64MiB" if sandboxed else None,
         enforce="rlimit" if rlimit else "cgroup",
     )
@@ -49,6 +52,7 @@ def _kernel(enforce: str, sandboxed: bool) -> Any:
 
 KERNELS = [_kernel(m, s) for m in (["cgroup"] if CGROUPS else []) + ["rlimit"] for s in (False, True)]
 SANDBOXED = [kernel for kernel in KERNELS if kernel.values[0][1]]
+MEMORY_LIMITED = [kernel for kernel in KERNELS if kernel.values[0] != ("rlimit", False)]
 
 
 def _on(kernels: list[Any]) -> pytest.MarkDecorator:
@@ -61,6 +65,7 @@ async def limited(
 ) -> AsyncIterator[CodeExecutor]:
     enforce, sandboxed = request.param
     workdir = tmp_path_factory.mktemp("limited")
+    (workdir / "out").mkdir()  # a sandboxed kernel adds no name at the working dir's top level
     async with CodeExecutor(
         working_dir=workdir, sandbox=sandboxed, limits=_limits(enforce, sandboxed)
     ) as executor:
@@ -71,6 +76,10 @@ async def limited(
 async def test_a_10_gb_allocation_ends_in_a_resource_limit_error_naming_the_limit_and_the_peak(
     limited: CodeExecutor,
 ) -> None:
+    if limited.limits.memory is None:  # setrlimit, unsandboxed
+        with pytest.raises(LimitUnavailableError, match=r"memory 2 GiB: .* the host's /dev/shm"):
+            await CodeExecutor(limits=ResourceLimits(memory="2GiB", enforce="rlimit")).start()
+        return
     await limited.execute("kept = 41")
     with pytest.raises(ResourceLimitError) as caught:
         await limited.execute("x = b'1' * (10 * 2**30)")
@@ -139,6 +148,19 @@ async def test_forking_without_end_fails_in_the_cell_and_what_it_forked_ends_wit
     assert (await limited.execute("print('after')")).text == "after"
 
 
+@_on(KERNELS)
+async def test_a_file_past_the_file_size_limit_fails_in_the_cell_with_the_kernel_alive(
+    limited: CodeExecutor,
+) -> None:
+    code = "with open('out/big', 'wb') as f:\n    for _ in range(128):\n        f.write(b'0' * 2**20)"
+    with pytest.raises(CodeExecutionError, match=r"\[Errno 27\] File too large"):
+        await limited.execute(code)
+    size = int(
+        (await limited.execute("import os; print(os.path.getsize('out/big')); os.remove('out/big')")).text
+    )
+    assert size == 100 * 2**20
+
+
 # Only sandboxed kernels have a private /tmp: a tmp limit without the sandbox is refused (test_enforcement).
 @_on(SANDBOXED)
 async def test_filling_the_private_tmp_fails_with_no_space_left(limited: CodeExecutor) -> None:
@@ -147,6 +169,45 @@ async def test_filling_the_private_tmp_fails_with_no_space_left(limited: CodeExe
             "with open('/tmp/fill', 'wb') as f:\n    for _ in range(128):\n        f.write(b'0' * 2**20)"
         )
     assert (await limited.execute("import os; os.remove('/tmp/fill'); print('alive')")).text == "alive"
+
+
+# Memory a process keeps without a mapping: RLIMIT_AS does not count it (issue 31: 1.5 GiB held past a
+# 1 GiB limit this way), a control group does.
+# Many memfds: each is a file, which `file_size` (RLIMIT_FSIZE) bounds one by one.
+HOLD_UNMAPPED = """
+import os
+limit = {limit}
+held, chunk, fds = 0, b"1" * 2**24, []
+while held < limit + 2**29:
+    fds.append(os.memfd_create("hold"))
+    for _ in range(4):
+        held += os.write(fds[-1], chunk)
+"""
+SHMGET = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+segment = libc.shmget(0, 2**30, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+print(segment, os.strerror(ctypes.get_errno()) if segment < 0 else "")
+"""
+
+
+@_on(MEMORY_LIMITED)  # (setrlimit refuses the memory limit of an unsandboxed kernel: the 10 GB test)
+async def test_a_kernel_cannot_hold_memory_past_its_limit_in_a_memfd_or_a_shared_memory_segment(
+    limited: CodeExecutor,
+) -> None:
+    limit = limited.limits.memory
+    assert limit is not None
+    await limited.execute("kept = 41")
+    with pytest.raises(CodeExecutionError) as caught:
+        await limited.execute(HOLD_UNMAPPED.format(limit=limit))
+    if isinstance(caught.value, ResourceLimitError):  # a control group counted the memfd's pages
+        assert caught.value.kernel_restarted and caught.value.peak is not None
+        assert caught.value.peak <= limit
+    else:  # setrlimit: the seccomp filter refused memfd_create, before a byte was held
+        assert "PermissionError: [Errno 1] Operation not permitted" in str(caught.value)
+        assert (await limited.execute("print(kept + 1)")).text == "42"
+        segment, why = (await limited.execute(SHMGET)).text.split(maxsplit=1)
+        assert (segment, why) == ("-1", "Operation not permitted")
 
 
 async def _until(condition: Callable[[], bool], timeout: float = 10) -> None:

@@ -22,6 +22,7 @@ import pytest
 from ipybox.limits.cgroups import Cgroup, cgroup_support
 from ipybox.limits.enforcement import Enforcement, LimitUnavailableError
 from ipybox.limits.limiter import NPROC_PER_USER_NAMESPACE, Limited, Limiter
+from ipybox.limits.seccomp import filter_path
 from ipybox.limits.spec import ResourceLimits, WorkspaceLimits
 from ipybox.limits.usage import user_tasks
 from ipybox.limits.wrapper import SHELL, limited_argv
@@ -120,8 +121,8 @@ def test_a_limiter_round_trips_through_json() -> None:
         )
 
 
-def test_with_setrlimit_the_command_line_sets_the_address_space_and_the_users_processes_on_top() -> None:
-    limiter = Limiter(ResourceLimits(memory="1GiB", processes=64, open_files=128), "rlimit", None)
+def test_with_setrlimit_the_command_line_sets_the_users_processes_on_top_and_the_file_size() -> None:
+    limiter = Limiter(ResourceLimits(processes=64, open_files=128, file_size="1MiB"), "rlimit", None)
 
     argv = limiter.start("kernel").argv(["kernel", "--flag"])
 
@@ -130,20 +131,32 @@ def test_with_setrlimit_the_command_line_sets_the_address_space_and_the_users_pr
     assert steps[0] == "nofile=128"
     nproc = int(steps[1].removeprefix("nproc="))
     assert 64 < nproc <= user_tasks() + 64
-    assert steps[2] == f"as={1024**2}"
+    assert steps[2] == "fsize=2048"
+
+
+def test_with_setrlimit_a_memory_limit_is_never_set_on_a_command_bubblewrap_does_not_start() -> None:
+    limited = Limiter(ResourceLimits(memory="1GiB", tmp="64MiB"), "rlimit", None).start("kernel")
+
+    with pytest.raises(ValueError, match="needs bubblewrap"):
+        limited.argv(["kernel"])
+    with pytest.raises(ValueError, match="needs bubblewrap"):
+        limited.argv(["sandbox-exec", "kernel"], sandboxed=True)
 
 
 @pytest.mark.skipif(not NPROC_PER_USER_NAMESPACE, reason="a sandbox has its own process count on Linux only")
 def test_with_setrlimit_a_sandbox_gets_exactly_its_processes_inside_its_user_namespace() -> None:
-    limiter = Limiter(ResourceLimits(memory="1GiB", processes=64, open_files=128), "rlimit", None)
+    limits = ResourceLimits(memory="1GiB", processes=64, open_files=128, tmp="64MiB")
+    limiter = Limiter(limits, "rlimit", None)
 
     inside = limiter.sandbox_argv(["kernel", "--flag"])
-    outside = limiter.start("kernel").argv(["bwrap", "--", *inside], sandboxed=True)
+    outside = limiter.start("kernel").argv(["/usr/bin/bwrap", "--", *inside], sandboxed=True)
 
     # Inside, the sandbox's own count: exactly 64, whatever else the user runs.
     assert inside == limited_argv(["kernel", "--flag"], processes=64)
-    # Outside, everything but the process limit (which would bound the user's total instead).
-    assert outside == limited_argv(["bwrap", "--", *inside], open_files=128, address_space=1024**3)
+    # Outside, everything but the process limit (which would bound the user's total instead), and the
+    # seccomp filter bubblewrap installs: memory RLIMIT_AS does not count is refused.
+    bwrap = ["/usr/bin/bwrap", "--add-seccomp-fd", "9", "--", *inside]
+    assert outside == limited_argv(bwrap, open_files=128, address_space=1024**3, seccomp=filter_path())
 
 
 def test_without_setrlimit_or_a_process_limit_the_sandboxed_command_is_left_as_it_is() -> None:
@@ -165,12 +178,13 @@ def test_under_a_cgroup_the_command_line_joins_and_sets_only_open_files() -> Non
 
 # -- setrlimit, for real (any user) ------------------------------------------------------------------------
 
-RLIMITS = "import resource, sys; print(resource.getrlimit(resource.RLIMIT_AS)[1], resource.getrlimit(resource.RLIMIT_NOFILE)[1], flush=True); sys.stdin.read()"
+RLIMITS = "import resource, sys; print(resource.getrlimit(resource.RLIMIT_FSIZE)[1], resource.getrlimit(resource.RLIMIT_NOFILE)[1], flush=True); sys.stdin.read()"
 
 
 @pytest.mark.integration
 def test_with_setrlimit_the_process_gets_its_limits_and_is_reported_from_its_tree() -> None:
-    limits = ResourceLimits(memory="1GiB", open_files=128, processes=None if ROOT else 4096)
+    # (A memory limit under setrlimit is for sandboxed processes: see test_kernel_limits.)
+    limits = ResourceLimits(file_size="1GiB", open_files=128, processes=None if ROOT else 4096)
     limiter = Limiter.open(limits, sandboxed=False, enforcement=RLIMIT)
     assert limiter is not None and limiter.parent is None and limiter.mechanism == "rlimit"
     limited = limiter.start("kernel")
@@ -198,7 +212,9 @@ def test_with_setrlimit_the_process_gets_its_limits_and_is_reported_from_its_tre
 
 @pytest.mark.integration
 def test_this_user_gets_a_group_as_root_and_setrlimit_otherwise() -> None:
-    limiter = Limiter.open(WorkspaceLimits().without_tmp(), sandboxed=False)
+    # Memory too where a group can be made; setrlimit refuses it for an unsandboxed process.
+    limits = WorkspaceLimits() if ROOT else WorkspaceLimits(memory="unlimited")
+    limiter = Limiter.open(limits.without_tmp(), sandboxed=False)
     assert limiter is not None
     try:
         if ROOT:

@@ -133,7 +133,14 @@ def test_enforce_alone_sets_no_limit() -> None:
 
 @pytest.mark.parametrize("name", LIMIT_NAMES)
 def test_any_limit_makes_any_true(name: str) -> None:
-    value = {"memory": "1GiB", "cpus": 0.5, "processes": 4, "open_files": 16, "tmp": "1MiB"}[name]
+    value = {
+        "memory": "1GiB",
+        "cpus": 0.5,
+        "processes": 4,
+        "open_files": 16,
+        "file_size": "1MiB",
+        "tmp": "1MiB",
+    }[name]
 
     assert ResourceLimits(**{name: value}).any
 

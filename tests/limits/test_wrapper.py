@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ipybox.limits.wrapper import FAILED_STATUS, SHELL, limited_argv
+from ipybox.limits.wrapper import FAILED_STATUS, SECCOMP_FD, SHELL, limited_argv
 
 # The system Python: `nobody` can run it (the venv's may live in a 0700 home). -I -S: no site, no env.
 PYTHON = ["/usr/bin/python3", "-I", "-S", "-c"]
@@ -25,7 +25,7 @@ NOBODY = 65534
 READ_LIMITS = """
 import json, resource
 out = {}
-for name in ("RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_AS"):
+for name in ("RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_AS", "RLIMIT_FSIZE"):
     which = getattr(resource, name)
     soft, hard = resource.getrlimit(which)
     try:
@@ -78,7 +78,18 @@ def test_the_address_space_is_rounded_down_to_kib_and_never_to_zero(size: int, k
 
 @pytest.mark.parametrize(
     "path",
-    ["cgroup.procs", "sys/fs/cgroup/x/cgroup.procs", "", "--", "nofile=3", "as=1", "nproc=1", "./procs"],
+    [
+        "cgroup.procs",
+        "sys/fs/cgroup/x/cgroup.procs",
+        "",
+        "--",
+        "nofile=3",
+        "as=1",
+        "nproc=1",
+        "fsize=1",
+        "seccomp=/x",
+        "./procs",
+    ],
 )
 def test_a_join_path_that_is_not_absolute_is_refused(path: str) -> None:
     with pytest.raises(ValueError, match=r"not an absolute cgroup\.procs path"):
@@ -87,7 +98,9 @@ def test_a_join_path_that_is_not_absolute_is_refused(path: str) -> None:
 
 @pytest.mark.integration
 def test_the_wrapped_command_gets_soft_and_hard_limits_it_cannot_raise() -> None:
-    wrapped = limited_argv([*PYTHON, READ_LIMITS], open_files=64, processes=50, address_space=512 * 1024**2)
+    wrapped = limited_argv(
+        [*PYTHON, READ_LIMITS], open_files=64, processes=50, address_space=512 * 1024**2, file_size=10**6 + 1
+    )
 
     done = _run(wrapped, cwd="/", **({"user": NOBODY, "group": NOBODY, "extra_groups": []} if ROOT else {}))
 
@@ -96,6 +109,8 @@ def test_the_wrapped_command_gets_soft_and_hard_limits_it_cannot_raise() -> None
     assert limits["RLIMIT_NOFILE"] == {"soft": 64, "hard": 64, "raised": False}
     assert limits["RLIMIT_NPROC"] == {"soft": 50, "hard": 50, "raised": False}
     assert limits["RLIMIT_AS"] == {"soft": 512 * 1024**2, "hard": 512 * 1024**2, "raised": False}
+    fsize = 10**6 // 512 * 512  # `ulimit -f` counts 512-byte blocks
+    assert limits["RLIMIT_FSIZE"] == {"soft": fsize, "hard": fsize, "raised": False}
 
 
 @pytest.mark.integration
@@ -181,3 +196,26 @@ def test_the_command_and_its_arguments_reach_exec_untouched(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == arguments
     assert not pwned.exists()
+
+
+@pytest.mark.integration
+def test_the_seccomp_file_is_open_on_its_descriptor_for_the_command_and_nothing_else(tmp_path: Path) -> None:
+    program = tmp_path / "filter.bpf"
+    program.write_bytes(b"bpf")
+    read = f"import os; print(os.read({SECCOMP_FD}, 10).decode(), os.get_inheritable({SECCOMP_FD}))"
+
+    done = _run(limited_argv([*PYTHON, read], seccomp=str(program)))
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["bpf", "True"]
+
+
+@pytest.mark.integration
+def test_a_seccomp_file_that_cannot_be_opened_exits_125_and_the_command_never_runs(tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+
+    done = _run(limited_argv(["/usr/bin/touch", str(ran)], seccomp=str(tmp_path / "missing")))
+
+    assert done.returncode == FAILED_STATUS
+    assert "missing" in done.stderr
+    assert not ran.exists()

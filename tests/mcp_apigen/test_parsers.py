@@ -1,6 +1,7 @@
 """Output parsers (`mcpparse/<server>/<module>.py`): found by file existence only, checked by `ast` only on
-the host, and generated into the tool module as `ParseResult`/`run_parsed()` so that a parser that does
-not import never breaks `run()` or importing the module.
+the host, and generated into the tool module as `ParseResult`/`run_parsed()`, imported when first used, so
+that a parser that does not import (or never finishes importing) never breaks `run()` or importing the
+module, and importing the module never runs it.
 
 The generated modules are imported in this process (under a root named `tools_<random>` and servers of
 random names, forgotten afterwards), as a kernel would import them; the tool calls themselves are tested
@@ -12,6 +13,7 @@ import ast
 import importlib
 import os
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -186,7 +188,7 @@ def test_a_tool_name_reaches_the_parser_import_only_as_a_sanitized_literal() -> 
     assert constants["PARSER_MODULE"] == f"mcpparse.srv.{stem}"
     assert constants["PARSER_FILE"] == f"mcpparse/srv/{stem}.py"
     imports = [alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names]
-    assert imports == ["importlib", "os"]  # the generator's own, aliased; nothing of the name
+    assert imports == ["importlib", "os", "typing"]  # the generator's own, aliased; nothing of the name
 
 
 def test_write_mcp_sources_finds_the_parsers_next_to_its_root(layout: Layout) -> None:
@@ -235,6 +237,37 @@ def test_a_broken_parser_leaves_the_module_and_run_working_and_run_parsed_says_w
     assert "run() still works" in message
     with pytest.raises(ImportError, match="run\\(\\) still works"):
         exec(f"from {layout.root.name}.{layout.server}.echo import ParseResult", {})
+
+
+def test_importing_a_tool_module_never_runs_its_parser(layout: Layout) -> None:
+    ran = layout.base / "parser-ran"
+    layout.parser("echo", f"open({str(ran)!r}, 'w').close()\n" + GOOD_PARSER)
+    layout.generate()
+    echo = layout.module("echo")
+    assert not ran.exists()  # kernel-written code runs only when the parser is used
+    assert echo._parse_function()("a b").words == ["a", "b"]
+    assert ran.exists()
+
+
+def test_a_parser_whose_import_hangs_leaves_the_module_and_run_working_and_run_parsed_says_why(
+    layout: Layout,
+) -> None:
+    layout.parser("echo", "import time\n\ntime.sleep(30)\n" + GOOD_PARSER)
+    layout.generate()
+    started = time.monotonic()
+    echo = layout.module("echo")
+    assert time.monotonic() - started < 10  # eagerly imported, the parser held the import for 30 s
+    assert callable(echo.run) and echo.Params(text="a").text == "a"
+    echo.PARSER_IMPORT_TIMEOUT = 0.5
+    started = time.monotonic()
+    with pytest.raises(ImportError) as raised:
+        echo.run_parsed(echo.Params(text="a b"))
+    assert time.monotonic() - started < 10
+    message = str(raised.value)
+    assert f"{MCPPARSE}/{layout.server}/echo.py: its import did not finish within 0.5 s" in message
+    assert "run() still works" in message
+    with pytest.raises(ImportError, match="did not finish"):  # once: the next use does not wait again
+        echo.run_parsed(echo.Params(text="a b"))
 
 
 async def test_arun_parsed_of_a_broken_parser_raises_before_calling_the_tool(layout: Layout) -> None:

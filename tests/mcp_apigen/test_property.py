@@ -228,6 +228,7 @@ def _load(source: str) -> types.ModuleType:
 @settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data(), NAMES, PROPERTIES)
 @pytest.mark.integration  # no process, but a property test that takes seconds
+@pytest.mark.slow
 def test_generated_code_accepts_every_valid_instance(
     data: st.DataObject, tool_name: str, props: list[tuple[str, SchemaAndValues, bool]]
 ) -> None:

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from ipybox.mcp_client import ServerParamsError
+from ipybox.mcp_client import registry as registry_module
 from ipybox.mcp_client.params import validate_server_params
 from ipybox.mcp_client.registry import (
     ServerRegistry,
@@ -102,3 +103,49 @@ def test_annotations_recorded_for_parameters_are_found_for_any_spelling_of_them(
         params = {"url": "https://example.com/mcp", "type": spelling}
         assert registry.recorded_annotations(root, "r", params) == {"t": {"readOnlyHint": True}}
     assert registry.recorded_annotations(root, "r", {"url": "https://example.com/mcp", "type": "sse"}) is None
+
+
+def test_literal_values_of_env_and_headers_are_recorded_as_placeholders(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry_module, "_given_here", {})  # this process's values: the test's own
+    registry = ServerRegistry(tmp_path / "state" / "servers.json")
+    root = tmp_path / "mcptools"
+    headers = {"Authorization": "Bearer sk-header", "X-Org": "org-${ORG}", "X-Empty": ""}
+    registry.register(root, "github", {"url": "https://example.com/mcp", "headers": headers}, {"t": {}})
+    env = {"API_KEY": "sk-env", "my-var": "sk-odd-name", "HOME_DIR": "${HOME}"}
+    registry.register(root, "local", {"command": "srv", "env": env})
+    text = registry.path.read_text()
+    assert not any(secret in text for secret in ("sk-header", "sk-env", "sk-odd-name"))
+    recorded = json.loads(text)[str(root.resolve())]
+    assert recorded["github"]["headers"] == {
+        "Authorization": "${GITHUB_AUTHORIZATION}",
+        "X-Org": "org-${ORG}",
+        "X-Empty": "",
+    }
+    assert recorded["local"]["env"] == {"API_KEY": "${API_KEY}", "my-var": "${my_var}", "HOME_DIR": "${HOME}"}
+    assert "GITHUB_AUTHORIZATION" in caplog.text and "my_var" in caplog.text
+    # This process reads its own entries back as it gave them, with their annotations.
+    servers = registry.servers(root)
+    assert servers["local"]["env"] == env and servers["github"]["headers"] == headers
+    assert registry.recorded_annotations(root, "github", servers["github"]) == {"t": {}}
+
+
+def test_literal_values_an_earlier_version_recorded_serve_their_root_until_the_next_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry_module, "_given_here", {})  # this process's values: the test's own
+    registry = ServerRegistry(tmp_path / "state" / "servers.json")
+    root = tmp_path / "mcptools"
+    old = {"command": "srv", "env": {"API_KEY": "sk-old"}}
+    with pytest.MonkeyPatch.context() as earlier:  # as an earlier version wrote it
+        earlier.setattr(registry_module, "recorded_form", lambda name, params: (dict(params), {}))
+        registry.register(root, "old", old, {"t": {"readOnlyHint": True}})
+    monkeypatch.setattr(registry_module, "_given_here", {})  # read by another process
+    assert registry.servers(root) == {"old": old}
+    registry.register(tmp_path / "elsewhere", "new", {"command": "new"})
+    assert "sk-old" not in registry.path.read_text()
+    scrubbed = registry.servers(root)["old"]
+    assert scrubbed["env"] == {"API_KEY": "${API_KEY}"}
+    assert registry.recorded_annotations(root, "old", scrubbed) == {"t": {"readOnlyHint": True}}
+    assert "API_KEY" in caplog.text

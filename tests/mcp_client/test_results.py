@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import mcp_types as types
@@ -48,12 +49,42 @@ async def test_non_text_content_is_never_dropped(edge: MCPConnection, tmp_path: 
     audio = next(line for line in lines if line.startswith("[audio: "))
     assert _read(audio.removeprefix("[audio: ").split(" (")[0]) == WAV_BYTES
     assert "[resource memo://notes]\nnote text" in value
-    blob = next(line for line in lines if line.startswith("[resource memo://blob: "))
-    assert _read(blob.split(": ", 1)[1].split(" (")[0]) == b"\x00\x01binary"
+    # A type that is neither image nor audio is saved too, under a neutral extension, never the type's.
+    blob = next(line for line in lines if line.startswith("[resource memo://blob saved: "))
+    blob_path = Path(blob.removeprefix("[resource memo://blob saved: ").split(" (")[0])
+    assert blob.endswith(" (application/pdf, 8 bytes)]")
+    assert blob_path.suffix == ".bin" and _read(blob_path) == b"\x00\x01binary"
     assert "[resource link: memo://linked (linked): a linked resource]" in value
     # Same content, same file: nothing accumulates on repeated calls.
     _value(await edge.call_tool("media", {}), tmp_path / "media")
     assert len(_listing(tmp_path / "media")) == 3
+
+
+def test_content_larger_than_the_limit_is_not_saved_and_the_text_says_so(tmp_path: Path) -> None:
+    data = base64.b64encode(PNG_BYTES).decode()
+    result = types.CallToolResult(
+        content=[
+            types.ImageContent(data=data, mime_type="image/png"),
+            types.EmbeddedResource(
+                resource=types.BlobResourceContents(uri="memo://big", blob=data, mime_type="application/pdf")
+            ),
+        ]
+    )
+    value = tool_result_value(
+        result,
+        server_name="edge",
+        tool_name="t",
+        has_output_schema=False,
+        media_dir=tmp_path / "media",
+        max_file_bytes=len(PNG_BYTES) - 1,
+    )
+    size = len(PNG_BYTES)
+    assert value == (
+        f"[image not saved (image/png, {size} bytes): it is larger than max_image_bytes ({size - 1} B)]\n"
+        f"[resource memo://big not saved (application/pdf, {size} bytes): it is larger than "
+        f"max_image_bytes ({size - 1} B)]"
+    )
+    assert not (tmp_path / "media").exists()
 
 
 @pytest.mark.integration

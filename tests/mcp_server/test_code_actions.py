@@ -1,6 +1,6 @@
 """Code as tool in the workspace MCP server (`ipybox.mcp_server.code_actions`): `search_tools`,
-`save_code_action`, saved actions as MCP tools (approved by the workspace's rules, described again when
-edited by hand) and in `ipybox status`.
+`save_code_action`, saved actions as MCP tools (approved by the workspace's rules, described again in the
+background when edited by hand) and in `ipybox status`.
 
 The fast tests run the cell an action call executes in this process (it is plain Python with a top-level
 await) and read its output as the server does; the integration tests drive a real workspace's MCP
@@ -183,6 +183,16 @@ def test_what_ipybox_notes_after_the_result_is_kept_apart_from_it() -> None:
         "[ipybox: these calls were denied: x]",
     ]
     assert result.structured_content is None
+
+
+def test_a_model_result_whose_json_escapes_a_lone_surrogate_can_be_sent() -> None:
+    # Its structured content had the lone surrogate, which no MCP transport can serialize.
+    marker = "<<m>>"
+    output = f'{marker} model\n{{"text": "a\\ud800b"}}\n{marker} end'
+    ran = types.CallToolResult(content=[types.TextContent(type="text", text=output)])
+    result = action_result("demo__x", ran, marker)
+    assert result.structured_content == {"text": "a\ufffdb"}
+    assert "a\ufffdb" in result.model_dump_json()
 
 
 def test_output_without_a_result_is_an_error_that_shows_the_output() -> None:
@@ -493,7 +503,13 @@ async def test_an_action_edited_by_hand_is_described_again_when_listed(superviso
     (action / "api.py").write_text(greet_api("Greet someone warmly."))
     assert next(a for a in supervisor.status().actions if a.name == "demo.greet").stale
     async with client(supervisor) as session:  # lists before its first call: no session kernel yet
-        tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+        # Listed once described again, in the background: tools/list never waits for an action's import.
+        deadline = asyncio.get_running_loop().time() + 90
+        while "demo__greet" not in (
+            tools := {tool.name: tool for tool in (await session.list_tools()).tools}
+        ):
+            assert asyncio.get_running_loop().time() < deadline, "the edited action was never listed"
+            await asyncio.sleep(0.2)
         assert tools["demo__greet"].description is not None
         assert tools["demo__greet"].description.startswith("Greet someone warmly.\n\nMay call: no MCP tools")
         result = await session.call_tool("demo__greet", {"name": "Ada"})

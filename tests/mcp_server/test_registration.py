@@ -7,6 +7,7 @@ workspace whose kernels are sandboxed."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import tempfile
@@ -34,14 +35,19 @@ from tests.supervisor.workspaces import make_workspace
 
 pytestmark = pytest.mark.integration
 
+BOUND_DOMAINS = 'network = { allowedDomains = ["*.example.com", "api.github.com"] }'
+
 
 @pytest.fixture(scope="module")
 async def supervisor(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Supervisor]:
     directory = tmp_path_factory.mktemp("mcp-register")
     # Sandboxed kernels; none kept warm: registering starts no kernel.
-    supervisor = Supervisor(
-        make_workspace(directory, "mcp-register", sandbox=True, warm_pool=0, ask_timeout=3)
-    )
+    make_workspace(directory, "mcp-register", sandbox=True, warm_pool=0, ask_timeout=3)
+    # Kernels may reach these hosts and write `out/`, which bound what a registered server may.
+    (directory / "out").mkdir()
+    config = directory / "ipybox.toml"
+    config.write_text(config.read_text().replace("[sandbox]\n", f"[sandbox]\n{BOUND_DOMAINS}\n", 1))
+    supervisor = Supervisor(directory)
     await supervisor.start()
     yield supervisor
     await supervisor.stop()
@@ -356,3 +362,62 @@ async def test_a_catch_all_allow_rule_does_not_allow_a_registration(
     add_to(config, '\n[[approval.rules]]\nid = "everything"\ndecision = "allow"\n')
     result, asked = await register(supervisor, "catch_all", edge(), answer=False)
     assert result.is_error and len(asked) == 1
+
+
+# Bounded by the workspace's sandbox
+
+
+def allow_by_command() -> str:
+    """A rule shaped like the README's: registrations of servers run by one command are allowed."""
+    return (
+        '\n[[approval.rules]]\nid = "by-command"\nserver = "ipybox"\ntool = "register_mcp_server"\n'
+        f'args = {{ "server_params.command" = {json.dumps(sys.executable)} }}\ndecision = "allow"\n'
+    )
+
+
+async def test_a_registration_beyond_the_workspaces_sandbox_is_asked_with_its_policy_under_an_allow_rule(
+    supervisor: Supervisor, config: Path
+) -> None:
+    before = add_to(config, allow_by_command())
+    sandbox = {"filesystem": {"allowWrite": ["/etc"]}}
+    result, asked = await register(supervisor, "etc", edge(sandbox=sandbox), answer=False)
+    assert result.is_error and "rejected" in text(result)
+    # Asked, with the policy and what goes beyond the workspace's shown.
+    [question] = asked
+    assert json.dumps(sandbox) in question and "allowWrite '/etc': /etc is outside the workspace" in question
+    assert "its sandbox goes beyond the workspace's ([sandbox] in ipybox.toml)" in question
+    [entry] = audited(supervisor, "etc")
+    assert entry["rule_id"] == "by-command" and entry["decision"] == "deny"
+    assert entry["reason"].startswith("rule 'by-command' would allow it, but its sandbox goes beyond")
+    assert config.read_bytes() == before
+    assert not (supervisor.workspace / "mcptools" / "etc").exists()
+
+
+async def test_a_registration_beyond_the_workspaces_sandbox_that_nobody_can_answer_is_refused_saying_why(
+    supervisor: Supervisor, config: Path, tmp_path: Path
+) -> None:
+    before = add_to(config, allow_by_command())
+    beyond = [
+        ({"cwd": str(tmp_path)}, f"cwd {str(tmp_path)!r}: {tmp_path} is outside the workspace"),
+        ({"sandbox": {"network": {"allowedDomains": ["*.com"]}}}, "allowedDomains '*.com': not covered"),
+    ]
+    for params, why in beyond:
+        result, _ = await register(supervisor, "unasked", edge(**params), elicit=False)
+        assert result.is_error
+        message = text(result)
+        assert "registering MCP server 'unasked' was denied: " in message and why in message
+        assert "a person must approve it (at the workspace's web console" in message
+        assert 'decision = "allow"' not in message  # no rule can let it through: none is suggested
+    assert config.read_bytes() == before
+    assert list(tmp_path.iterdir()) == []  # the server never ran there
+
+
+async def test_a_registration_within_the_workspaces_sandbox_registers_without_asking_under_that_rule(
+    supervisor: Supervisor, config: Path
+) -> None:
+    add_to(config, allow_by_command())
+    sandbox = {"filesystem": {"allowWrite": ["out"]}, "network": {"allowedDomains": ["*.api.example.com"]}}
+    result, asked = await register(supervisor, "within", edge(sandbox=sandbox), answer=False)
+    assert not result.is_error, text(result)
+    assert asked == [] and written(config, "within")["sandbox"] == sandbox
+    assert audited(supervisor, "within")[0]["decision"] == "allow"

@@ -115,14 +115,14 @@ def policy(*rules: dict[str, Any], default: str = "ask") -> ApprovalPolicy:
     return ApprovalPolicy.model_validate({"default": default, "rules": list(rules)})
 
 
-def call(tmp_path: Path, name: str = "fs") -> Any:
+def registration(tmp_path: Path, name: str = "fs") -> Registration:
     directory = workspace(tmp_path, sandboxed=True)
-    return parse(directory, name, {"command": "x"}).call()
+    return parse(directory, name, {"command": "x"})
 
 
 def test_no_rule_means_ask_whatever_the_default(tmp_path: Path) -> None:
     for default in ("allow", "deny", "ask"):
-        verdict = decide_registration(policy(default=default), call(tmp_path))
+        verdict = decide_registration(policy(default=default), registration(tmp_path))
         assert verdict.decision == "ask" and verdict.rule_id is None
 
 
@@ -130,18 +130,18 @@ def test_an_allow_rule_must_name_the_ipybox_server(tmp_path: Path) -> None:
     catch_all = {"id": "all", "decision": "allow"}
     glob = {"id": "glob", "server": "ipy*", "decision": "allow"}
     named = {"server": ["other", "ipybox"], "tool": "register_*", "decision": "allow"}
-    assert decide_registration(policy(catch_all, glob), call(tmp_path)).decision == "ask"
-    verdict = decide_registration(policy(catch_all, named), call(tmp_path))
+    assert decide_registration(policy(catch_all, glob), registration(tmp_path)).decision == "ask"
+    verdict = decide_registration(policy(catch_all, named), registration(tmp_path))
     assert verdict.decision == "allow" and verdict.rule_id == "rules[1]"
 
 
 def test_deny_rules_apply_through_globs_and_beat_allow_rules(tmp_path: Path) -> None:
     allow = {"id": "allow", "server": "ipybox", "decision": "allow"}
     deny = {"id": "deny", "tool": "register_*", "decision": "deny"}
-    verdict = decide_registration(policy(allow, deny), call(tmp_path))
+    verdict = decide_registration(policy(allow, deny), registration(tmp_path))
     assert verdict.decision == "deny" and verdict.rule_id == "deny"
     higher = {**allow, "priority": 1}
-    assert decide_registration(policy(higher, deny), call(tmp_path)).decision == "allow"
+    assert decide_registration(policy(higher, deny), registration(tmp_path)).decision == "allow"
 
 
 def test_rules_see_the_written_parameters_and_whether_a_server_is_replaced(tmp_path: Path) -> None:
@@ -152,8 +152,8 @@ def test_rules_see_the_written_parameters_and_whether_a_server_is_replaced(tmp_p
     }
     keep_existing = {"server": "ipybox", "annotations": {"destructiveHint": True}, "decision": "deny"}
     rules = policy(sandboxed_only, keep_existing)
-    assert decide_registration(rules, call(tmp_path, "fresh")).decision == "allow"
-    assert decide_registration(rules, call(tmp_path, "kept")).decision == "deny"
+    assert decide_registration(rules, registration(tmp_path, "fresh")).decision == "allow"
+    assert decide_registration(rules, registration(tmp_path, "kept")).decision == "deny"
 
 
 # The two bugs of the four-models era, and the round trip that keeps them fixed
@@ -224,3 +224,130 @@ def test_dict_to_model_to_file_to_model_is_the_identity(tmp_path: Path, params: 
     loaded = load_config(directory).servers["srv"]
     assert validate_server_params("srv", dump_server_params(loaded)) == model
     assert dump_server_params(loaded) == registration.table  # the file holds exactly what was parsed
+
+
+# The workspace's sandbox bounds a registration's: beyond it, a rule never allows without asking
+
+BOUNDED = """\
+[sandbox]
+enabled = true
+filesystem = { allowWrite = ["/srv/shared"] }
+network = { allowedDomains = ["api.github.com", "*.example.com"], deniedDomains = ["admin.example.com"], \
+allowUnixSockets = ["/run/agent.sock"] }
+"""
+
+
+def bounded(tmp_path: Path, extra: str = "") -> Path:
+    directory = tmp_path / "ws"
+    (directory / "out").mkdir(parents=True)
+    (directory / "link").symlink_to(tmp_path)
+    (directory / "ipybox.toml").write_text(BOUNDED + extra)
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("params", "beyond"),
+    [
+        (
+            {"sandbox": {"filesystem": {"allowWrite": ["/etc"]}}},
+            "allowWrite '/etc': /etc is outside the workspace",
+        ),
+        ({"cwd": "/root"}, "cwd '/root': /root is outside the workspace"),
+        ({"cwd": "../elsewhere"}, "cwd '../elsewhere': "),
+        ({"sandbox": {"filesystem": {"allowWrite": ["/tmp"]}}}, "/tmp is outside the workspace"),
+        (
+            {"sandbox": {"filesystem": {"allowWrite": ["link"]}}},
+            "is outside the workspace (through a symlink)",
+        ),
+        ({"sandbox": {"filesystem": {"allowWrite": ["out/deep"]}}}, "below the workspace's top level"),
+        ({"cwd": "out/deep"}, "where a kernel could put a symlink in its place"),
+        ({"sandbox": {"filesystem": {"allowWrite": [".git"]}}}, "a name the workspace keeps from kernels"),
+        ({"cwd": ".ipybox"}, "a name the workspace keeps from kernels"),
+        ({"sandbox": {"filesystem": {"allowWrite": ["*"]}}}, "allowWrite '*': a pattern"),
+        ({"sandbox": {"network": {"allowedDomains": ["*.com"]}}}, "allowedDomains '*.com': not covered"),
+        (
+            {"sandbox": {"network": {"allowedDomains": ["github.com"]}}},
+            "allowedDomains 'github.com': not covered",
+        ),
+        ({"sandbox": {"network": {"allowedDomains": ["www.example.com"]}}}, "needs the same exact host"),
+        (
+            {"sandbox": {"network": {"allowedDomains": ["*.example.com"]}}},
+            "allowedDomains '*.example.com': reaches 'admin.example.com', which the workspace's deniedDomains has",
+        ),
+        (
+            {"sandbox": {"network": {"allowUnixSockets": ["/var/run/docker.sock"]}}},
+            "allowUnixSockets '/var/run/docker.sock': not in the workspace's allowUnixSockets",
+        ),
+    ],
+)
+def test_a_sandbox_beyond_the_workspaces_is_named_and_asked_even_under_an_allow_rule(
+    tmp_path: Path, params: dict[str, Any], beyond: str
+) -> None:
+    registration = parse(bounded(tmp_path), "srv", {"command": "uvx", **params})
+    assert any(beyond in phrase for phrase in registration.beyond), registration.beyond
+    assert registration.exceeds is not None and "a person must approve it" in registration.exceeds
+    by_command = {
+        "id": "uvx",
+        "server": "ipybox",
+        "args": {"server_params.command": "uvx"},
+        "decision": "allow",
+    }
+    verdict = decide_registration(policy(by_command), registration)
+    assert (verdict.decision, verdict.rule_id) == ("ask", "uvx")
+    assert (
+        verdict.reason.startswith("rule 'uvx'")
+        and "would allow it, but its sandbox goes beyond" in verdict.reason
+    )
+    assert beyond in verdict.reason and beyond in str(registration)  # what the person asked is shown
+    assert decide_registration(policy(), registration).reason.endswith(registration.exceeds)
+    deny = {"server": "ipybox", "decision": "deny"}
+    assert decide_registration(policy(by_command, deny), registration).decision == "deny"
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"sandbox": True, "cwd": "out"},
+        {"sandbox": {"filesystem": {"allowWrite": ["out", "/srv/shared"], "denyWrite": ["x"]}}},
+        {"sandbox": {"network": {"allowedDomains": ["api.github.com", "*.api.example.com"]}}},
+        {
+            "sandbox": {
+                "network": {
+                    "allowedDomains": ["*.example.com"],
+                    "deniedDomains": ["*.admin.example.com", "admin.example.com"],
+                }
+            }
+        },
+        {"sandbox": {"network": {"allowUnixSockets": ["/run/agent.sock"]}}},
+    ],
+)
+def test_a_sandbox_within_the_workspaces_is_allowed_by_an_allow_rule(
+    tmp_path: Path, params: dict[str, Any]
+) -> None:
+    registration = parse(bounded(tmp_path), "srv", {"command": "uvx", **params})
+    assert registration.beyond == () and registration.exceeds is None
+    by_command = {"server": "ipybox", "args": {"server_params.command": "uvx"}, "decision": "allow"}
+    assert decide_registration(policy(by_command), registration).decision == "allow"
+
+
+def test_a_registration_must_keep_what_the_workspace_hides_and_protects(tmp_path: Path) -> None:
+    directory = bounded(tmp_path)
+    (directory / "ipybox.toml").write_text(
+        BOUNDED.replace('allowWrite = ["/srv/shared"]', 'denyRead = ["~/secrets"], denyWrite = ["out/final"]')
+    )
+    assert parse(directory, "srv", {"command": "uvx"}).beyond == (
+        "denyRead: leaves out the workspace's '~/secrets', which kernels can't read",
+        "denyWrite: leaves out the workspace's 'out/final', which kernels can't write",
+    )
+    kept = {"filesystem": {"denyRead": ["~/secrets"], "denyWrite": ["out/final"]}}
+    assert parse(directory, "srv", {"command": "uvx", "sandbox": kept}).beyond == ()
+    # Where the server can't write anyway, the workspace's denyWrite need not be repeated.
+    elsewhere = {"filesystem": {"denyRead": ["~/secrets"]}}
+    assert parse(directory, "srv", {"command": "uvx", "cwd": "other", "sandbox": elsewhere}).beyond == ()
+
+
+def test_an_unsandboxed_workspace_bounds_nothing(tmp_path: Path) -> None:
+    directory = workspace(tmp_path, sandboxed=False)
+    sandbox = {"filesystem": {"allowWrite": ["/etc"]}, "network": {"allowedDomains": ["*.com"]}}
+    assert parse(directory, "srv", {"command": "uvx", "sandbox": sandbox}).beyond == ()

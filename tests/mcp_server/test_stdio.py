@@ -3,6 +3,8 @@ generated API, approval through elicitation (or a clear denial without it), inst
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -68,6 +70,7 @@ async def test_tools_and_instructions(session: ClientSession) -> None:
     }
 
 
+@pytest.mark.slow
 async def test_register_then_use_the_generated_api(session: ClientSession, workspace: Path) -> None:
     params = {"command": sys.executable, "args": [str(EDGE_SERVER)], "env": {"EDGE_TOKEN": "${EDGE_TOKEN}"}}
     ANSWERS[:] = [True]  # no rule covers registrations: the client is asked
@@ -153,3 +156,51 @@ async def test_long_cells_report_progress(session: ClientSession) -> None:
 
 async def test_a_cancelled_call_interrupts_the_kernel(session: ClientSession) -> None:
     await check_cancellation_frees_the_kernel(session)
+
+
+async def test_a_request_whose_json_escapes_a_lone_surrogate_is_answered(tmp_path: Path) -> None:
+    # A client in JavaScript sends a string holding a lone surrogate as the escape "\ud800", valid JSON
+    # that mcp's parser refuses: the request was dropped and never answered. The SDK's client can't send
+    # it, so the lines are written by hand.
+    process = await asyncio.create_subprocess_exec(
+        str(IPYBOX),
+        "mcp",
+        "--workspace",
+        str(tmp_path),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    stdin, stdout = process.stdin, process.stdout
+
+    async def answer(request_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        stdin.write(
+            json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode()
+        )
+        stdin.write(b"\n")
+        while True:
+            message = json.loads(await stdout.readline())
+            if message.get("id") == request_id:
+                return dict(message)
+
+    try:
+        async with asyncio.timeout(60):  # it never came: the test would wait forever
+            client = {"name": "js", "version": "1"}
+            await answer(
+                1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
+            )
+            stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+            code = "print(ascii('a\ud800b'))"
+            assert "\"print(ascii('a\\ud800b'))\"" in json.dumps(code)  # the escape is what goes on the wire
+            called = await answer(
+                2, "tools/call", {"name": "execute_ipython_cell", "arguments": {"code": code}}
+            )
+    finally:
+        stdin.close()
+        try:
+            await asyncio.wait_for(process.wait(), 30)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+    assert called["result"]["content"][0]["text"] == "'a\\ufffdb'"

@@ -117,6 +117,7 @@ async def watching(
 async def start(reconciler: Reconciler, workspace: Path, text: str) -> None:
     save(workspace, text)
     await reconciler.apply(reconciler.load())
+    await reconciler.checked()  # output parsers are imported in the background
 
 
 async def test_start_up_generates_packages_and_applies_rules(

@@ -81,7 +81,12 @@ def python_check(workspace: Path) -> RunCheck:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
-        output, _ = await process.communicate()
+        try:
+            output, _ = await process.communicate()
+        except asyncio.CancelledError:  # the check was cancelled (a newer one, or the reconciler closed)
+            process.kill()
+            await process.wait()
+            raise
         return output.decode()
 
     return run
@@ -108,9 +113,11 @@ async def servers(workspace: Path) -> AsyncIterator[MCPServers]:
 
 
 @pytest.fixture
-def checked(workspace: Path, servers: MCPServers) -> Reconciler:
+async def checked(workspace: Path, servers: MCPServers) -> AsyncIterator[Reconciler]:
     """A reconciler that checks parsers by importing them in a fresh Python process."""
-    return Reconciler(workspace, servers, RecordingHooks(), run_check=python_check(workspace))
+    reconciler = Reconciler(workspace, servers, RecordingHooks(), run_check=python_check(workspace))
+    yield reconciler
+    await reconciler.close()  # a check still running in the background
 
 
 async def test_parsers_are_generated_listed_and_kept_by_every_regeneration(
@@ -190,8 +197,12 @@ async def test_a_check_that_fails_or_takes_too_long_is_reported_and_never_fails_
     slow = Reconciler(workspace, servers, RecordingHooks(), run_check=hangs, check_timeout=0.2)
     await start(slow, workspace, config_text({"a": edge(new_tag())}))
     server = slow.status()["servers"]["a"]
-    assert server["state"] == "ready"
-    assert server["parser_errors"] == ["mcpparse/a: not checked in a kernel: it took longer than 0.2 s"]
+    assert server["state"] == "ready" and server["parsers"] == [] and server["checking"] == []
+    assert server["parser_errors"] == [
+        "mcpparse/a/echo.py: disabled: importing it in a kernel took longer than 0.2 s, so run_parsed() is "
+        "left out; it is checked again when the file changes"
+    ]
+    assert "run_parsed" not in module_source(workspace, "a", "echo")
 
     broken = Reconciler(workspace, servers, RecordingHooks(), run_check=prints_nothing)
     await start(broken, workspace, config_text({"a": edge(new_tag())}))
@@ -217,6 +228,7 @@ async def test_a_parser_saved_while_watching_regenerates_its_package_without_a_r
 
         await eventually(regenerated, what="the package of 'a' regenerated for its new parser")
         assert "def run_parsed(" in module_source(workspace, "a", "echo")
+        await checked.checked()
         assert checked.status()["servers"]["a"]["parser_errors"] == [
             "mcpparse/a/echo.py:3:9: NameError: name 'undefined_limit' is not defined"
         ]

@@ -112,6 +112,70 @@ def test_a_full_disk_leaves_no_partial_line(tmp_path: Path) -> None:
     assert_taken_back_whole(report, "ENOSPC")
 
 
+# What the supervisor does with a full disk: its log was armed at start, then a kernel fills the disk, then
+# another session's call is decided; then the disk is freed. Run in a child with its own small tmpfs.
+DECIDE_WHEN_FULL = """
+import asyncio, json, logging, os, sys
+from ipybox.approval import Approved
+from ipybox.approval.rule_approver import WorkspaceApprover
+from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall
+
+disk = sys.argv[1]
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+rules = [{"id": "reads", "server": "fs", "tool": "read_*", "decision": "allow"}]
+log = AuditLog(os.path.join(disk, ".ipybox", "audit.jsonl"))
+log.arm_reserve()  # at the supervisor's start
+approver = WorkspaceApprover(ApprovalPolicy.model_validate({"rules": rules}), log, lambda caller: None)
+filler = os.open(os.path.join(disk, "workspace-file"), os.O_WRONLY | os.O_CREAT)
+try:  # the kernel fills the disk
+    while os.write(filler, b"x" * 65536):
+        pass
+except OSError as e:
+    full = e.strerror
+os.close(filler)
+report = {"full": full, "decisions": []}
+for i in range(100):
+    outcome = asyncio.run(approver.decide(ToolCall("fs", "read_file", {"path": f"file-{i}"})))
+    report["decisions"].append(outcome == Approved())
+os.remove(os.path.join(disk, "workspace-file"))
+report["after"] = asyncio.run(approver.decide(ToolCall("fs", "read_file", {"path": "after"}))) == Approved()
+contents = log.load()
+report["audited"] = [entry.args["path"] for entry in contents.entries]
+report["damaged"] = contents.damaged_lines
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.integration  # a child process in a mount namespace of its own
+@pytest.mark.root_only
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="mounting a small tmpfs takes root"
+)
+def test_with_the_disk_full_other_sessions_calls_are_decided_audited_and_run(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mount = ["unshare", "--mount", "--propagation", "private", "sh", "-c"]
+    script = f'mount -t tmpfs -o size=4m tmpfs "{disk}" && exec "$0" "$@"'
+    done = subprocess.run(
+        [*mount, script, sys.executable, "-c", DECIDE_WHEN_FULL, str(disk)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+
+    assert report["full"] == "No space left on device"
+    assert report["decisions"] == [True] * 100, "the reserve took every line"
+    assert report["after"]
+    assert report["audited"] == [*(f"file-{i}" for i in range(100)), "after"] and report["damaged"] == []
+    assert "ERROR THE DISK IS FULL: the audit log" in done.stderr, "said loudly, once"
+    assert done.stderr.count("THE DISK IS FULL") == 1
+    assert "WARNING the disk has space again" in done.stderr
+
+
 # -- reading a damaged log
 
 

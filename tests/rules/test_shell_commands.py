@@ -159,6 +159,32 @@ def test_hostile_forms_are_read_as_the_shell_reads_them(line: str, expected: lis
     assert programs(line) == expected
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("a[$(touch x)]=1", ["touch", ""]),  # bash runs a substitution in an array subscript
+        ("x[`id`]+=1 ls", ["id", "ls"]),
+        ('a["$(id)"]=$(whoami) cmd $(date)', ["id", "whoami", "date", "cmd"]),
+    ],
+)
+def test_a_substitution_in_an_array_subscript_is_decided_and_the_assignment_read(
+    line: str, expected: list[str]
+) -> None:
+    assert programs(line) == expected
+    assert texts("a[$(touch x)]=1") == ["touch x", "a[$(touch x)]=1"]
+
+
+def test_a_line_the_reader_itself_fails_on_is_a_syntax_error_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*args: object) -> str:
+        raise ValueError("zip() argument 2 is shorter than argument 1")
+
+    monkeypatch.setattr("ipybox.rules.shell_commands._render", broken)
+    with pytest.raises(ShellSyntaxError, match="shell reader failed on it"):
+        split_commands("ls")
+
+
 def test_quotes_that_only_spell_a_word_are_gone_from_program_and_text() -> None:
     assert split_commands("r\"m\" -r'f' \\x") == [ShellCommand("rm", "rm -rf x")]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -140,6 +141,31 @@ async def test_asks_pending_when_an_approver_connects_come_first_and_answers_rea
                 assert isinstance(closed, AskClosedMessage) and closed.answer is not None
                 assert closed.answer.by == "terminal (second)"
         assert (await call).text == "slept 0.0"
+
+
+async def test_an_ask_about_a_kernel_made_link_shows_where_it_leads(
+    state: SupervisorState, kernel: CodeExecutor, supervisor: Supervisor
+) -> None:
+    # The attack: a harmless-looking path that is a link to ipybox.toml, asked about as if it were a file.
+    from ipybox.cli.approve import ask_lines
+
+    code = (
+        "import os\nos.makedirs('gentools-x', exist_ok=True)\n"
+        "os.path.lexists('gentools-x/notes.md') or os.symlink('../ipybox.toml', 'gentools-x/notes.md')\n"
+        "from mcptools.edge import fail\n"
+        "from ipybox.in_kernel.tool_runner import ApprovalRejectedError\n"
+        "try:\n    fail.run(fail.Params(message='gentools-x/notes.md'))\n"
+        "except ApprovalRejectedError as e:\n    print('rejected')"
+    )
+    async with ApproverConnection(state, "alice") as approver:
+        call = asyncio.create_task(kernel.execute(code))
+        opened = await next_opened(approver)
+        target = str(supervisor.workspace / "ipybox.toml")
+        link = opened.ask.links["message"]
+        assert (link.target, link.flag) == (target, "protected")
+        assert f"    message → {target} (protected)" in ask_lines(opened.ask, datetime.now(UTC))
+        assert (await approver.answer(opened.ask.id, accept=False)).ok
+        assert (await call).text == "rejected"
 
 
 async def test_answering_an_unknown_ask_is_refused_with_a_reason(state: SupervisorState) -> None:

@@ -25,6 +25,13 @@ OUTSIDE_PARENT = "/var/tmp"
 UNPRIVILEGED_USER_VARIABLE = "IPYBOX_TEST_UNPRIVILEGED_USER"
 
 
+@pytest.fixture(scope="module")
+def monkeymodule() -> Iterator[pytest.MonkeyPatch]:
+    """`monkeypatch` for module-scoped fixtures (a module's shared executor and its environment)."""
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
 @dataclass
 class Sandboxed:
     executor: CodeExecutor

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from ipybox import CodeExecutionError
-from tests.sandbox.conftest import Sandboxed
+from ipybox import CodeExecutionError, CodeExecutor
+from tests.sandbox.conftest import OUTSIDE_PARENT, Sandboxed
 
 pytestmark = pytest.mark.integration
 
@@ -248,3 +251,34 @@ async def test_kernel_death_in_the_sandbox_is_recovered(sandboxed: Sandboxed) ->
     with pytest.raises(CodeExecutionError, match="died"):
         await sandboxed.run("import os\nos._exit(1)")
     assert await sandboxed.run(attempt("open('.env').read()")) == "denied: PermissionError"
+
+
+async def test_an_allow_write_path_a_kernel_made_a_symlink_binds_nothing_outside(tmp_path: Path) -> None:
+    # `data/out` is writable by the policy but not there yet (a kernel running while it exists has a mount
+    # on it, which it can't remove); `data/` is writable, so a kernel can make `data/out` a link to a host
+    # directory. The next kernel's sandbox must neither bind the link's target read-write (a relative link
+    # reaches it) nor fail to start (an absolute one made bubblewrap fail every later kernel start).
+    workspace = tmp_path / "workspace"
+    (workspace / "data").mkdir(parents=True)
+    outside = Path(tempfile.mkdtemp(prefix="ipybox-allow-write-", dir=OUTSIDE_PARENT))
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"filesystem": {"allowWrite": [str(workspace / "data" / "out")]}}))
+    absolute = f"__import__('os').symlink({str(outside)!r}, 'data/out')"
+    relative = (
+        f"__import__('os').symlink(__import__('os').path.relpath({str(outside)!r}, 'data'), 'data/out')"
+    )
+    write = attempt("open('data/out/pwned.txt', 'w').write('x')")
+    try:
+        async with CodeExecutor(
+            working_dir=workspace, sandbox=True, sandbox_config=policy, spare_kernel=False
+        ) as executor:
+            assert (await executor.execute(attempt(absolute))).text == "ok: None"
+            await executor.reset()  # a new kernel, whose sandbox is planned from what exists now
+            assert (await executor.execute(write)).text == "denied: OSError"
+            await executor.execute("__import__('os').remove('data/out')")
+            assert (await executor.execute(attempt(relative))).text == "ok: None"
+            await executor.reset()
+            assert (await executor.execute(write)).text == "denied: OSError"
+        assert list(outside.iterdir()) == []
+    finally:
+        shutil.rmtree(outside)

@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,12 +40,6 @@ class Planted:
     async def run(self, code: str) -> str:
         result = await self.executor.execute(code, timeout=60)
         return (result.text or "").strip()
-
-
-@pytest.fixture(scope="module")
-def monkeymodule() -> Iterator[pytest.MonkeyPatch]:
-    with pytest.MonkeyPatch.context() as patch:
-        yield patch
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from ipybox.paths import user_state_dir
 from ipybox.sandbox import SandboxPolicy
 from ipybox.sandbox.bwrap import bwrap_args, sandboxed_command
 from ipybox.sandbox.schema import SCHEMA_FILE, render
+from ipybox.sandbox.view import PathRule
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,11 +69,14 @@ def test_protected_paths(tmp_path: Path, name: str) -> None:
     (workspace / "keys").mkdir()
     (workspace / "keys" / "a.pem").write_text("")
     policy = SandboxPolicy.model_validate({"filesystem": {"denyRead": ["keys/*.pem"]}})
+    # ipybox's own state is hidden too, once something made it (earlier tests of the run may have).
+    state = {user_state_dir()} if user_state_dir().exists() else set()
     assert set(policy.deny_read_paths(workspace, home)) == {
         workspace / ".env",
         tmp_path / "parent" / ".env.production",
         home / ".ssh",
         workspace / "keys" / "a.pem",
+        *state,
     }
     assert set(policy.deny_write_paths(workspace, home)) == {workspace / ".git", workspace / "ipybox.toml"}
     args = bwrap_args(policy, workspace, home=home)
@@ -159,3 +164,18 @@ def test_all_unix_sockets_are_refused_named_ones_are_bound(tmp_path: Path) -> No
     assert ["--bind-try", str(agent), str(agent)] == args[
         args.index(str(agent)) - 1 : args.index(str(agent)) + 2
     ]
+
+
+def test_guarding_names_the_workspace_and_its_state_for_a_process_that_runs_elsewhere(tmp_path: Path) -> None:
+    workspace, state = tmp_path / "ws", tmp_path / "state"
+    (workspace / "sub").mkdir(parents=True)
+    policy = SandboxPolicy()
+    # In the workspace, with the state in its `.ipybox`, the view guards all of it already.
+    assert policy.guarding(workspace, workspace / ".ipybox", cwd=workspace) is policy
+    below = policy.guarding(workspace, state, cwd=workspace / "sub")
+    assert {f"{workspace}/.env*", f"{workspace}/.ipybox", str(state)} <= set(below.filesystem.deny_read)
+    assert {f"{workspace}/ipybox.toml", f"{workspace}/.git", str(state)} <= set(below.filesystem.deny_write)
+    view = below.view(workspace / "sub", tmp_path)
+    # A pattern in the last name of an absolute entry covers names made later too.
+    assert PathRule(str(workspace), ".env*") in view.hidden
+    assert PathRule(str(workspace), "ipybox.toml") in view.protected

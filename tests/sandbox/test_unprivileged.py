@@ -40,7 +40,12 @@ ATTACK_TESTS = (
     "tests/mcp_apigen/test_package_symlinks.py",
     "tests/reconcile/test_generations_hostile.py",
     "tests/supervisor/test_state_dir_hostile.py",
+    "tests/supervisor/test_hostile_checks.py",
     "tests/mcp_server/test_registration.py",
+    "tests/supervisor/test_sandbox_required.py",
+    "tests/supervisor/test_unattended_asks.py",
+    "tests/cli/test_exec_workspace.py",
+    "tests/executor/test_registry_scope.py",
 )
 SELECTION = [SANDBOX_TESTS, "tests/limits", *ATTACK_TESTS, "-m", "not root_only"]
 USER = "ipybox-test"
@@ -81,6 +86,7 @@ def _passed_in_report(report: Path) -> tuple[set[str], list[str]]:
     return passed, others
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_sandbox_tests_pass_as_an_unprivileged_user() -> None:
     if os.geteuid() != 0:
@@ -113,6 +119,8 @@ def test_sandbox_tests_pass_as_an_unprivileged_user() -> None:
     # Not setpriv here: the checkout may be in a home directory the user can't enter (`/root/ipybox`), and
     # `run` makes it visible to the user in a private mount namespace, changing no permission on disk.
     command = ["bash", "scripts/test-user", "run", python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    # In parallel, as scripts/test runs the suite: this one test is otherwise the run's longest by far.
+    command += ["-n", "2", "--dist", "loadfile"]
     with tempfile.TemporaryDirectory(prefix="ipybox-unprivileged-") as reports:
         os.chown(reports, user.pw_uid, user.pw_gid)
         report = Path(reports) / "report.xml"

@@ -42,6 +42,8 @@ from pydantic import BaseModel, Field
 PNG_BYTES = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 )
+# What `disguised` returns under media types that would make it a script (`.sh`, `.py`) if saved by type.
+DISGUISED_SCRIPT = b"#!/bin/sh\ntouch /tmp/ipybox-disguised-ran\n"
 WAV_BYTES = b"RIFF$\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00@\x1f\x00\x00\x80>\x00\x00\x02\x00\x10\x00data\x00\x00\x00\x00"
 
 # Strings that try to break out of generated docstrings, string literals and jinja templates. A
@@ -490,6 +492,11 @@ RAW_TOOLS: list[types.Tool] = [
     ),
     types.Tool(name="media", description="Returns every kind of non-text content.", input_schema=_schema({})),
     types.Tool(
+        name="disguised",
+        description="Returns scripts that say they are images, audio and a resource.",
+        input_schema=_schema({}),
+    ),
+    types.Tool(
         name="bad_structured",
         description="Declares an output schema but returns content that violates it.",
         input_schema=_schema({}),
@@ -519,6 +526,21 @@ def _call_raw(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
                     )
                 ),
                 types.ResourceLink(uri="memo://linked", name="linked", description="a linked resource"),
+            ]
+        )
+    if name == "disguised":
+        script = base64.b64encode(DISGUISED_SCRIPT).decode()
+        return types.CallToolResult(
+            content=[
+                types.ImageContent(data=script, mime_type="text/x-shellscript"),
+                types.ImageContent(data=script, mime_type="application/x-python"),
+                types.AudioContent(data=script, mime_type="application/x-sh"),
+                types.EmbeddedResource(
+                    resource=types.BlobResourceContents(
+                        uri="memo://run", blob=script, mime_type="text/x-python"
+                    )
+                ),
+                types.ImageContent(data=base64.b64encode(PNG_BYTES).decode(), mime_type="IMAGE/PNG; x=y"),
             ]
         )
     if name == "bad_structured":

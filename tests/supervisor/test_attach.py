@@ -85,10 +85,6 @@ async def test_an_unanswered_ask_is_denied(attached: CodeExecutor, supervisor: S
     assert (last["decision"], last["decided_by"]) == ("deny", "timeout")
 
 
-async def test_execute_accepts_asks(attached: CodeExecutor) -> None:
-    assert (await attached.execute(ASK)).text == "slept 0.0"
-
-
 async def test_reset_takes_a_fresh_kernel_and_keeps_the_servers(
     attached: CodeExecutor, supervisor: Supervisor
 ) -> None:
@@ -132,3 +128,18 @@ async def test_a_stopped_tool_server_is_restarted(supervisor: Supervisor) -> Non
         code = "from mcptools.edge import echo\nprint(echo.run(echo.Params(text='after restart')))"
         assert (await executor.execute(code)).text == "after restart"
     assert "the tool server stopped: restarting it" in supervisor.paths.log.read_text()
+
+
+async def test_what_an_attached_executor_writes_to_files_is_bounded_as_ipybox_toml_says(
+    supervisor: Supervisor,
+) -> None:
+    config = supervisor.workspace / "ipybox.toml"
+    original = config.read_text()
+    config.write_text(original.replace("[kernel]\n", '[kernel]\nmax_output_file_bytes = "1MiB"\n', 1))
+    try:
+        async with CodeExecutor(workspace=supervisor.workspace, max_image_bytes=1000) as executor:
+            client = executor.kernel_client
+            # Passed, the argument wins; left out, the workspace's setting applies.
+            assert (client.max_output_file_bytes, client.max_image_bytes) == (1024 * 1024, 1000)
+    finally:
+        config.write_text(original)

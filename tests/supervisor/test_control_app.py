@@ -88,8 +88,8 @@ class SmallWorkspace:
     async def status_with_kernels(self) -> WorkspaceStatus:
         return self.status()  # no gateway here: `kernels` stays unset
 
-    def new_lease(self) -> LeaseId:
-        return self.leases.new_lease()
+    def new_lease(self, check: bool = False) -> LeaseId:
+        return self.leases.new_lease("checking asks nobody" if check else None)
 
     async def lease_kernel(self, lease: LeaseId) -> KernelLeased:
         if self.fail_with is not None:
@@ -177,6 +177,7 @@ def test_the_status_is_served_as_its_model_with_the_keys_scripts_read(
         "error": None,
         "parsers": [],
         "parser_errors": [],
+        "checking": [],
         "location": None,
         "stopped": None,
     }
@@ -186,6 +187,16 @@ def test_a_request_without_the_token_is_refused(target: SmallWorkspace) -> None:
     with TestClient(control_app(target, TOKEN)) as anonymous:
         assert anonymous.get("/status").status_code == 401
         assert anonymous.post("/leases", headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+
+def test_a_check_lease_refuses_its_kernels_asks(client: TestClient, target: SmallWorkspace) -> None:
+    check = client.post("/leases", json={"check": True}).json()["lease"]
+    ordinary = client.post("/leases").json()["lease"]
+    client.post(f"/leases/{check}/kernels")
+    client.post(f"/leases/{ordinary}/kernels")
+    assert target.leases.refusal("caller-1") == "checking asks nobody"
+    assert target.leases.refusal("caller-2") is None
+    assert client.post("/leases", content=b'{"check": "yes please"}').status_code == 503
 
 
 def test_a_lease_gets_kernels_and_gives_them_back(client: TestClient, target: SmallWorkspace) -> None:

@@ -3,6 +3,7 @@ the client signals."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -12,20 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ipybox.config import ConfigError, load_config
-from ipybox.supervisor import read_state
+from ipybox.config import load_config
+from ipybox.supervisor import ControlClient, SupervisorState, mcp_stdio, read_state
 from ipybox.supervisor.mcp_stdio import ensure_config
-
-
-def test_sandbox_asked_for_in_a_workspace_whose_file_runs_kernels_unsandboxed_is_refused(
-    tmp_path: Path,
-) -> None:
-    (tmp_path / "ipybox.toml").write_text("[sandbox]\nenabled = false\n")
-    with pytest.raises(ConfigError, match=r"--sandbox was given.*enabled = true"):
-        ensure_config(tmp_path, sandbox=True, sandbox_config=None)
-    (tmp_path / "ipybox.toml").write_text("[workspace]\nname = 'w'\n")  # no [sandbox]: off by default
-    with pytest.raises(ConfigError, match="--sandbox was given"):
-        ensure_config(tmp_path, sandbox=True, sandbox_config=None)
 
 
 def test_sandbox_asked_for_in_a_sandboxed_workspace_uses_its_file(tmp_path: Path) -> None:
@@ -39,11 +29,27 @@ def test_a_workspace_without_a_file_gets_one_with_the_sandbox_asked_for(tmp_path
     assert load_config(tmp_path / "ipybox.toml").sandbox.enabled is True
 
 
+def test_a_new_unsandboxed_workspace_lifts_in_its_file_the_defaults_this_machine_cannot_enforce(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As in ipybox's container image (not root, no delegated cgroup): setrlimit can't bound an unsandboxed
+    # kernel's memory, and a default that can't be enforced would stop `ipybox mcp` at its first start.
+    why = {"memory": "setrlimit counts mapped memory only"}
+    monkeypatch.setattr(mcp_stdio, "unenforceable_defaults", lambda sandboxed: {} if sandboxed else why)
+    ensure_config(tmp_path, sandbox=False, sandbox_config=None)
+    text = (tmp_path / "ipybox.toml").read_text()
+    assert '# not enforceable here: setrlimit counts mapped memory only\nmemory = "unlimited"' in text
+    config = load_config(tmp_path / "ipybox.toml")
+    assert config.kernel.limits.memory is None and config.kernel.limits.processes is not None
+
+
 @pytest.mark.integration
 def test_ipybox_mcp_stops_cleanly_when_its_client_sends_sigint_then_sigterm(tmp_path: Path) -> None:
     """As Claude Code ends an MCP server: SIGINT, then SIGTERM 100 ms later. The second signal must not kill
-    the process half-way through its stop: it exits 0, and the workspace's state and run directory are gone."""
-    (tmp_path / "ipybox.toml").write_text("[kernel]\nwarm_pool = 1\n")
+    the process half-way through its stop: it exits 0, and the workspace's state and run directory are gone.
+    Without --sandbox, `.env` overrides the file's sandbox as documented (the workspace runs unsandboxed)."""
+    (tmp_path / "ipybox.toml").write_text("[kernel]\nwarm_pool = 1\n\n[sandbox]\nenabled = true\n")
+    (tmp_path / ".env").write_text("IPYBOX_SANDBOX__ENABLED=false\n")
     process = subprocess.Popen(
         [sys.executable, "-m", "ipybox.cli", "mcp", "--workspace", str(tmp_path)],
         stdin=subprocess.PIPE,
@@ -65,8 +71,10 @@ def test_ipybox_mcp_stops_cleanly_when_its_client_sends_sigint_then_sigterm(tmp_
         process.stdin.write((json.dumps(initialize) + "\n").encode())
         process.stdin.flush()
         assert json.loads(process.stdout.readline())["id"] == 1
-        run_dir = Path(read_state(tmp_path).control_socket).parent
+        state = read_state(tmp_path)
+        run_dir = Path(state.control_socket).parent
         assert run_dir.is_dir()
+        assert asyncio.run(sandboxed(state)) is False
         process.send_signal(signal.SIGINT)
         time.sleep(0.1)
         process.send_signal(signal.SIGTERM)
@@ -77,3 +85,8 @@ def test_ipybox_mcp_stops_cleanly_when_its_client_sends_sigint_then_sigterm(tmp_
             process.wait()
     assert not (tmp_path / ".ipybox" / "state.json").exists()
     assert not run_dir.exists()
+
+
+async def sandboxed(state: SupervisorState) -> bool:
+    async with ControlClient(state) as control:
+        return (await control.status()).sandbox

@@ -86,11 +86,13 @@ def edge_status(supervisor: Supervisor) -> MCPServerStatus:
 
 
 async def regenerated(supervisor: Supervisor, after: int, done: Callable[[MCPServerStatus], bool]) -> None:
-    """Wait until `edge` is ready at a generation past `after`, and `done` holds for its status."""
+    """Wait until `edge` is ready at a generation past `after`, its parsers checked (in the background),
+    and `done` holds for its status."""
     deadline = time.monotonic() + 60
     while True:
         status = edge_status(supervisor)
-        if status.state == "ready" and (status.generation or 0) > after and done(status):
+        ready = status.state == "ready" and not status.checking
+        if ready and (status.generation or 0) > after and done(status):
             return
         assert time.monotonic() < deadline, f"timed out; edge is {status}"
         await asyncio.sleep(0.1)

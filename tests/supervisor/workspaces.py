@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from ipybox.limits import unenforceable_defaults
 from tests.servers.params import EDGE_SERVER
 from tests.servers.processes import TAG_ENV
 
@@ -42,9 +43,16 @@ def make_workspace(
 ) -> Path:
     """Write `ipybox.toml` into `directory` (plus a `.env` with a secret) and return the directory."""
     (directory / ".env").write_text("WORKSPACE_SECRET=never-in-a-kernel\n")
+    # As `ipybox init` writes it: a default this machine can't enforce (memory for an unsandboxed kernel of
+    # an unprivileged user without a control group) is lifted in the file.
+    lifted = unenforceable_defaults(sandboxed=sandbox)
+    limits = (
+        "[kernel.limits]\n" + "".join(f'{name} = "unlimited"\n' for name in lifted) + "\n" if lifted else ""
+    )
     (directory / "ipybox.toml").write_text(
         f'[kernel]\nwarm_pool = {warm_pool}\nenv = {{ {TAG_ENV} = "{tag}" }}\n\n'
-        f"[sandbox]\nenabled = {str(sandbox).lower()}\n\n"
+        + limits
+        + f"[sandbox]\nenabled = {str(sandbox).lower()}\n\n"
         + edge_server(tag)
         + RULES.format(ask_timeout=ask_timeout)
     )

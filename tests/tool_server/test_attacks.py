@@ -2,7 +2,8 @@
 
 Each test tries what such code could try (issue 12, classes 6 and 8): use its token on the application's
 endpoints, approve its own calls, name a server the host never configured, get a server started before
-anyone approved the call, or plant entries in the host's server registry.
+anyone approved the call, or plant entries in the host's server registry; and what a server's result could
+try (issue 30, finding 4): get a script saved under an image's name.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ipybox.mcp_client.registry import ServerRegistry
 from ipybox.rules import ToolCall
 from ipybox.tool_server.tool_server import ToolServer
 from tests.servers import params
+from tests.servers.edge_server import DISGUISED_SCRIPT, PNG_BYTES
 
 pytestmark = pytest.mark.integration
 
@@ -275,6 +277,32 @@ async def test_annotations_of_an_earlier_listing_decide_later_calls_without_star
 
 
 # --- class 6: the registry is host-only state -------------------------------------------------------------
+
+
+# --- a server's result: content is saved as data, never as a script by another name ----------------------
+
+
+async def test_a_result_whose_media_type_makes_it_a_script_is_not_saved_as_one(tmp_path: Path) -> None:
+    media = tmp_path / "workspace" / "images"
+    async with ToolServer(
+        servers={"edge": params.edge()}, media_dir=media, approval_required=False
+    ) as server:
+        value = await call(server, "edge", "disguised", {})
+    # The script is kept (nothing is lost), as data: under `.bin`, never an extension its claimed type
+    # names (no `.sh` or `.py` file that something may run later).
+    files = {path.suffix: path for path in media.iterdir()}
+    assert sorted(files) == [".bin", ".png"]
+    script, image = files[".bin"], files[".png"]
+    assert script.read_bytes() == DISGUISED_SCRIPT and image.read_bytes() == PNG_BYTES
+    size = len(DISGUISED_SCRIPT)
+    assert value.splitlines() == [
+        f"[image saved: {script} (text/x-shellscript, {size} bytes)]",
+        f"[image saved: {script} (application/x-python, {size} bytes)]",
+        f"[audio saved: {script} (application/x-sh, {size} bytes)]",
+        f"[resource memo://run saved: {script} (text/x-python, {size} bytes)]",
+        # Its type, spelt in upper case with a parameter, is still an image type.
+        f"[image: {image} (IMAGE/PNG; x=y)]",
+    ]
 
 
 def planted(root: Path) -> dict[str, Any]:

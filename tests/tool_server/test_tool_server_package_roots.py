@@ -72,6 +72,7 @@ async def test_a_call_naming_its_root_runs_that_roots_server_under_its_plain_nam
 
     async with ToolServer(lookup=lambda name: registry.servers(mcptools).get(name)) as server:
         server.servers.package_lookup = registry.package_server
+        server.servers.package_roots = [mcptools, other]
         server.approver = FunctionApprover(approve)
         assert await _call(server, "edge", str(other)) == "other"
         assert await _call(server, "edge", None) == "default"  # a module of an earlier version
@@ -89,12 +90,11 @@ async def test_a_forged_root_is_an_unknown_server_and_starts_nothing(tmp_path: P
     registry.register(hidden, "secret", _edge("secret"))
     async with ToolServer(lookup=lambda name: None) as server:
         server.servers.package_lookup = registry.package_server
+        server.servers.package_roots = [tmp_path / "mcptools"]
         before = set(process.descendants(os.getpid()))
-        forged = str(tmp_path / "forged")
-        with pytest.raises(
-            ToolRunnerError, match=f"no MCP server named 'secret' was generated into {forged}"
-        ):
-            await _call(server, "secret", forged)
+        for root in (str(tmp_path / "forged"), str(hidden)):
+            with pytest.raises(ToolRunnerError, match=f"tool package in {root}, which is not one of"):
+                await _call(server, "secret", root)
         assert set(process.descendants(os.getpid())) - before == set()
         assert server.servers.names == []
 

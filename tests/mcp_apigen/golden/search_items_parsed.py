@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib as _importlib
 import json as _json
 import os as _os
+import typing as _typing
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -131,29 +132,53 @@ def _parser_problem(error: BaseException) -> str:
     return f"{where}: {message}"
 
 
-# The parser an agent wrote for this tool. One that fails to import leaves this module, run() and arun()
-# working; run_parsed() then raises an ImportError saying why.
-try:
-    _parser = _importlib.import_module(PARSER_MODULE)
-    ParseResult = _parser.ParseResult
-    _parse = _parser.parse
-    _PARSER_ERROR = None
-except (Exception, SystemExit) as _error:
-    _PARSER_ERROR = _parser_problem(_error)
+# The parser an agent wrote for this tool, imported when run_parsed() (or ParseResult) is first used,
+# never when this module is: it is kernel-written code. Imported in a thread of its own, so one that
+# never finishes costs PARSER_IMPORT_TIMEOUT seconds once; one that fails or hangs leaves this module,
+# run() and arun() working, and run_parsed() raises an ImportError saying why.
+PARSER_IMPORT_TIMEOUT = 10.0
+_parser = None
+_PARSER_ERROR = None
+if _typing.TYPE_CHECKING:  # at run time the parser's own class, from __getattr__ below
+    ParseResult = _typing.Any
 
 
 def _parse_function():
+    global _parser, _PARSER_ERROR
+    if _parser is None and _PARSER_ERROR is None:
+        import threading
+
+        imported = {}
+
+        def load():
+            try:
+                module = _importlib.import_module(PARSER_MODULE)
+                imported["parser"] = (module.ParseResult, module.parse)
+            except BaseException as error:  # SystemExit too: a parser never ends the kernel
+                imported["error"] = error
+
+        thread = threading.Thread(target=load, name="ipybox-parser-import", daemon=True)
+        thread.start()
+        thread.join(PARSER_IMPORT_TIMEOUT)
+        if "parser" in imported:
+            _parser = imported["parser"]
+        elif "error" in imported:
+            _PARSER_ERROR = _parser_problem(imported["error"])
+        else:
+            _PARSER_ERROR = f"{PARSER_FILE}: its import did not finish within {PARSER_IMPORT_TIMEOUT:g} s"
     if _PARSER_ERROR is not None:
         raise ImportError(
             f"the output parser of this tool does not import: {_PARSER_ERROR}. run() still works (its "
             f"output unparsed). Fix {PARSER_FILE}; a running ipybox workspace regenerates this package "
             "when the parser is saved, and the next cell imports both anew"
         )
-    return _parse
+    return _parser[1]
 
 
 def __getattr__(name: str) -> object:
-    # With a broken parser, `from <this module> import ParseResult` says why (not "cannot import name").
+    # `ParseResult` is the parser's: imported on first use; with a broken parser, `from <this module>
+    # import ParseResult` says why (not "cannot import name").
     if name == "ParseResult":
         _parse_function()
+        return _parser[0]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
