@@ -17,8 +17,9 @@ Contract:
   control group and not for `setrlimit`, which enforces less (no CPU cap, memory per process, processes
   per user). Each reason a better mechanism is not available (`Enforcement.problems`) is a line of its
   own, not repeated in the mechanism line.
-- The disk line says that kernels' writes to the workspace have no disk quota, why (`ipybox.limits.disk`),
-  and what ipybox does instead: it is never `ok`.
+- The disk line is `ok` where the workspace's filesystem has project quotas and ipybox can set them (the
+  `disk` limit can be enforced); otherwise it says that kernels' writes to the workspace have no disk
+  quota, why (`ipybox.limits.disk`), and what ipybox does instead.
 - The defaults line of each kind of kernel lists the limits that can't be enforced, each with why and
   what to do, because a workspace fails closed on them: its kernels don't start while a limit they ask
   for can't be enforced. An unsandboxed kernel's defaults have no `/tmp` limit (it shares the host's
@@ -44,7 +45,7 @@ from ipybox.limits import (
     detect_enforcement,
     format_bytes,
 )
-from ipybox.limits.disk import Filesystem, filesystem_of, no_quota_reason
+from ipybox.limits.disk import filesystem_of, no_quota_reason, quota_unavailable
 from ipybox.rules.audit import RESERVE_BYTES
 from ipybox.sandbox.doctor import Check
 
@@ -128,11 +129,15 @@ def limits_report(
     checks = [_mechanism(enforcement), *(_problem(problem) for problem in enforcement.problems)]
     for kind, (limits, _) in kinds.items():
         checks.append(_defaults(kind, limits, unenforceable[kind]))
-    checks.append(_disk(filesystem_of(workspace or Path.cwd()), defaults))
+    checks.append(_disk(workspace or Path.cwd(), defaults))
     return LimitsReport(enforcement, defaults, unenforceable, checks)
 
 
-def _disk(filesystem: Filesystem | None, limits: ResourceLimits) -> Check:
+def _disk(workspace: Path, limits: ResourceLimits) -> Check:
+    filesystem = filesystem_of(workspace)
+    if filesystem is not None and filesystem.project_quotas and quota_unavailable(workspace) is None:
+        detail = f"project quotas on {filesystem.mount_point} ({filesystem.fstype}): disk in {_SOURCE} bounds the workspace"
+        return Check("disk", True, detail, False)
     file_size = (
         f"set to {format_bytes(limits.file_size)}" if limits.file_size is not None else "not set by default"
     )

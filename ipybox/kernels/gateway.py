@@ -230,6 +230,7 @@ class KernelGateway:
             sandboxed=self.kernel_spec.sandboxed,
             private_tmp=self.kernel_spec.private_tmp,
             source=self.limits_source,
+            workspace=self.working_dir,
         )
         self._runtime_dir = Path(tempfile.mkdtemp(prefix="ipybox-gateway-"))
         try:

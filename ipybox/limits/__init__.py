@@ -1,4 +1,5 @@
-"""Resource limits of kernels and stdio MCP servers: memory, CPU, processes, open files, file size, `/tmp`.
+"""Resource limits of kernels and stdio MCP servers: memory, CPU, processes, open files, file size, `/tmp`,
+the workspace's disk.
 
 - [spec][ipybox.limits.spec]: `ResourceLimits` (`[kernel.limits]`, `CodeExecutor(limits=...)`) and the
   workspace's defaults;
@@ -9,7 +10,8 @@
 - [usage][ipybox.limits.usage]: what a kernel uses, from its group or `/proc`;
 - [seccomp][ipybox.limits.seccomp]: the filter that keeps a kernel under `setrlimit` from holding memory
   no rlimit counts (`memfd_create`, `shmget`);
-- [disk][ipybox.limits.disk]: why kernels' writes to the workspace have no disk quota (`ipybox doctor`).
+- [disk][ipybox.limits.disk]: the workspace's disk quota (`disk`, a Linux project quota), and why there
+  is none where the machine offers none (`ipybox doctor`).
 
 The host decides and checks; the kernel never does: limits are set before its first instruction, by a
 process it can't reach, and it can't raise them.

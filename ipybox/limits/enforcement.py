@@ -16,7 +16,8 @@ and `/dev/shm` are then tmpfs of that size, `/dev` read-only) and with the secco
 shares the host's `/dev/shm`, which nothing bounds.
 
 `file_size` is RLIMIT_FSIZE and `/tmp` bubblewrap's `--size` on a sandboxed kernel's private tmpfs,
-whatever the mechanism. A limit the mechanism can't enforce is an error (`LimitUnavailableError`) that
+whatever the mechanism; `disk` a project quota on the workspace ([disk][ipybox.limits.disk]), where its
+filesystem has project quotas and ipybox is root, whatever the mechanism. A limit the mechanism can't enforce is an error (`LimitUnavailableError`) that
 names it, what is missing and what to do: a kernel never runs with a limit silently absent.
 """
 
@@ -25,10 +26,12 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from ipybox.errors import IpyboxError
 from ipybox.limits.cgroups import Cgroup, CgroupSupport, cgroup_support
+from ipybox.limits.disk import quota_unavailable
 from ipybox.limits.seccomp import seccomp_unavailable
 from ipybox.limits.spec import LIMIT_NAMES, Enforce, ResourceLimits, WorkspaceLimits, describe_limit
 
@@ -66,7 +69,12 @@ class Enforcement:
     problems: tuple[str, ...] = ()
 
     def unenforceable(
-        self, limits: ResourceLimits, *, sandboxed: bool, private_tmp: bool = True
+        self,
+        limits: ResourceLimits,
+        *,
+        sandboxed: bool,
+        private_tmp: bool = True,
+        workspace: Path | None = None,
     ) -> dict[str, str]:
         """The limits of `limits` this enforcement can't enforce, each with why.
 
@@ -74,8 +82,13 @@ class Enforcement:
             limits: The limits asked for.
             sandboxed: Whether the processes run in ipybox's sandbox.
             private_tmp: Whether that sandbox gives them a private `/tmp` (macOS's does not).
+            workspace: The directory tree `disk` bounds (`None`: the processes have none).
         """
         missing: dict[str, str] = {}
+        if limits.disk is not None:
+            why = quota_unavailable(workspace)
+            if why is not None:
+                missing["disk"] = why
         if limits.tmp is not None:
             if not sandboxed:
                 missing["tmp"] = "an unsandboxed kernel has no private /tmp to size (it shares the host's)"
@@ -179,16 +192,20 @@ def check_limits(
     sandboxed: bool,
     private_tmp: bool = True,
     source: str = "limits",
+    workspace: Path | None = None,
 ) -> None:
     """Raise unless `enforcement` can enforce every limit set in `limits`.
 
     Args:
+        workspace: The directory tree `disk` bounds (see `Enforcement.unenforceable`).
         source: Where the limits were set, for the message (`[kernel.limits]`, `[servers.x.limits]`).
 
     Raises:
         LimitUnavailableError: Naming each limit that can't be enforced, why, and what to do.
     """
-    missing = enforcement.unenforceable(limits, sandboxed=sandboxed, private_tmp=private_tmp)
+    missing = enforcement.unenforceable(
+        limits, sandboxed=sandboxed, private_tmp=private_tmp, workspace=workspace
+    )
     if not missing:
         return
     values = limits.set_limits()

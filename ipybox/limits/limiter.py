@@ -22,12 +22,20 @@ import secrets
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ipybox.limits.cgroups import Cgroup
-from ipybox.limits.enforcement import Enforcement, Mechanism, check_limits, detect_enforcement
+from ipybox.limits.disk import apply_quota
+from ipybox.limits.enforcement import (
+    Enforcement,
+    LimitUnavailableError,
+    Mechanism,
+    check_limits,
+    detect_enforcement,
+)
 from ipybox.limits.seccomp import filter_path
-from ipybox.limits.spec import ResourceLimits
+from ipybox.limits.spec import ResourceLimits, format_bytes
 from ipybox.limits.usage import Usage, tree_usage, user_tasks
 from ipybox.limits.wrapper import SECCOMP_FD, limited_argv
 
@@ -59,17 +67,39 @@ class Limiter:
         private_tmp: bool = True,
         source: str = "limits",
         enforcement: Enforcement | None = None,
+        workspace: Path | None = None,
     ) -> Limiter | None:
-        """Check `limits` against the machine and make the parent group. `None` when no limit is set.
+        """Check `limits` against the machine, set the workspace's disk quota (`disk`) and make the parent
+        group. `None` when no limit is set.
+
+        Args:
+            workspace: The directory tree `disk` bounds (the kernels' working directory; `None`: none).
 
         Raises:
-            LimitUnavailableError: A limit can't be enforced here (nothing was made).
+            LimitUnavailableError: A limit can't be enforced here (nothing was made), or the filesystem
+                refused the disk quota.
             OSError: The parent group could not be made.
         """
         if not limits.any:
             return None
         enforcement = enforcement or detect_enforcement(limits.enforce)
-        check_limits(limits, enforcement, sandboxed=sandboxed, private_tmp=private_tmp, source=source)
+        check_limits(
+            limits,
+            enforcement,
+            sandboxed=sandboxed,
+            private_tmp=private_tmp,
+            source=source,
+            workspace=workspace,
+        )
+        if limits.disk is not None:
+            assert workspace is not None  # check_limits refuses `disk` without one
+            try:
+                apply_quota(workspace, limits.disk)
+            except OSError as e:
+                raise LimitUnavailableError(
+                    f"{source} asks for disk {format_bytes(limits.disk)}, but setting the workspace's project "
+                    f'quota failed: {e}. Lift it (disk = "unlimited" in {source}), or see `ipybox doctor`'
+                ) from e
         parent = None
         if enforcement.cgroup is not None and (limits.memory, limits.cpus, limits.processes) != (None,) * 3:
             _remove_abandoned(enforcement.cgroup)

@@ -9,6 +9,7 @@ processes = 256        # processes and threads it may have at once
 open_files = 4096      # open file descriptors per process
 file_size = "10GiB"    # size of each file a process writes (not a disk quota: see `ipybox doctor`)
 tmp = "1GiB"           # size of a sandboxed kernel's private /tmp
+disk = "20GiB"         # what the workspace directory tree may hold (a project quota; not set by default)
 ```
 
 A value of `"unlimited"` (TOML has no null) lifts a limit that a default would set. Byte sizes are numbers
@@ -31,7 +32,7 @@ Enforce = Literal["auto", "cgroup", "rlimit"]
 `setrlimit`); `cgroup` and `rlimit` insist on one (an error where it is not available)."""
 
 UNLIMITED = "unlimited"
-LIMIT_NAMES = ("memory", "cpus", "processes", "open_files", "file_size", "tmp")
+LIMIT_NAMES = ("memory", "cpus", "processes", "open_files", "file_size", "tmp", "disk")
 """The limits, in the order they are reported."""
 
 GiB = 1024**3
@@ -75,6 +76,9 @@ class ResourceLimits(BaseModel):
         file_size: Bytes of each file a process writes (RLIMIT_FSIZE, whatever the mechanism; a write
             past it fails with `EFBIG`). Not a disk quota: many files can still fill a disk.
         tmp: Bytes the private `/tmp` of a sandboxed kernel may hold (an unsandboxed kernel has none).
+        disk: Bytes the workspace directory tree may hold, whoever writes them (a project quota on it:
+            see [disk][ipybox.limits.disk]; a write past it fails with `EDQUOT`). Where the workspace's
+            filesystem offers no project quotas, or ipybox is not root, setting it is an error.
         enforce: How (see `Enforce`).
 
     Example:
@@ -92,9 +96,10 @@ class ResourceLimits(BaseModel):
     open_files: Annotated[int | None, _number_schema("integer", 16)] = Field(default=None, ge=16)
     file_size: Annotated[ByteSize | None, _SIZE_SCHEMA] = Field(default=None, gt=0)
     tmp: Annotated[ByteSize | None, _SIZE_SCHEMA] = Field(default=None, gt=0)
+    disk: Annotated[ByteSize | None, _SIZE_SCHEMA] = Field(default=None, gt=0)
     enforce: Enforce = "auto"
 
-    @field_validator("memory", "cpus", "processes", "open_files", "file_size", "tmp", mode="before")
+    @field_validator("memory", "cpus", "processes", "open_files", "file_size", "tmp", "disk", mode="before")
     @classmethod
     def _unlimited(cls, value: Any) -> Any:
         if isinstance(value, str) and value.strip().lower() == UNLIMITED:
@@ -103,7 +108,7 @@ class ResourceLimits(BaseModel):
             raise ValueError(f'use "{UNLIMITED}" to lift a limit, not {str(value).lower()}')
         return value
 
-    @field_validator("memory", "file_size", "tmp", mode="before")
+    @field_validator("memory", "file_size", "tmp", "disk", mode="before")
     @classmethod
     def _size(cls, value: Any) -> Any:
         # (Runs before `_unlimited`: pydantic runs a field's "before" validators last-defined first.)
@@ -152,6 +157,6 @@ def format_bytes(value: float) -> str:
 
 def describe_limit(name: str, value: float) -> str:
     """A limit as a person reads it: `memory 4 GiB`, `cpus 1.5`, `processes 256`."""
-    if name in ("memory", "file_size", "tmp"):
+    if name in ("memory", "file_size", "tmp", "disk"):
         return f"{'/tmp' if name == 'tmp' else name.replace('_', ' ')} {format_bytes(value)}"
     return f"{name.replace('_', ' ')} {value:g}"

@@ -85,8 +85,9 @@ THREAT_MODEL: tuple[tuple[str, str], ...] = (
         "kernel's resources",
         "memory, processes, open files, file size and `/tmp` per kernel, set before its first instruction "
         '(see "Limits"); under `setrlimit`, memory only for a sandboxed kernel with a `tmp` limit, with '
-        "`memfd_create` and `shmget` refused by seccomp; no disk quota: the audit log keeps a reserve, so "
-        "a kernel that fills the disk does not turn other sessions' calls into refusals",
+        "`memfd_create` and `shmget` refused by seccomp; `disk` as a project quota on the workspace where "
+        "its filesystem has them (`.ipybox/` outside it); the audit log keeps a reserve, so a kernel that "
+        "fills the disk does not turn other sessions' calls into refusals",
     ),
     (
         "`ipybox.toml`, `.env`",

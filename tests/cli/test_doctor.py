@@ -227,7 +227,7 @@ MOUNTINFO = """\
     ("path", "reason"),
     [
         ("/home/me/project", "/ (ext4) has no project quotas (mount option prjquota)"),
-        ("/srv/project", "project quotas are on for /srv (xfs), but ipybox sets none"),
+        ("/srv/project", "project quotas are on for /srv (xfs), but setting one takes root"),
         ("/srv/with space/project", "/srv/with space (ext4) has no project quotas"),
     ],
 )
@@ -244,3 +244,16 @@ def test_the_disk_line_says_there_is_no_disk_quota_why_and_what_ipybox_does_inst
     assert not line.ok and line.detail.startswith("no disk quota for kernels' writes here: ")
     assert "; what ipybox does instead: the audit log keeps a 1 MiB reserve" in line.detail
     assert "file_size in [kernel.limits] bounds each file a kernel writes (set to 2 GiB)" in line.detail
+
+
+def test_the_disk_line_is_ok_where_the_workspace_has_project_quotas_ipybox_can_set(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    srv = filesystem_of(Path("/srv/project"), MOUNTINFO)
+    monkeypatch.setattr(doctor, "filesystem_of", lambda path: srv)
+    monkeypatch.setattr(doctor, "quota_unavailable", lambda path: None)
+
+    line = _by_name(limits_report(CGROUP1, workspace=tmp_path).checks)["disk"]
+
+    assert line.ok
+    assert line.detail == "project quotas on /srv (xfs): disk in [kernel.limits] bounds the workspace"

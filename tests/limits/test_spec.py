@@ -140,6 +140,7 @@ def test_any_limit_makes_any_true(name: str) -> None:
         "open_files": 16,
         "file_size": "1MiB",
         "tmp": "1MiB",
+        "disk": "1MiB",
     }[name]
 
     assert ResourceLimits(**{name: value}).any
