@@ -28,12 +28,16 @@ CGROUPS = detect_enforcement().mechanism != "rlimit"
 
 async def _models(gateway: KernelGateway) -> list[dict[str, Any]]:
     headers = {"Authorization": f"token {gateway.token}"}
-    async with (
-        aiohttp.ClientSession(headers=headers) as http,
-        http.get(f"{gateway.endpoint.url}/api/kernels") as r,
-    ):
-        models: list[dict[str, Any]] = await r.json()
-        return models
+    async with aiohttp.ClientSession(headers=headers) as http:
+        # jupyter_server's listing can answer an error while a kernel's model is being made (seen once in
+        # a loaded parallel run): asked again, briefly.
+        for _ in range(20):
+            async with http.get(f"{gateway.endpoint.url}/api/kernels") as r:
+                models = await r.json()
+            if r.status == 200 and isinstance(models, list):
+                return models
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"GET /api/kernels kept failing: {r.status} {models}")
 
 
 async def _until(condition: Callable[[], bool], timeout: float = 10) -> None:
