@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import mcp
 import mcp_types as types
 import pytest
 from mcp import ClientSession
@@ -410,6 +411,26 @@ async def test_a_registration_beyond_the_workspaces_sandbox_that_nobody_can_answ
         assert 'decision = "allow"' not in message  # no rule can let it through: none is suggested
     assert config.read_bytes() == before
     assert list(tmp_path.iterdir()) == []  # the server never ran there
+
+
+async def test_a_current_revision_client_gets_a_registration_beyond_the_bound_refused_saying_why(
+    supervisor: Supervisor, config: Path
+) -> None:
+    # MCP 2026-07-28 (the SDK's `mcp.Client` in its default mode) has no elicitation from inside a tool: the
+    # ask can't reach this client, and an allow rule still does not let a policy beyond the bound through.
+    before = add_to(config, allow_by_command())
+    state = read_state(supervisor.workspace)
+    assert state.mcp_url is not None and state.mcp_token is not None
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {state.mcp_token}"}, timeout=120)
+    async with http, mcp.Client(streamable_http_client(state.mcp_url, http_client=http)) as client:
+        assert client.protocol_version == "2026-07-28"
+        sandbox = {"filesystem": {"allowWrite": ["/etc"]}}
+        result = await client.call_tool(
+            "register_mcp_server", {"server_name": "current", "server_params": edge(sandbox=sandbox)}
+        )
+    assert result.is_error
+    assert "allowWrite '/etc': /etc is outside the workspace" in text(result)
+    assert config.read_bytes() == before
 
 
 async def test_a_registration_within_the_workspaces_sandbox_registers_without_asking_under_that_rule(
