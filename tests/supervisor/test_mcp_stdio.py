@@ -17,6 +17,18 @@ from ipybox.config import load_config
 from ipybox.supervisor import ControlClient, SupervisorState, mcp_stdio, read_state
 from ipybox.supervisor.mcp_stdio import ensure_config
 
+# A handshake-era client's first request, as a raw JSON-RPC line.
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+
 
 def test_sandbox_asked_for_in_a_sandboxed_workspace_uses_its_file(tmp_path: Path) -> None:
     (tmp_path / "ipybox.toml").write_text("[sandbox]\nenabled = true\n")
@@ -58,17 +70,7 @@ def test_ipybox_mcp_stops_cleanly_when_its_client_sends_sigint_then_sigterm(tmp_
     )
     try:
         assert process.stdin is not None and process.stdout is not None
-        initialize = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        }
-        process.stdin.write((json.dumps(initialize) + "\n").encode())
+        process.stdin.write((json.dumps(INITIALIZE) + "\n").encode())
         process.stdin.flush()
         assert json.loads(process.stdout.readline())["id"] == 1
         state = read_state(tmp_path)

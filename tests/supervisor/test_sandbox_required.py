@@ -15,19 +15,10 @@ import pytest
 
 from ipybox.config import ConfigError, load_config
 from ipybox.supervisor import Supervisor
+from tests.supervisor.test_mcp_stdio import INITIALIZE
 
 OVERRIDE = "IPYBOX_SANDBOX__ENABLED"
 SANDBOXED = "[sandbox]\nenabled = true\n\n[kernel]\nwarm_pool = 1\n"
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 
 
 def overridden(directory: Path, where: str) -> tuple[Path, dict[str, str]]:
