@@ -24,7 +24,6 @@ from ipybox.limits.enforcement import Enforcement, LimitUnavailableError
 from ipybox.limits.limiter import NPROC_PER_USER_NAMESPACE, Limited, Limiter
 from ipybox.limits.seccomp import filter_path
 from ipybox.limits.spec import ResourceLimits, WorkspaceLimits
-from ipybox.limits.usage import user_tasks
 from ipybox.limits.wrapper import SHELL, limited_argv
 
 Test = TypeVar("Test", bound=Callable[..., None])
@@ -121,7 +120,11 @@ def test_a_limiter_round_trips_through_json() -> None:
         )
 
 
-def test_with_setrlimit_the_command_line_sets_the_users_processes_on_top_and_the_file_size() -> None:
+def test_with_setrlimit_the_command_line_sets_the_users_processes_on_top_and_the_file_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The user's task count moves while parallel workers start and end processes: pin it.
+    monkeypatch.setattr("ipybox.limits.limiter.user_tasks", lambda: 413)
     limiter = Limiter(ResourceLimits(processes=64, open_files=128, file_size="1MiB"), "rlimit", None)
 
     argv = limiter.start("kernel").argv(["kernel", "--flag"])
@@ -129,8 +132,7 @@ def test_with_setrlimit_the_command_line_sets_the_users_processes_on_top_and_the
     assert argv[0] == SHELL and argv[-3:] == ["--", "kernel", "--flag"]
     steps = argv[4 : argv.index("--")]
     assert steps[0] == "nofile=128"
-    nproc = int(steps[1].removeprefix("nproc="))
-    assert 64 < nproc <= user_tasks() + 64
+    assert steps[1] == f"nproc={413 + 64}"
     assert steps[2] == "fsize=2048"
 
 
