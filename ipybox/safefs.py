@@ -106,10 +106,13 @@ def _is_link(name: str, dir_fd: int) -> bool:
         return False
 
 
-def read_file(path: Path) -> bytes:
+def read_file(path: Path, *, max_bytes: int | None = None) -> bytes:
     """The content of the regular file `path`, reached as `open_dir` reaches a directory and opened without
     following a symlink: a file the host wrote where a kernel can write (an image) may have been replaced
     by a link to something the kernel can't read, or by a FIFO, meanwhile.
+
+    With `max_bytes`, at most `max_bytes + 1` bytes are read: a caller with a bound sees a file over it
+    (one that grew since it was checked) without reading all of it.
 
     Raises:
         LinkInPathError: A component of its path, or the file itself, is a symlink, or it is not a regular
@@ -129,7 +132,7 @@ def read_file(path: Path) -> bytes:
     with os.fdopen(fd, "rb") as file:
         if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
             raise LinkInPathError(errno.EINVAL, f"{path} is not a regular file, so ipybox does not read it")
-        return file.read()
+        return file.read() if max_bytes is None else file.read(max_bytes + 1)
 
 
 def replace_file(dir_fd: int, name: str, data: str | bytes, mode: int = 0o600) -> None:

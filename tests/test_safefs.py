@@ -91,3 +91,9 @@ def test_a_file_replaced_by_a_symlink_or_a_fifo_is_not_read(tmp_path: Path) -> N
     (tmp_path / "out").symlink_to(images)
     with pytest.raises(LinkInPathError, match="out is a symlink"):
         read_file(tmp_path / "out" / "plot.png")
+
+
+def test_a_bounded_read_stops_one_byte_past_the_bound(tmp_path: Path) -> None:
+    (tmp_path / "big").write_bytes(b"0123456789")
+    assert read_file(tmp_path / "big", max_bytes=3) == b"0123"
+    assert read_file(tmp_path / "big", max_bytes=10) == b"0123456789"

@@ -33,3 +33,26 @@ register(
         ),
     )
 )
+
+register(
+    Suite(
+        name="mcp_revisions",
+        description="ipybox's MCP server (stdio) per protocol revision: execute, and a cell that asks",
+        jobs=(
+            Job(
+                "mcp_revisions.py",
+                (Side.OURS,),
+                runs=10,
+                metrics=(
+                    Metric("mcp.legacy.execute_x1", 'execute_ipython_cell("x = 1"), handshake-era client'),
+                    Metric("mcp.modern.execute_x1", 'execute_ipython_cell("x = 1"), 2026-07-28 client'),
+                    Metric("mcp.allowed_cell", "a cell calling echo, allowed by a rule (2026-07-28)"),
+                    Metric("mcp.legacy.ask_cell", "the same cell, the call asked: elicitation mid-call"),
+                    Metric(
+                        "mcp.modern.ask_cell", "the same cell, the call asked: InputRequiredResult + retry"
+                    ),
+                ),
+            ),
+        ),
+    )
+)

@@ -183,6 +183,11 @@ class EndpointsSection(_Table):
         console: Serve the web console (where a person answers `ask`s and watches the workspace) on
             `host`, behind a one-time login link that `ipybox up` and `ipybox console` print.
         console_port: The console's TCP port; 0 picks a free one.
+        kernel_idle: Seconds an MCP client's kernel may sit unused before it goes back to the pool: a
+            kernel handle of a 2026-07-28 client (then unknown: the client is told to open a new one),
+            and the kernel of a handshake-era session over HTTP.
+        max_kernels: How many kernel handles one MCP client may hold at once (`kernel="new"`, or a call
+            without a handle over HTTP, opens one; `close_kernel` closes one).
     """
 
     mcp: bool = True
@@ -191,6 +196,8 @@ class EndpointsSection(_Table):
     unix_socket: bool = False
     console: bool = True
     console_port: int = Field(default=0, ge=0, le=65535)
+    kernel_idle: float = Field(default=1800, gt=0)
+    max_kernels: int = Field(default=8, ge=1)
 
     @field_validator("host")
     @classmethod

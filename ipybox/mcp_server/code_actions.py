@@ -8,6 +8,16 @@ Contracts:
   it runs and carry their schemas in their manifests, so the subclass overrides the two public methods
   its `tools/list` and `tools/call` handlers call (`list_tools`, `call_tool`). A name of a built-in tool
   always means the built-in tool (action names contain `__`, built-in names never do; checked anyway).
+- `tools/list` is in a fixed order, the same for every caller and request while the tools don't change
+  (the spec's SHOULD: clients cache it, models' prompt caches hit): the built-in tools in `TOOL_ORDER`
+  (one not named there after them, by name), then the saved actions by tool name. Its caching hints
+  and `server/discover`'s are in `CACHE_HINTS`, with the reasons.
+- Capabilities, in `initialize` and `server/discover` alike: `tools` with `listChanged` (on 2026-07-28
+  delivered on `subscriptions/listen`); `prompts` and `resources` only when the server has some (mcp
+  serves their list methods regardless); no `logging` (deprecated in 2026-07-28, and ipybox sends no
+  log messages, so a request's `io.modelcontextprotocol/logLevel` gets none: mcp refuses a level that
+  is not one). `supportedVersions` is mcp's: the per-request revisions (2026-07-28); the handshake
+  revisions are served through `initialize`, which a client on one of them sends first.
 - Listing reads the actions from disk each time (`read_actions`: manifests and `ast` only, never an
   import) and answers from their manifests (the descriptions cached when they were saved or last
   described): `tools/list` never waits for an action's import, which is agent-written code that may
@@ -24,9 +34,12 @@ Contracts:
   arguments with the action's `Params`, awaits `run()` if it is a coroutine, and prints the result after
   a marker unique to the call: the tool returns the result and, apart from it, what the action printed.
 - `save_code_action` saves through the session's `CodeExecutor.save_code_action` (checked in a fresh
-  kernel, atomic), syncs the search index and tells the client that the tool list changed (the request's
-  own stream on handshake-era protocol versions, `subscriptions/listen` on 2026-07-28). The server
-  declares `tools.listChanged`, without which clients ignore the notification.
+  kernel, atomic), syncs the search index and tells clients that the tool list changed
+  (`notify_tools_changed`): every client listening on `subscriptions/listen` (2026-07-28; saved actions
+  are the workspace's, so every caller's list changed, whichever revision the saver speaks) and, on a
+  handshake-era request, its own client on the request's stream. A stale action described in the
+  background is announced to listeners the same way once it is listed. The server declares
+  `tools.listChanged`, without which clients ignore the notification.
 - `search_tools` ranks with `ipybox.codeact.index.ToolIndex` (SQLite FTS5), one index per server instance
   in the workspace's state directory, synced before every search (only changed files are parsed again),
   so what the reconciler regenerates is found without a hook. SQLite connections belong to the thread that
@@ -42,18 +55,19 @@ import asyncio
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import mcp_types as types
+from mcp.server.caching import CacheableMethod, CacheHint
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.models import InitializationOptions
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp_types import Tool as MCPTool
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -72,6 +86,7 @@ from ipybox.codeact.layout import (
 from ipybox.errors import IpyboxError
 from ipybox.executor.code_executor import CodeExecutor
 from ipybox.mcp_client.stdio_transport import without_lone_surrogates
+from ipybox.mcp_server.kernels import ACTION_CALL
 from ipybox.mcp_server.registration import load_workspace_config
 from ipybox.running.state import StatePaths
 
@@ -86,44 +101,108 @@ INDEX_FILE = "tool-index.sqlite"
 MAX_LIMIT = 50
 _MAX_ARGUMENTS = 1_000_000  # characters of JSON arguments an action call takes
 _MAX_RESULT = 200_000  # characters of output an action call returns (execute_ipython_cell's cap)
+_MAX_PENDING_MARKERS = 1000  # result markers of action calls asked in band, kept for their retries
 _MAX_DESCRIPTION = 8_000  # characters of a manifest's description listed as a tool's description
 _MAX_SCHEMA = 200_000  # characters of a manifest's schema (as JSON) listed as a tool's schema
 _MAX_QUERY = 1_000
 _CELL_TOOL = "execute_ipython_cell"  # the built-in tool an action call runs through
 
-ExecutorOf = Callable[[Context], Awaitable[CodeExecutor]]
-"""The executor (kernel) of the MCP session a request belongs to, opened on first use."""
+TOOL_ORDER = (
+    "execute_ipython_cell",
+    "install_package",
+    "reset",
+    "close_kernel",
+    "upload_file",
+    "download_file",
+    "register_mcp_server",
+    "search_tools",
+    "save_code_action",
+)
+"""The built-in tools in the order `tools/list` gives them: running code first (what an agent does most),
+then the kernel's upkeep, files in and out, adding servers, and code as tool. A built-in tool not named here follows them,
+by name; the saved actions come last, by name."""
+
+CACHE_HINTS: dict[CacheableMethod, CacheHint] = {
+    # The tool list changes without a request of the caller: another client saves a code action, a stale
+    # one is described in the background, a kernel writes an action into gentools/ (no notification covers
+    # that). So it is stale at once (0): a client fetches it when it needs it, and the `listChanged`
+    # notification is an early hint, not the only one. Private, although every caller of a workspace gets
+    # the same list: it holds the workspace's own data (saved actions' names, descriptions, what they may
+    # call), which a "public" answer lets a shared cache hand to a caller who never showed the workspace's
+    # token. With a TTL of 0 private costs nothing.
+    "tools/list": CacheHint(ttl_ms=0, scope="private"),
+    # Name, version, capabilities and instructions: fixed for the life of the server process and free of
+    # the workspace's data, so the same for anyone (public); an hour, as ipybox changes them only when it
+    # is upgraded, and that restarts the server. If instructions ever name the workspace's servers or
+    # actions, make this private and short.
+    "server/discover": CacheHint(ttl_ms=3_600_000, scope="public"),
+}
+
+ExecutorOf = Callable[[Context], AbstractAsyncContextManager[CodeExecutor]]
+"""The executor of the caller's kernel while entered: its session's (opened on first use), or for a
+caller without one, a kernel for this call."""
 OpenExecutors = Callable[[], Sequence[CodeExecutor]]
-"""The executors of the MCP sessions open now."""
+"""The executors of the kernels open now."""
 
 
 class WorkspaceMCPServer(MCPServer[Any]):
     """`MCPServer` whose tool list also holds the workspace's saved code actions (`code_actions`, set by
-    `add_code_action_tools`), and which declares `tools.listChanged`."""
+    `add_code_action_tools`), in a fixed order, with the capabilities it has (see the module)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        # Where `subscriptions/listen` streams get their events: kept, so that what happens outside a
+        # request (a background description) can announce a change too.
+        self.subscriptions = InMemorySubscriptionBus()
+        super().__init__(*args, subscriptions=self.subscriptions, cache_hints=CACHE_HINTS, **kwargs)
         self.code_actions: CodeActions | None = None
-        # mcp 2.x builds the `initialize` answer from `create_initialization_options()` of its low-level
-        # server on every transport (stdio, streamable HTTP, ipybox's own stdio wire) and passes no
-        # NotificationOptions, so `tools.listChanged` is false and MCPServer has no parameter for it.
+        # mcp 2.x derives the capabilities of `initialize` (every transport: stdio, streamable HTTP,
+        # ipybox's own stdio wire) and `server/discover` from its low-level server's `get_capabilities`,
+        # which declares what MCPServer registers handlers for (prompts, resources: always) and, for the
+        # handshake revisions, `tools.listChanged` only when a caller passes NotificationOptions (none
+        # does); MCPServer has no parameter for either.
         lowlevel = self._lowlevel_server
-        original = lowlevel.create_initialization_options
+        original = lowlevel.get_capabilities
 
-        def with_list_changed(
+        def capabilities(
             notification_options: NotificationOptions | None = None, *args: Any, **kwargs: Any
-        ) -> InitializationOptions:
-            options = notification_options or NotificationOptions(tools_changed=True)
-            return original(options, *args, **kwargs)
+        ) -> types.ServerCapabilities:
+            declared = original(NotificationOptions(tools_changed=True), *args, **kwargs)
+            return declared.model_copy(
+                update={
+                    "prompts": declared.prompts if self._prompt_manager.list_prompts() else None,
+                    "resources": (
+                        declared.resources
+                        if self._resource_manager.list_resources() or self._resource_manager.list_templates()
+                        else None
+                    ),
+                }
+            )
 
-        lowlevel.create_initialization_options = with_list_changed  # type: ignore[method-assign]
+        lowlevel.get_capabilities = capabilities  # type: ignore[method-assign]
 
     async def list_tools(self) -> list[MCPTool]:
-        tools = await super().list_tools()
+        rank = {name: i for i, name in enumerate(TOOL_ORDER)}
+        tools = sorted(await super().list_tools(), key=lambda t: (rank.get(t.name, len(rank)), t.name))
         if self.code_actions is None:
             return tools
         builtin = {tool.name for tool in tools}
         return tools + [tool for tool in await self.code_actions.tools() if tool.name not in builtin]
+
+    async def announce_tools_changed(self) -> None:
+        """Tell the clients listening on `subscriptions/listen` (2026-07-28) that the tool list changed
+        (never fails: logged). For a change a request made, `notify_tools_changed(ctx)` also tells a
+        handshake-era client."""
+        try:
+            await self.subscriptions.publish(ToolsListChanged())
+        except Exception as e:  # listeners re-list later anyway
+            logger.warning("the listening clients could not be told that the tool list changed: %s", e)
+
+    def end_subscriptions(self) -> None:
+        """End every `subscriptions/listen` stream gracefully (the server stops): each answers its listen
+        request, so that its client knows the end was meant (the spec's SHOULD), then closes."""
+        entry = self._lowlevel_server.get_request_handler("subscriptions/listen")
+        if entry is not None and isinstance(entry.handler, ListenHandler):
+            entry.handler.close()
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -165,6 +244,8 @@ class CodeActions:
         self._describing: asyncio.Task[None] | None = None  # the background description of stale actions
         # Stale actions whose description failed, by the sha256 of the `api.py` it failed for.
         self._undescribable: dict[tuple[str, str], str | None] = {}
+        # The result marker of each action call asked in band (2026-07-28), by its operation's id.
+        self._markers: dict[str, str] = {}
 
     # -- paths and index -----------------------------------------------------------------------------
 
@@ -246,9 +327,11 @@ class CodeActions:
     # -- save_code_action ----------------------------------------------------------------------------
 
     async def save(self, ctx: Context, category: str, name: str, api: str, impl: str, overwrite: bool) -> str:
-        executor = await self._executor_of(ctx)
         try:
-            saved = await executor.save_code_action(category, name, api=api, impl=impl, overwrite=overwrite)
+            async with self._executor_of(ctx) as executor:
+                saved = await executor.save_code_action(
+                    category, name, api=api, impl=impl, overwrite=overwrite
+                )
         except CodeActionError as e:
             raise ToolError(str(e)) from None
         except IpyboxError as e:  # a symlink where it would be written, no kernel to check it in, ...
@@ -279,6 +362,14 @@ class CodeActions:
                 tools.append(tool)
         return tools
 
+    async def describe_failed_again(self) -> None:
+        """After an MCP server was registered: describe again the stale actions that did not import (one
+        may import the server's new `mcptools` package), in the background; those that import now are
+        listed and announced (`announce_tools_changed`). The built-in tools do not change: a registration
+        adds modules, not MCP tools, so it is no change of the list by itself."""
+        self._undescribable.clear()
+        await self.tools()
+
     async def _describe_later(self, paths: _Paths, stale: list[tuple[str, str]]) -> None:
         """Describe the `stale` actions in the background, unless a description runs already (the next
         listing starts another) or each failed for its `api.py` as it is now."""
@@ -303,6 +394,8 @@ class CodeActions:
             logger.warning("stale code actions could not be described (%s): they are not listed", e)
             return
         found = {(a.category, a.name) for a in fresh}
+        if found:
+            await self.server.announce_tools_changed()
         for key, digest in todo:
             if key in found:
                 self._undescribable.pop(key, None)
@@ -329,7 +422,9 @@ class CodeActions:
         async with CodeExecutor(workspace=self.workspace) as executor:
             yield executor.check_in_fresh_kernel
 
-    async def call(self, tool_name: str, arguments: dict[str, Any], ctx: Context) -> types.CallToolResult:
+    async def call(
+        self, tool_name: str, arguments: dict[str, Any], ctx: Context
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """Run the saved action `tool_name` in the session's kernel (see the module docstring)."""
         category, _, name = tool_name.partition(TOOL_NAME_SEPARATOR)
         paths = await self.paths()
@@ -348,17 +443,27 @@ class CodeActions:
                 f"the arguments of {tool_name} are {len(payload)} characters of JSON; at most "
                 f"{_MAX_ARGUMENTS} are taken (pass large data as a file path)"
             )
-        marker = f"<<ipybox-action-result {secrets.token_hex(12)}>>"
+        # A 2026-07-28 retry resumes the cell of its first round, which prints that round's marker.
+        resumed = ctx.request_state.partition(".")[0] if ctx.request_state is not None else None
+        marker = self._markers.pop(resumed, None) if resumed is not None else None
+        marker = marker or f"<<ipybox-action-result {secrets.token_hex(12)}>>"
         code = action_call_code(action_module(category, name), payload, marker)
         cell = {"code": code, "timeout": ACTION_TIMEOUT, "max_output_chars": _MAX_RESULT}
+        token = ACTION_CALL.set(True)
         try:
             ran = await self.server.call_tool(_CELL_TOOL, cell, ctx)
         except ToolError as e:
             # mcp prefixes what a tool raises with "Error executing tool <name>: ", here not the action's.
             error = str(e).removeprefix(f"Error executing tool {_CELL_TOOL}: ")
             raise ToolError(f"{tool_name} failed:\n{error}") from None
-        if not isinstance(ran, types.CallToolResult):  # a multi-round result execute_ipython_cell never gives
-            raise ToolError(f"{tool_name} got no result from its kernel")
+        finally:
+            ACTION_CALL.reset(token)
+        if isinstance(ran, types.InputRequiredResult):  # asked in band: the retry comes back here
+            if ran.request_state is not None:
+                if len(self._markers) >= _MAX_PENDING_MARKERS:  # rounds never retried: forget the oldest
+                    self._markers.pop(next(iter(self._markers)))
+                self._markers[ran.request_state.partition(".")[0]] = marker
+            return ran
         return action_result(tool_name, ran, marker)
 
 
@@ -406,20 +511,25 @@ def add_code_action_tools(
 
 
 async def notify_tools_changed(ctx: Context) -> None:
-    """Tell the client of `ctx` that the tool list changed (never fails the request)."""
+    """Tell clients that a request (`ctx`, of either revision) changed the tool list: every client
+    listening on `subscriptions/listen` (2026-07-28), and, on a handshake-era request, its own client on
+    the request's stream (never fails the request)."""
     request = ctx.request_context
-    try:
-        if request.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            # 2026-07-28: change notifications reach only clients listening on `subscriptions/listen`.
-            await ctx.notify_tools_changed()
-        else:
+    if request.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        try:
             # On this request's own stream: a client reads it with the response, whether or not it
             # keeps a standalone stream open (streamable HTTP).
             await request.session.send_notification(
                 types.ToolListChangedNotification(), related_request_id=request.request_id
             )
-    except Exception as e:  # the action is saved; the client lists tools again later
-        logger.warning("the client could not be told that the tool list changed: %s", e)
+        except Exception as e:  # the change is made; the client lists tools again later
+            logger.warning("the client could not be told that the tool list changed: %s", e)
+    # Whatever revision the request speaks: the list is the workspace's, and it changed for the clients
+    # listening too.
+    try:
+        await ctx.notify_tools_changed()
+    except Exception as e:
+        logger.warning("the listening clients could not be told that the tool list changed: %s", e)
 
 
 def action_tool(action: SavedAction) -> MCPTool | None:

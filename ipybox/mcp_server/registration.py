@@ -316,38 +316,46 @@ def _problems(error: ValidationError, accepted: str) -> str:
     return "; ".join(problems)
 
 
-def decide_registration(policy: ApprovalPolicy, registration: Registration) -> Verdict:
-    """Decide a registration with the workspace's rules; when none decides, it is asked.
+def decide_own_call(policy: ApprovalPolicy, call: ToolCall, default: str) -> Verdict:
+    """Decide a call of ipybox's own server (`ipybox.register_mcp_server`, `ipybox.upload_file`, ...) with
+    the workspace's rules; when none decides, it is asked.
 
     The rules are tried as for a tool call (highest priority first; at equal priority deny, ask, allow;
-    then file order), with three differences, all because a registration makes the host run what the MCP
-    client names, which rules and defaults written for tool calls did not have in mind:
+    then file order), with two differences, because these calls act on the host (run what the client
+    names, move files in and out of the workspace), which rules and defaults written for the tool calls of
+    code did not have in mind:
 
-    - `[approval] default` does not apply: without a rule, a registration is asked (`ask`).
+    - `[approval] default` does not apply: without a rule, the call is asked (`default` says why).
     - An allow rule decides it only if its `server` names `ipybox` itself (not through a glob such as
-      `*`), so a catch-all allow rule doesn't let clients register servers. Deny and ask rules apply as
-      to any call.
-    - A registration whose sandbox goes beyond the workspace's (`Registration.exceeds`) is never allowed
-      by a rule: the allow rule that applies asks instead, and the reason says why.
+      `*`), so a catch-all allow rule doesn't let clients do it. Deny and ask rules apply as to any call.
     """
-    call = registration.call()
     engine = RuleEngine(policy.rules, "ask")
     rules = policy.rules
     order = sorted(range(len(rules)), key=lambda i: (-rules[i].priority, -SEVERITY[rules[i].decision]))
-    verdict = Verdict("ask", None, "no rule applies; registering an MCP server is asked by default")
     for index in order:
         rule, matcher = rules[index], engine.matchers[index]
         if rule.decision == "allow" and not _names_registrations(rule):
             continue
         if matcher.applies(call):
-            verdict = Verdict(rule.decision, rule_id(rule, index), f"{matcher.label} applies")
-            if rule.decision == "allow" and registration.exceeds is not None:
-                return Verdict(
-                    "ask", verdict.rule_id, f"{matcher.label} would allow it, but {registration.exceeds}"
-                )
-            break
+            return Verdict(rule.decision, rule_id(rule, index), f"{matcher.label} applies")
+    return Verdict("ask", None, default)
+
+
+def decide_registration(policy: ApprovalPolicy, registration: Registration) -> Verdict:
+    """Decide a registration with the workspace's rules (`decide_own_call`); when none decides, it is
+    asked. A registration whose sandbox goes beyond the workspace's (`Registration.exceeds`) is never
+    allowed by a rule: the allow rule that applies asks instead, and the reason says why."""
+    verdict = decide_own_call(
+        policy, registration.call(), "no rule applies; registering an MCP server is asked by default"
+    )
     if registration.exceeds is None or verdict.decision == "deny":
         return verdict
+    if verdict.decision == "allow":
+        return Verdict(
+            "ask",
+            verdict.rule_id,
+            f"{verdict.reason.removesuffix(' applies')} would allow it, but {registration.exceeds}",
+        )
     return Verdict("ask", verdict.rule_id, f"{verdict.reason}; {registration.exceeds}")
 
 

@@ -139,6 +139,23 @@ THREAT_MODEL: tuple[tuple[str, str], ...] = (
         "asked with the policy shown, even under an allow rule, and refused when nobody can answer",
     ),
     (
+        "files over MCP (`upload_file`, `download_file`)",
+        "only where the workspace's sandboxed kernels may write (inside an existing top-level directory; "
+        "not `denyWrite` or what the host executes) or read (not `denyRead`); never a `..` part, a hidden"
+        " name or a protected one at any depth; never through a symlink (refused before the call is "
+        "decided, and reached with `O_NOFOLLOW`, so a link planted meanwhile is refused too); written "
+        "atomically; at most 2 MiB; decided by the rules as `ipybox.upload_file`/`ipybox.download_file` "
+        "(path and size, never the content) before anything is read or written",
+    ),
+    (
+        "MCP 2026-07-28 handles and asks",
+        "a kernel handle and a task id are 128 random bits bound to their caller (the stdio process, or "
+        "the endpoint's bearer token): another caller's is unknown; a `requestState` is sealed by the MCP"
+        " SDK (AES-GCM, bound to the tool and its arguments, expiring) and names a round of a paused call"
+        " of the same caller: a forged, foreign or replayed one resumes nothing; an answer resumes the "
+        "cell where it waits, never runs it again",
+    ),
+    (
         "kernel-written parsers and saved actions",
         "checked in a fresh sandboxed kernel, in the background and bounded, never under the lock that "
         "applies rules or servers: a rule edit applies in well under a second; one whose check times out "

@@ -28,8 +28,6 @@ from ipybox.mcp_server.workspace_mcp import WorkspaceMCP, create_server
 
 logger = logging.getLogger("ipybox.supervisor")
 
-MCP_SESSION_IDLE = 1800.0  # seconds, as the MCP SDK's own session idle timeout
-
 
 class MCPEndpoint:
     """Serves a workspace's MCP server over streamable HTTP while entered.
@@ -39,7 +37,7 @@ class MCPEndpoint:
         endpoints: Where to listen.
         output_dir: Where complete outputs too long to return are saved.
         session_idle: Seconds without an HTTP request after which a session is closed and its kernel given
-            back (the MCP SDK's own default).
+            back, and a 2026-07-28 client's kernel handle expires (default: `[endpoints] kernel_idle`).
     """
 
     def __init__(
@@ -47,12 +45,12 @@ class MCPEndpoint:
         workspace: Path,
         endpoints: EndpointsSection,
         output_dir: Path,
-        session_idle: float = MCP_SESSION_IDLE,
+        session_idle: float | None = None,
     ) -> None:
         self.workspace = workspace
         self.endpoints = endpoints
         self.output_dir = output_dir
-        self.session_idle = session_idle
+        self.session_idle = endpoints.kernel_idle if session_idle is None else session_idle
         self.token = secrets.token_urlsafe(32)
         self._mcp: WorkspaceMCP | None = None
         self._http: EmbeddedServer | None = None
@@ -67,7 +65,8 @@ class MCPEndpoint:
 
     async def __aenter__(self) -> Self:
         host = self.endpoints.host
-        self._mcp = create_server(self.workspace, output_dir=self.output_dir)
+        server = create_server(self.workspace, output_dir=self.output_dir, kernel_idle=self.session_idle)
+        self._mcp = await server.__aenter__()
         local = [host, "127.0.0.1", "localhost", "[::1]"]
         # Browsers may only reach it from a page on the same machine; other hosts are refused.
         security = TransportSecuritySettings(
@@ -96,7 +95,7 @@ class MCPEndpoint:
             await http.stop()
         mcp, self._mcp = self._mcp, None
         if mcp is not None:
-            await mcp.close_sessions(0)
+            await mcp.aclose()
 
     async def sweep(self, every: float = 60, idle_for: float | None = None) -> None:
         """Give back the kernels of sessions without a tool call for `idle_for` seconds (default

@@ -100,14 +100,15 @@ async def serve_stdio(
                 if require_sandbox:
                     await check_running_sandboxed(state)
             mcp = create_server(workspace)
-            await _serve(mcp.server, wire)
+            async with mcp:
+                await _serve(mcp.server, wire)
         except asyncio.CancelledError:
             if not signalled:
                 raise
             serving.uncancel()  # the signal's cancellation ends serving, not the stop that follows
         finally:
             if mcp is not None:
-                await mcp.close_sessions(0)
+                await mcp.aclose()
             if supervisor is not None:
                 await supervisor.stop()
     return signalled[0] if signalled else None

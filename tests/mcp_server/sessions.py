@@ -41,6 +41,22 @@ async def owned_session(
         await task
 
 
+# The workspace MCP server's own tools (saved code actions come on top).
+BUILT_IN_TOOLS = frozenset(
+    {
+        "execute_ipython_cell",
+        "install_package",
+        "reset",
+        "close_kernel",
+        "upload_file",
+        "download_file",
+        "register_mcp_server",
+        "search_tools",
+        "save_code_action",
+    }
+)
+
+
 def text(result: types.CallToolResult) -> str:
     return "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))
 

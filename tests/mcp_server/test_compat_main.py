@@ -17,7 +17,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.mcp_server.sessions import owned_session, text
+from tests.mcp_server.sessions import BUILT_IN_TOOLS, owned_session, text
 
 pytestmark = pytest.mark.integration
 
@@ -75,14 +75,7 @@ async def test_python_m_ipybox_mcp_server_serves_a_created_workspace_with_0_9s_o
 ) -> None:
     session, workspace, stderr = module_session
     names = {tool.name for tool in (await session.list_tools()).tools}
-    assert names == {
-        "register_mcp_server",
-        "execute_ipython_cell",
-        "install_package",
-        "reset",
-        "search_tools",
-        "save_code_action",
-    }
+    assert names == BUILT_IN_TOOLS
     assert workspace.is_dir()
     code = "import os\nprint(os.getcwd(), os.environ.get('IPYBOX_SANDBOX_WORKSPACE'))"
     result = await session.call_tool("execute_ipython_cell", {"code": code})

@@ -18,7 +18,7 @@ import pytest
 
 from ipybox.supervisor import Supervisor, read_state
 from tests.cli.test_main import IPYBOX
-from tests.mcp_server.sessions import ALLOW_REGISTRATION
+from tests.mcp_server.sessions import ALLOW_REGISTRATION, BUILT_IN_TOOLS
 from tests.servers.params import CACHE, EDGE_SERVER
 from tests.supervisor.workspaces import RULES
 
@@ -26,14 +26,7 @@ pytestmark = pytest.mark.integration
 
 NODE_MODULES = CACHE / "npm-clients" / "node_modules"
 SESSION_SCRIPT = Path(__file__).resolve().parent / "node" / "session.mjs"
-TOOLS = [
-    "execute_ipython_cell",
-    "install_package",
-    "register_mcp_server",
-    "reset",
-    "save_code_action",
-    "search_tools",
-]
+TOOLS = sorted(BUILT_IN_TOOLS)
 
 
 def _require(path: Path, what: str) -> Path:
@@ -155,7 +148,7 @@ async def test_inspector_lists_the_tools(target: dict[str, Any], tmp_path: Path)
     assert sorted(tools) == TOOLS
     schema = tools["execute_ipython_cell"]["inputSchema"]
     assert schema["required"] == ["code"]
-    assert set(schema["properties"]) == {"code", "timeout", "max_output_chars"}
+    assert set(schema["properties"]) == {"code", "timeout", "max_output_chars", "kernel"}
     assert tools["register_mcp_server"]["inputSchema"]["properties"]["server_params"]["type"] == "object"
 
 

@@ -17,7 +17,13 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from tests.cli.test_main import IPYBOX
-from tests.mcp_server.sessions import check_cancellation_frees_the_kernel, check_progress, owned_session, text
+from tests.mcp_server.sessions import (
+    BUILT_IN_TOOLS,
+    check_cancellation_frees_the_kernel,
+    check_progress,
+    owned_session,
+    text,
+)
 from tests.servers.params import EDGE_SERVER
 
 pytestmark = pytest.mark.integration
@@ -60,14 +66,7 @@ async def session(workspace: Path) -> AsyncIterator[ClientSession]:
 
 async def test_tools_and_instructions(session: ClientSession) -> None:
     names = {tool.name for tool in (await session.list_tools()).tools}
-    assert names == {
-        "register_mcp_server",
-        "execute_ipython_cell",
-        "install_package",
-        "reset",
-        "search_tools",
-        "save_code_action",
-    }
+    assert names == BUILT_IN_TOOLS
 
 
 @pytest.mark.slow

@@ -42,6 +42,7 @@ ATTACK_TESTS = (
     "tests/supervisor/test_state_dir_hostile.py",
     "tests/supervisor/test_hostile_checks.py",
     "tests/mcp_server/test_registration.py",
+    "tests/mcp_server/test_files.py",
     "tests/supervisor/test_sandbox_required.py",
     "tests/supervisor/test_unattended_asks.py",
     "tests/cli/test_exec_workspace.py",
