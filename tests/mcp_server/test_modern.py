@@ -25,7 +25,7 @@ from tests.cli.test_main import IPYBOX
 from tests.mcp_server.sessions import text
 from tests.supervisor.workspaces import make_workspace
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 Mode = Literal["auto", "legacy", "2026-07-28"]
 Elicit = Callable[[Any, types.ElicitRequestParams], Awaitable[types.ElicitResult]]
@@ -187,6 +187,48 @@ async def test_several_asks_in_one_cell_are_several_rounds_and_a_rejection_fails
         result = await cell(client, code)
         assert result.is_error and "A" in text(result) and "reject" in text(result).lower()
         assert [p.message.count("edge.weather") for p in answers.asked] == [1, 1]
+
+
+FORECAST_API = '''\
+"""The weather of a city, shouted."""
+from pydantic import BaseModel
+
+from . import impl
+
+
+class Params(BaseModel):
+    city: str
+
+
+def run(params: Params) -> str:
+    """The weather of a city, shouted."""
+    return impl.forecast(params.city)
+'''
+
+FORECAST_IMPL = """\
+from mcptools.edge import weather
+
+
+def forecast(city: str) -> str:
+    print("asking for", city)
+    return weather.run(weather.Params(city=city)).city.upper()
+"""
+
+
+async def test_a_saved_action_whose_tool_call_is_asked_in_band_returns_its_result(
+    supervisor: Supervisor,
+) -> None:
+    answers = Answers(True)
+    async with http(supervisor, elicit=answers) as client:
+        saved = await client.call_tool(
+            "save_code_action",
+            {"category": "weather", "name": "forecast", "api": FORECAST_API, "impl": FORECAST_IMPL},
+        )
+        assert not saved.is_error, text(saved)
+        result = await client.call_tool("weather__forecast", {"city": "Linz"})
+    assert not result.is_error, text(result)
+    assert "LINZ" in text(result) and len(answers.asked) == 1
+    assert "kernel-" not in text(result)  # a kernel for the one call, closed after it: no handle to keep
 
 
 async def test_a_forged_or_replayed_request_state_is_refused(supervisor: Supervisor) -> None:
