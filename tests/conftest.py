@@ -44,6 +44,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item.get_closest_marker("docker") is None]
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    # Which test runs now, so that a server helper can tell a fast test from an integration one.
+    params.running = item
+    try:
+        return (yield)
+    finally:
+        params.running = None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # The hostile-text tests make ipybox log lone surrogates on purpose; pytest-xdist sends each report

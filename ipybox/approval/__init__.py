@@ -14,18 +14,45 @@ This layer sits below the tool server (which holds one approver) and above the k
 either: the execution timer it pauses while a person decides is passed in as a callback.
 """
 
-from ipybox.approval.approval_client import ApprovalClient, ApprovalRequest
-from ipybox.approval.approver import (
-    Approval,
-    ApproveAll,
-    Approved,
-    Approver,
-    FunctionApprover,
-    NoOneToAsk,
-    Rejected,
-    TimedOut,
-)
-from ipybox.approval.channel import ApprovalChannel
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ipybox.approval.approval_client import ApprovalClient, ApprovalRequest
+    from ipybox.approval.approver import (
+        Approval,
+        ApproveAll,
+        Approved,
+        Approver,
+        FunctionApprover,
+        NoOneToAsk,
+        Rejected,
+        TimedOut,
+    )
+    from ipybox.approval.channel import ApprovalChannel
+
+# Imported on first use: the application's end (`approval_client`) loads aiohttp, which the tool server's end
+# (every executor) does not need.
+_EXPORTS = {
+    "ApprovalClient": "ipybox.approval.approval_client",
+    "ApprovalRequest": "ipybox.approval.approval_client",
+    "ApprovalChannel": "ipybox.approval.channel",
+    **dict.fromkeys(
+        (
+            "Approval",
+            "ApproveAll",
+            "Approved",
+            "Approver",
+            "FunctionApprover",
+            "NoOneToAsk",
+            "Rejected",
+            "TimedOut",
+        ),
+        "ipybox.approval.approver",
+    ),
+}
 
 __all__ = [
     "Approval",
@@ -40,3 +67,12 @@ __all__ = [
     "Rejected",
     "TimedOut",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ipybox.approval' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

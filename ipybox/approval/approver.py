@@ -115,7 +115,7 @@ class FunctionApprover:
         async def read_only(call: ToolCall) -> Approval:
             return Approved() if call.annotations.get("readOnlyHint") is True else Rejected("not read-only")
 
-        tool_server.approver = FunctionApprover(read_only)
+        tool_server = ToolServer(servers=..., approver=FunctionApprover(read_only))
         ```
     """
 

@@ -30,22 +30,23 @@ which it was `asked_of`), and gets `closed` with the answer that won:
  "annotations": {...}, "rule_id": null, "reason": "...", "elicitation": true}
 ```
 
-On connecting, an approver gets one `opened` per ask pending then. Arguments are sent whole (an approver
+Every message is a [WireMessage][ipybox.approval.message.WireMessage], as the application's protocol's
+are ([wire][ipybox.approval.wire]), and a call is `server`/`tool`/`args` in both, as in
+[ToolCall][ipybox.rules.calls.ToolCall]. On connecting, an approver gets one `opened` per ask pending then. Arguments are sent whole (an approver
 folds long values for display); secrets are not redacted here, since the people reading them are the ones
 the workspace runs for, but the audit log redacts them.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter
-from pydantic_core import PydanticSerializationError
+from pydantic import Field, StrictBool, TypeAdapter
 
 from ipybox.approval.asks import AskAnswer, AskClosed, AskOpened, PendingAsk, Scope
 from ipybox.approval.links import PathLink
+from ipybox.approval.message import WireMessage
 from ipybox.rules.calls import AskRoute
 
 __all__ = [
@@ -66,46 +67,23 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-class _Message(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    def to_json(self) -> str:
-        try:
-            return self.model_dump_json()
-        except PydanticSerializationError:
-            # A lone surrogate (a kernel's argument decoded from `"\ud800"`) is neither UTF-8 nor JSON
-            # that parsers take: sent as the text `\ud800`, which is how approvers show it anyway, so
-            # one hostile argument can't cut every approver's stream.
-            return json.dumps(_surrogates_as_text(self.model_dump(mode="json")), separators=(",", ":"))
-
-
-def _surrogates_as_text(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    if isinstance(value, dict):
-        return {_surrogates_as_text(key): _surrogates_as_text(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_surrogates_as_text(item) for item in value]
-    return value
-
-
-class AskView(_Message):
+class AskView(WireMessage):
     """A pending ask as an approver shows it (see `PendingAsk`)."""
 
     id: str
     server: str
     tool: str
     args: dict[str, Any]
-    annotations: dict[str, Any] = {}
+    annotations: dict[str, Any] = Field(default_factory=dict)
     rule_id: str | None = None
     reason: str = ""
     subject: str | None = None
     session: str | None = None
     asked_of: AskRoute | None = None
-    routes: list[AskRoute] = []
+    routes: list[AskRoute] = Field(default_factory=list)
     asked_at: str
     expires_at: str | None = None
-    links: dict[str, PathLink] = {}
+    links: dict[str, PathLink] = Field(default_factory=dict)
 
     @classmethod
     def of(cls, ask: PendingAsk) -> AskView:
@@ -133,7 +111,7 @@ class AskView(_Message):
         return self.subject if self.subject is not None else f"{self.server}.{self.tool}"
 
 
-class AnswerView(_Message):
+class AnswerView(WireMessage):
     accept: StrictBool
     scope: Scope
     route: AskRoute
@@ -147,12 +125,12 @@ class AnswerView(_Message):
         return AskAnswer(self.accept, self.scope, self.route, self.by).describe()
 
 
-class AskOpenedMessage(_Message):
+class AskOpenedMessage(WireMessage):
     type: Literal["opened"] = "opened"
     ask: AskView
 
 
-class AskClosedMessage(_Message):
+class AskClosedMessage(WireMessage):
     """`answer` is `None` when the ask was withdrawn (`why`: timed out, the calling code went away)."""
 
     type: Literal["closed"] = "closed"
@@ -161,7 +139,7 @@ class AskClosedMessage(_Message):
     why: str = ""
 
 
-class AnswerResult(_Message):
+class AnswerResult(WireMessage):
     """The server's reply to an approver's `answer`: `ok`, or why not (already answered, the `always`
     rule would not load, ...)."""
 
@@ -171,7 +149,7 @@ class AnswerResult(_Message):
     error: str | None = None
 
 
-class AnswerMessage(_Message):
+class AnswerMessage(WireMessage):
     """An approver's answer to the pending ask `id`."""
 
     type: Literal["answer"] = "answer"
@@ -180,15 +158,15 @@ class AnswerMessage(_Message):
     scope: Scope = "once"
 
 
-class AskQuestion(_Message):
+class AskQuestion(WireMessage):
     """A question for the workspace's people (and, with `elicitation`, the asker's MCP client first if
     `[approval] ask` says so); see the module docstring."""
 
     type: Literal["question"] = "question"
     server: str
     tool: str
-    args: dict[str, Any] = {}
-    annotations: dict[str, Any] = {}
+    args: dict[str, Any] = Field(default_factory=dict)
+    annotations: dict[str, Any] = Field(default_factory=dict)
     rule_id: str | None = None
     reason: str = ""
     elicitation: StrictBool = False

@@ -44,7 +44,9 @@ that of the message when one could be read, else `null`:
 {"jsonrpc": "2.0", "id": 7, "error": {"code": -32602, "message": "params.tool_name: Field required"}}
 ```
 
-Contracts: a malformed message never crashes the receiving end and never approves anything: the
+Every message is a [WireMessage][ipybox.approval.message.WireMessage], as the approvers' protocol's are
+([ask_events][ipybox.approval.ask_events]). Contracts: a malformed message never crashes the receiving end
+and never approves anything: the
 server takes a malformed answer (or an error) for a pending call as a refusal of that call, and a client
 answers a malformed request with an error, which the server takes as a refusal too. Fields a receiver
 does not know are ignored, so either end can add some; the types of known fields are strict (`accept`
@@ -57,9 +59,10 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from ipybox.approval.links import PathLink
+from ipybox.approval.message import WireMessage
 from ipybox.errors import ApprovalFailedError
 from ipybox.rules.calls import ToolCall
 
@@ -103,41 +106,39 @@ class ApprovalMessageError(ApprovalFailedError, ValueError):
         self.code = code
 
 
-class _Message(BaseModel):
-    # Unknown fields are ignored (a newer peer may send more); known ones are strictly typed.
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    def to_json(self) -> str:
-        """The message as one text frame."""
-        return self.model_dump_json()
-
-
-class CallParams(_Message):
+class CallParams(WireMessage):
     """A tool call as the application sees it (`ApprovalAsk.params`); the caller is not sent. `links`: the
     path arguments that lead elsewhere through a link, resolved by the host
-    ([links][ipybox.approval.links])."""
+    ([links][ipybox.approval.links]).
 
-    server_name: StrictStr
-    tool_name: StrictStr
-    tool_args: dict[str, Any]
+    Its fields are ipybox's one vocabulary of a call (`server`, `tool`, `args`, as
+    [ToolCall][ipybox.rules.calls.ToolCall]); on the wire they are `server_name`, `tool_name` and
+    `tool_args`, as ipybox 0.9.2 sent them (a frame using the field names is read too).
+    """
+
+    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
+
+    server: StrictStr = Field(validation_alias="server_name", serialization_alias="server_name")
+    tool: StrictStr = Field(validation_alias="tool_name", serialization_alias="tool_name")
+    args: dict[str, Any] = Field(validation_alias="tool_args", serialization_alias="tool_args")
     annotations: dict[str, Any] = Field(default_factory=dict)
     links: dict[str, PathLink] = Field(default_factory=dict)
 
     @classmethod
     def of(cls, call: ToolCall, links: Mapping[str, PathLink] | None = None) -> CallParams:
         return cls(
-            server_name=call.server,
-            tool_name=call.tool,
-            tool_args=dict(call.args),
+            server=call.server,
+            tool=call.tool,
+            args=dict(call.args),
             annotations=dict(call.annotations),
             links=dict(links or {}),
         )
 
     def to_call(self) -> ToolCall:
-        return ToolCall(self.server_name, self.tool_name, self.tool_args, self.annotations)
+        return ToolCall(self.server, self.tool, self.args, self.annotations)
 
 
-class ApprovalAsk(_Message):
+class ApprovalAsk(WireMessage):
     """Server to client: decide on this call, and answer with its `id`."""
 
     jsonrpc: Literal["2.0"] = "2.0"
@@ -146,7 +147,7 @@ class ApprovalAsk(_Message):
     params: CallParams
 
 
-class NoticeParams(_Message):
+class NoticeParams(WireMessage):
     """`id`: the question (an `approve` request's id, or a `waiting` notice's); `accept` and `by`: how it was
     settled (`withdrawn` only; `accept` is `None` when nobody answered: the time ran out); `call` and
     `reason`: a call nobody could be asked about (`refused` only)."""
@@ -158,7 +159,7 @@ class NoticeParams(_Message):
     reason: StrictStr = ""
 
 
-class AskNotice(_Message):
+class AskNotice(WireMessage):
     """Server to client: someone else is being asked about a call of this client's kernel (`waiting`), or a
     question was settled elsewhere (`withdrawn`)."""
 
@@ -167,7 +168,7 @@ class AskNotice(_Message):
     params: NoticeParams
 
 
-class Decision(_Message):
+class Decision(WireMessage):
     """The client's decision: `accept` is `True` to let the call run. `declined` (with `accept` false): the
     client does not answer this call itself, and why; someone else may (see the module)."""
 
@@ -175,7 +176,7 @@ class Decision(_Message):
     declined: StrictStr | None = None
 
 
-class ApprovalAnswer(_Message):
+class ApprovalAnswer(WireMessage):
     """Client to server: the decision on the request `id`."""
 
     jsonrpc: Literal["2.0"] = "2.0"
@@ -183,14 +184,14 @@ class ApprovalAnswer(_Message):
     result: Decision
 
 
-class ErrorDetail(_Message):
+class ErrorDetail(WireMessage):
     """A JSON-RPC error: one of the codes above, and what was wrong."""
 
     code: StrictInt
     message: StrictStr
 
 
-class ApprovalError(_Message):
+class ApprovalError(WireMessage):
     """Either way: the message `id` (`None` if it had no usable one) could not be used."""
 
     jsonrpc: Literal["2.0"] = "2.0"

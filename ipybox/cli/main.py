@@ -80,6 +80,7 @@ async def _exec(
     sandbox_config: Path | None,
 ) -> int:
     from ipybox.executor.code_executor import CodeExecutor
+    from ipybox.executor.options import Answers, WorkspaceOptions
 
     if workspace is None:
         # A policy file asks for the sandbox: `--sandbox-config F` alone sandboxes (never runs unsandboxed).
@@ -92,9 +93,8 @@ async def _exec(
         # The same attachment as any application's: the workspace's sandbox, environment, servers and
         # rules. An `ask` is answered here only as --approve says; with `none`, the workspace asks its people
         # (web console, `ipybox approve`) or denies it.
-        executor = CodeExecutor(workspace=workspace)
-        if approve == "none":
-            executor._ask_answers = "none"
+        answers: Answers = "none" if approve == "none" else "application"
+        executor = CodeExecutor(options=WorkspaceOptions(workspace, answers=answers))
         return await _run_code(executor, code, timeout, approve)
 
 

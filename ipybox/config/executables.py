@@ -32,11 +32,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from mcp.client.stdio import get_default_environment
-
-from ipybox.config.workspace_config import WorkspaceConfig
 from ipybox.mcp_client.errors import ServerCodeWritableError, ServerParamsError
 from ipybox.mcp_client.params import (
     ServerParams,
@@ -53,6 +50,9 @@ from ipybox.sandbox.executables import (
     server_executables,
 )
 from ipybox.sandbox.policy import DEFAULT_DENY_WRITE, SandboxPolicy
+
+if TYPE_CHECKING:
+    from ipybox.config.workspace_config import WorkspaceConfig
 
 _WORKSPACE_ENV = "IPYBOX_WORKSPACE"
 _Policy = TypeVar("_Policy", bound=SandboxPolicy)
@@ -76,6 +76,10 @@ class LiveKernels:
 def stdio_executables(name: str, params: StdioServerParams, workspace: Path) -> Derived:
     """What the stdio server `name` executes (`params` with placeholders filled in), inside `workspace` or
     not; its `cwd` defaults to the current directory, as when it starts."""
+    # Here, not at the top: loading `ipybox.config` must not load the MCP SDK (it takes longer than the rest
+    # of ipybox), and this runs only for a workspace or an executor that declares stdio servers.
+    from mcp.client.stdio import get_default_environment
+
     environ = get_default_environment() | dict(params.env)
     cwd = params.cwd or os.getcwd()
     return server_executables(name, params.command, params.args, environ, cwd, str(workspace))

@@ -1,17 +1,17 @@
 """`CodeExecutor`: the main entry point of the SDK.
 
-One class, two backends, chosen in `__init__` by `workspace=`:
+One class, two backends ([backends][ipybox.executor.backends]), chosen by its options
+([options][ipybox.executor.options]):
 
-- embedded (no `workspace`): a tool server, a kernel gateway (unless `kernel_gateway_url` names one) and a
-  kernel of its own, all stopped with the executor. Its kernels are made by the same builder as a
-  workspace's (`ipybox.executor.kernel_setup`), from `embedded_kernel_setup`: `kernel_env` is taken
-  literally (no `${VAR}` placeholders, no `KERNEL_ENV_*` from `.env` or the host), so the kernel gets
-  nothing of the host that the caller did not name.
-- workspace (`workspace=DIR`): a lease on the workspace `ipybox up` runs in DIR (`WorkspaceSession`): its
-  kernels, sandbox, environment, MCP servers and approval rules.
+- embedded (`EmbeddedOptions`; no `workspace`): a tool server, a kernel gateway (unless
+  `kernel_gateway_url` names one) and a kernel of its own, all stopped with the executor
+  (`EmbeddedBackend`).
+- workspace (`WorkspaceOptions`; `workspace=DIR`): a lease on the workspace `ipybox up` runs in DIR
+  (`WorkspaceBackend`): its kernels, sandbox, environment, MCP servers and approval rules.
 
-Arguments that do not apply to the chosen backend raise `ValueError` (see `ipybox.executor.arguments` for
-which apply where); arguments kept from ipybox 0.9 that do nothing warn with `DeprecationWarning`.
+`CodeExecutor(options=...)` takes the options; the keyword arguments (ipybox 0.9.2's and later ones) are
+read into them ([arguments][ipybox.executor.arguments]). Arguments that do not apply to the chosen mode
+raise `ValueError`; arguments kept from ipybox 0.9 that do nothing warn with `DeprecationWarning`.
 Constructing an executor starts nothing: `start()` (or `async with`) does.
 
 `cancel()` stops the running `stream()`/`execute()` the same way on both backends: the kernel client
@@ -31,34 +31,28 @@ import asyncio
 import contextlib
 import logging
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Self, Unpack, cast
 
-from ipybox.approval.approver import ApproveAll
 from ipybox.approval.channel import Answers
 from ipybox.approval.request import ApprovalRequest
-from ipybox.config.executables import LiveKernels, ServerCodeGuard, protect
-from ipybox.errors import IpyboxError
-from ipybox.executor.arguments import UNSET, Unset, check_arguments
-from ipybox.executor.kernel_setup import StartedKernels, embedded_kernel_setup, start_kernel_gateway
-from ipybox.kernels.gateway import GatewayEndpoint, KernelGateway
-from ipybox.kernels.kernel_client import DEFAULT_MAX_OUTPUT_CHARS, ExecutionTimeoutError, KernelClient
+from ipybox.executor.arguments import LATER_NAMES, UNSET, ExecutorArguments, LaterArguments, Unset, options_of
+from ipybox.executor.backends import EmbeddedBackend, ExecutorHooks, WorkspaceBackend
+from ipybox.executor.options import EmbeddedOptions, WorkspaceOptions
+from ipybox.kernels.gateway import KernelGateway
+from ipybox.kernels.kernel_client import ExecutionTimeoutError, KernelClient
 from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, KernelDiedError
 from ipybox.kernels.timer import Cancellation
-from ipybox.limits import ResourceLimits
-from ipybox.mcp_client.params import ServerParams
-from ipybox.mcp_client.registry import ServerRegistry
+from ipybox.lifecycle import cancel_and_wait
 from ipybox.rules.calls import ToolCall
-from ipybox.safefs import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_OUTPUT_FILE_BYTES
 from ipybox.tool_server.tool_server import ToolServer
 
 if TYPE_CHECKING:
     from ipybox.codeact.actions import SavedAction
-    from ipybox.running.attach import WorkspaceSession
-    from ipybox.sandbox import DomainProxy, SandboxPolicy
+    from ipybox.sandbox import DomainProxy
 
 logger = logging.getLogger("ipybox")
 
@@ -116,325 +110,6 @@ class _Execution:
         return None
 
 
-def _given(value: Any, default: Any) -> Any:
-    return default if value is UNSET else value
-
-
-class _Backend(Protocol):
-    """What runs the kernel: `_Embedded` or `_Attached`."""
-
-    client: KernelClient | None
-    tool_server: ToolServer | None
-    gateway: KernelGateway | None
-    proxy: DomainProxy | None
-
-    async def start(self) -> None: ...  # on failure: stopped again, then raises
-
-    async def stop(self) -> None: ...  # never leaves a process behind
-
-    async def reset(self) -> None: ...
-
-    async def run_in_fresh_kernel(self, code: str, timeout: float | None) -> str: ...
-
-    async def mcptools_dir(self) -> Path: ...
-
-
-# A check's report is one line of JSON (schemas included): never shortened to head and tail.
-_CHECK_OUTPUT_CHARS = 4_000_000
-
-
-class _Embedded:
-    """A tool server, a gateway (unless external) and a kernel of the executor's own."""
-
-    def __init__(self, executor: CodeExecutor) -> None:
-        self.x = executor
-        self.client: KernelClient | None = None
-        self.tool_server: ToolServer | None = None
-        self.gateway: KernelGateway | None = None
-        self.proxy: DomainProxy | None = None
-        self._kernels: StartedKernels | None = None
-
-    async def start(self) -> None:
-        x = self.x
-        try:
-            self.tool_server = self._create_tool_server()
-            await self.tool_server.start()
-            policy = None
-            if x.sandbox:
-                from ipybox.sandbox import SandboxPolicy
-
-                policy = SandboxPolicy.from_file(x.sandbox_config) if x.sandbox_config else SandboxPolicy()
-            policy = self._guard_servers(policy)
-            setup = embedded_kernel_setup(
-                x.working_dir,
-                x.kernel_env,
-                sandbox=policy,
-                mcptools_dir=x.mcptools_dir,
-                approve_shell=x.approve_shell_cmds,
-                require_shell_escape=x.require_shell_escape,
-                reset_cwd=x.reset_cwd,
-                limits=x.limits,
-            )
-            address, token = self.tool_server.calls_address, self.tool_server.call_token
-            kernel_env: dict[str, str] | None = None
-            if x.kernel_gateway_url is not None:
-                endpoint = GatewayEndpoint(x.kernel_gateway_url.rstrip("/"), x.kernel_gateway_token)
-                # A gateway of someone else's: each kernel's environment goes with its start request.
-                kernel_env = setup.kernel_env(address, token)
-            else:
-                self._kernels = await start_kernel_gateway(
-                    setup,
-                    address,
-                    tool_token=token,
-                    host=x.kernel_gateway_host,
-                    port=x.kernel_gateway_port,
-                    log_level=x.log_level,
-                )
-                self.gateway, self.proxy = self._kernels.gateway, self._kernels.proxy
-                endpoint = self.gateway.endpoint
-            self.client = KernelClient(
-                endpoint,
-                images_dir=x.images_dir,
-                output_dir=x.output_dir,
-                max_output_chars=x.max_output_chars,
-                max_output_file_bytes=x.max_output_file_bytes or DEFAULT_MAX_OUTPUT_FILE_BYTES,
-                max_image_bytes=x.max_image_bytes or DEFAULT_MAX_IMAGE_BYTES,
-                kernel_env=kernel_env,
-                spare_kernel=x.spare_kernel,
-                ready_timeout=x.kernel_init_timeout,
-                # A kernel that dies while starting is reported with the end of the gateway's log.
-                gateway_log=self.gateway.log_path if self.gateway is not None else None,
-                # A cell whose gateway died says how it died (an external gateway's is not known).
-                gateway_loss=self._gateway_loss if self.gateway is not None else None,
-            )
-            await self.client.connect()
-        except BaseException:
-            await self.stop()
-            raise
-
-    def _guard_servers(self, policy: SandboxPolicy | None) -> SandboxPolicy | None:
-        """Kernels get what the servers known now execute read-only (`policy` extended), and a server
-        whose code they can still write is refused when it starts (`ServerCodeWritableError`); a sandboxed
-        server gets the same paths read-only (`ipybox.config.executables`)."""
-        x, tool_server = self.x, self.tool_server
-        assert tool_server is not None
-        dotenv = x.working_dir / ".env"
-        guard = ServerCodeGuard(
-            x.working_dir,
-            self._known_servers,
-            lambda: [LiveKernels("a kernel of this executor", policy)] if policy is not None else [],
-            dotenv_path=dotenv,
-        )
-        if policy is not None:
-            policy = protect(policy, guard.derive())
-
-        async def prepare(name: str, params: ServerParams, secrets: bool) -> ServerParams:
-            return guard.check(name, params, secrets=secrets)
-
-        tool_server.servers.prepare = prepare
-        return policy
-
-    def _known_servers(self) -> dict[str, Mapping[str, Any]]:
-        """`mcp_servers` and the servers generated into the package roots, as far as the registry says."""
-        x, found = self.x, {}
-        registry = ServerRegistry()
-        for root in [x.mcptools_dir, *x.package_roots]:
-            with contextlib.suppress(IpyboxError, OSError):  # unreadable: checked when it starts
-                found.update({f"{name} ({root})": params for name, params in registry.servers(root).items()})
-        return {**found, **x.mcp_servers}
-
-    async def _gateway_loss(self) -> str | None:
-        how = await self.gateway.exited(timeout=1.0) if self.gateway is not None else None
-        return f"it exited with {how}" if how is not None else None
-
-    def _create_tool_server(self) -> ToolServer:
-        x = self.x
-        registry = ServerRegistry()
-        server = ToolServer(
-            host=x.tool_server_host,
-            port=x.tool_server_port,
-            approval_required=True,
-            approval_timeout=x.approval_timeout,
-            connect_timeout=x.connect_timeout,
-            log_level=x.log_level,
-            # A name resolves to `mcp_servers`, else to the server generated into the package root the
-            # calling module sits in, else to the registry under `mcptools_dir` (found on first use, so
-            # sources generated after the executor started work too); see `MCPServers.resolve_key`.
-            servers=x.mcp_servers,
-            media_dir=x.images_dir or Path("images"),
-            max_image_bytes=x.max_image_bytes or DEFAULT_MAX_IMAGE_BYTES,
-            dotenv_path=x.working_dir / ".env",
-            lookup=lambda name: registry.servers(x.mcptools_dir).get(name),
-            # Annotations recorded at generation decide a server's calls before it first starts here
-            # (only for the parameters they were listed with).
-            annotations_lookup=lambda name, params: registry.recorded_annotations(
-                x.mcptools_dir, name, params
-            ),
-        )
-        server.servers.package_lookup = registry.package_server
-        # The roots a kernel's call may name are the host's choice: another project's directory, named by
-        # code in the kernel, starts nothing (`ForeignPackageRootError`).
-        server.servers.package_roots = [x.mcptools_dir, *x.package_roots]
-        server.approval.handler = x._on_approval
-        server.approval.pause = x._pause_timer
-        if not x.approve_tool_calls:
-            server.approver = ApproveAll()  # shell commands still go to `approval` (shell_approver)
-        server.shell_approver = server.approval
-        return server
-
-    async def stop(self) -> None:
-        client, self.client = self.client, None
-        kernels, self._kernels = self._kernels, None
-        tool_server, self.tool_server = self.tool_server, None
-        self.gateway = self.proxy = None
-        try:
-            if client is not None:
-                # An embedded gateway ends all its kernels when it stops.
-                await client.disconnect(shutdown_kernels=kernels is None)
-        finally:
-            try:
-                if kernels is not None:
-                    await kernels.stop()
-            finally:
-                if tool_server is not None:
-                    await tool_server.stop()
-
-    async def reset(self) -> None:
-        assert self.client is not None and self.tool_server is not None
-        await asyncio.gather(self.client.reset(), self.tool_server.reset())
-
-    async def run_in_fresh_kernel(self, code: str, timeout: float | None) -> str:
-        assert self.client is not None
-        x, own = self.x, self.client
-        # Another kernel of the same gateway, with the same kernelspec and environment (sandboxed when
-        # the executor is); deleted afterwards.
-        client = KernelClient(
-            own.endpoint,
-            images_dir=x.images_dir,
-            output_dir=x.output_dir,
-            max_output_chars=_CHECK_OUTPUT_CHARS,
-            max_output_file_bytes=own.max_output_file_bytes,
-            max_image_bytes=own.max_image_bytes,
-            kernel_name=own.kernel_name,
-            kernel_env=own.kernel_env,
-            spare_kernel=False,
-            ready_timeout=x.kernel_init_timeout,
-            gateway_log=own.gateway_log,
-        )
-        # Under the executor's lock, no execution runs: a tool call the checked code makes is rejected
-        # (`_on_approval`), never shown as one of an execution's approvals.
-        async with x._lock:
-            await client.connect()  # disconnects itself when it fails
-            try:
-                return (await client.execute(code, timeout)).text or ""
-            finally:
-                await client.disconnect()
-
-    async def mcptools_dir(self) -> Path:
-        return self.x.mcptools_dir.absolute()
-
-
-class _Attached:
-    """A lease on a running workspace: its kernels, MCP servers and rules (`WorkspaceSession`)."""
-
-    tool_server: ToolServer | None = None  # the workspace's supervisor runs it
-    gateway: KernelGateway | None = None
-    proxy: DomainProxy | None = None
-
-    def __init__(self, executor: CodeExecutor, workspace: Path) -> None:
-        self.x = executor
-        self.workspace = workspace
-        self.client: KernelClient | None = None
-        self._session: WorkspaceSession | None = None
-
-    async def start(self) -> None:
-        from ipybox.running.attach import WorkspaceSession
-
-        x = self.x
-        file_bytes, image_bytes = self._file_caps()
-        session = WorkspaceSession(
-            self.workspace,
-            x._on_approval,
-            x._pause_timer,
-            images_dir=x.images_dir,
-            output_dir=x.output_dir,
-            max_output_chars=x.max_output_chars,
-            max_output_file_bytes=file_bytes,
-            max_image_bytes=image_bytes,
-            kernel_init_timeout=x.kernel_init_timeout,
-            answers=x._ask_answers,
-            declines=x._declines,
-        )
-        await session.open()  # closes itself when it fails
-        self._session, self.client = session, session.kernel_client
-
-    def _file_caps(self) -> tuple[int, int]:
-        """`max_output_file_bytes` and `max_image_bytes`: as passed, else as the workspace's ipybox.toml
-        says (`[kernel]`), else the defaults (an ipybox.toml that does not load now, mid-edit)."""
-        x = self.x
-        file_bytes, image_bytes = x.max_output_file_bytes, x.max_image_bytes
-        if file_bytes is None or image_bytes is None:
-            from ipybox.config import ConfigError, load_config
-
-            try:
-                kernel = load_config(self.workspace).kernel
-                file_bytes = file_bytes or kernel.max_output_file_bytes
-                image_bytes = image_bytes or kernel.max_image_bytes
-            except (ConfigError, OSError) as e:
-                logger.warning("%s; the output file limits are the defaults", e)
-        return file_bytes or DEFAULT_MAX_OUTPUT_FILE_BYTES, image_bytes or DEFAULT_MAX_IMAGE_BYTES
-
-    async def stop(self) -> None:
-        session, self._session, self.client = self._session, None, None
-        if session is not None:
-            await session.close()
-
-    async def reset(self) -> None:
-        # The workspace's MCP servers are shared with other sessions: they keep running.
-        assert self.client is not None
-        await self.client.reset()
-
-    async def run_in_fresh_kernel(self, code: str, timeout: float | None) -> str:
-        from ipybox.running.attach import WorkspaceSession
-
-        x, own = self.x, self.client
-        assert own is not None
-
-        async def reject(request: ApprovalRequest) -> None:
-            await request.reject()  # not reached: the workspace refuses a check lease's asks itself
-
-        # A second, short lease: a fresh kernel from the workspace's pool (its sandbox, environment and
-        # rules), given back (deleted) afterwards; the session's own kernel keeps its state.
-        session = WorkspaceSession(
-            self.workspace,
-            reject,
-            lambda: lambda: None,
-            images_dir=x.images_dir,
-            output_dir=x.output_dir,
-            max_output_chars=_CHECK_OUTPUT_CHARS,
-            max_output_file_bytes=own.max_output_file_bytes,
-            max_image_bytes=own.max_image_bytes,
-            kernel_init_timeout=x.kernel_init_timeout,
-            check=True,  # the workspace refuses its kernel's asks: nobody is asked
-        )
-        await session.open()  # closes itself when it fails
-        try:
-            return (await session.kernel_client.execute(code, timeout)).text or ""
-        finally:
-            await session.close()
-
-    async def mcptools_dir(self) -> Path:
-        # The running workspace's own (fixed by the first configuration it applied), else ipybox.toml's.
-        assert self._session is not None
-        known = (await self._session.control.status()).reconciler.mcptools_dir
-        if known is not None:
-            return Path(known)
-        from ipybox.config import load_config
-
-        config = load_config(self.workspace)
-        return config.resolve(config.workspace.mcptools_dir)
-
-
 class CodeExecutor:
     """Executes Python code in a stateful IPython kernel, with programmatic MCP tool calling.
 
@@ -443,8 +118,10 @@ class CodeExecutor:
     persist across executions until `reset()`.
 
     Which arguments apply where (see `ipybox.executor.arguments`): with `workspace`, only `images_dir`,
-    `output_dir`, `max_output_chars`, `max_output_file_bytes`, `max_image_bytes` and `log_level`; the others are the workspace's `ipybox.toml`'s to
-    decide, and passing one raises `ValueError` naming it and the setting to use instead.
+    `output_dir`, `max_output_chars`, `max_output_file_bytes`, `max_image_bytes`, `kernel_init_timeout`,
+    `log_level` and `execute_accepts_asks`; the others are the workspace's `ipybox.toml`'s to decide, and
+    passing one raises `ValueError` naming it and the setting to use instead. The arguments are read into
+    `options`; `options=` passes them made already (`EmbeddedOptions` or `WorkspaceOptions`), alone.
 
     Args:
         tool_server_host: Loopback host of the tool server when `tool_server_port` is given (ipybox 0.9
@@ -515,6 +192,7 @@ class CodeExecutor:
             follow the workspace's approval rules; calls a rule answers with `ask` reach `stream()` as
             `ApprovalRequest`s. `execute()` answers none of them: each goes to the people `[approval] ask`
             lists (the web console, `ipybox approve`), or is denied when none is there.
+        options: The whole configuration as value objects, instead of the other arguments.
         execute_accepts_asks: With `workspace`: `execute()` accepts every call a rule answers with `ask`,
             as an embedded executor's `execute()` accepts every tool call (the audit log records the
             application as the one who allowed it). Off by default: code that runs unattended must not
@@ -546,26 +224,12 @@ class CodeExecutor:
         sandbox_config: str | Path | Unset | None = UNSET,
         log_level: str | Unset = UNSET,
         *,
-        working_dir: str | Path | Unset | None = UNSET,
-        kernel_gateway_url: str | Unset | None = UNSET,
-        kernel_gateway_token: str | Unset = UNSET,
-        max_output_chars: int | Unset = UNSET,
-        output_dir: str | Path | Unset | None = UNSET,
-        max_output_file_bytes: int | Unset = UNSET,
-        max_image_bytes: int | Unset = UNSET,
-        spare_kernel: bool | Unset = UNSET,
-        mcp_servers: Mapping[str, Mapping[str, Any]] | Unset | None = UNSET,
-        mcptools_dir: str | Path | Unset | None = UNSET,
-        package_roots: Sequence[str | Path] | Unset | None = UNSET,
-        kernel_init_timeout: float | Unset | None = UNSET,
-        approve_tool_calls: bool | Unset = UNSET,
-        approve_shell_cmds: bool | Unset = UNSET,
-        require_shell_escape: bool | Unset = UNSET,
-        limits: ResourceLimits | Unset | None = UNSET,
         workspace: str | Path | None = None,
-        execute_accepts_asks: bool | Unset = UNSET,
+        options: EmbeddedOptions | WorkspaceOptions | None = None,
+        **arguments: Unpack[LaterArguments],
     ) -> None:
-        arguments = {
+        # ipybox 0.9.2's positional arguments, then the keyword ones: those passed, by name.
+        published = {
             "tool_server_host": tool_server_host,
             "tool_server_port": tool_server_port,
             "kernel_gateway_host": kernel_gateway_host,
@@ -577,68 +241,91 @@ class CodeExecutor:
             "sandbox": sandbox,
             "sandbox_config": sandbox_config,
             "log_level": log_level,
-            "working_dir": working_dir,
-            "kernel_gateway_url": kernel_gateway_url,
-            "kernel_gateway_token": kernel_gateway_token,
-            "max_output_chars": max_output_chars,
-            "output_dir": output_dir,
-            "max_output_file_bytes": max_output_file_bytes,
-            "max_image_bytes": max_image_bytes,
-            "spare_kernel": spare_kernel,
-            "mcp_servers": mcp_servers,
-            "mcptools_dir": mcptools_dir,
-            "package_roots": package_roots,
-            "kernel_init_timeout": kernel_init_timeout,
-            "approve_tool_calls": approve_tool_calls,
-            "approve_shell_cmds": approve_shell_cmds,
-            "require_shell_escape": require_shell_escape,
-            "limits": limits,
-            "execute_accepts_asks": execute_accepts_asks,
         }
-        given = {name: value for name, value in arguments.items() if value is not UNSET}
-        for message in check_arguments(given, workspace=workspace is not None):
-            warnings.warn(message, DeprecationWarning, stacklevel=2)
-
-        self.workspace = Path(workspace).resolve() if workspace is not None else None
-        self.tool_server_host: str = _given(tool_server_host, "localhost")
-        self.tool_server_port: int | None = _given(tool_server_port, None)
-        self.kernel_gateway_host: str = _given(kernel_gateway_host, "localhost")
-        self.kernel_gateway_port: int | None = _given(kernel_gateway_port, None)
-        self.kernel_env: dict[str, str] = dict(_given(kernel_env, None) or {})
-        self.images_dir: Path | None = _path(_given(images_dir, None))
-        self.approval_timeout: float | None = _given(approval_timeout, 60)
-        self.connect_timeout: float = _given(connect_timeout, 30)
-        self.sandbox: bool = _given(sandbox, False)
-        self.sandbox_config: Path | None = _path(_given(sandbox_config, None))
-        self.log_level: str = _given(log_level, "WARNING").upper()
-        self.working_dir: Path = self.workspace or Path(_given(working_dir, None) or Path.cwd()).resolve()
-        self.kernel_gateway_url: str | None = _given(kernel_gateway_url, None)
-        self.kernel_gateway_token: str = _given(kernel_gateway_token, "")
-        self.max_output_chars: int = _given(max_output_chars, DEFAULT_MAX_OUTPUT_CHARS)
-        self.output_dir: Path | None = _path(_given(output_dir, None))
-        # None: the default (with `workspace`: its ipybox.toml's, read when attaching).
-        self.max_output_file_bytes: int | None = _given(max_output_file_bytes, None)
-        self.max_image_bytes: int | None = _given(max_image_bytes, None)
-        self.spare_kernel: bool = _given(spare_kernel, True)
-        self.mcp_servers: dict[str, Mapping[str, Any]] = dict(_given(mcp_servers, None) or {})
-        self.mcptools_dir: Path = _path(_given(mcptools_dir, None)) or self.working_dir / "mcptools"
-        self.package_roots: list[Path] = [Path(root).resolve() for root in _given(package_roots, None) or ()]
-        self.kernel_init_timeout: float | None = _given(kernel_init_timeout, 60)
-        self.approve_tool_calls: bool = _given(approve_tool_calls, True)
-        self.approve_shell_cmds: bool = _given(approve_shell_cmds, False)
-        # Attached to a workspace: what this application does with its kernel's `ask`s (`stream()` decides
-        # them). The MCP server sets "elicitation" or "none" for its sessions, by what the client can do.
-        self._ask_answers: Answers = "application"
-        self.require_shell_escape: bool = _given(require_shell_escape, False)
-        self.limits: ResourceLimits = _given(limits, None) or ResourceLimits()
-        self.execute_accepts_asks: bool = _given(execute_accepts_asks, False)
-        # As in ipybox 0.9.2: only a working_dir the caller names is restored before each cell.
-        self.reset_cwd: bool = self.workspace is None and _given(working_dir, None) is not None
-        self._backend: _Backend = (
-            _Attached(self, self.workspace) if self.workspace is not None else _Embedded(self)
+        unknown = sorted(set(arguments) - LATER_NAMES)
+        if unknown:
+            raise TypeError(f"CodeExecutor() got an unexpected keyword argument {unknown[0]!r}")
+        given = cast(
+            ExecutorArguments,
+            {**{name: value for name, value in published.items() if value is not UNSET}, **arguments},
+        )
+        if options is not None:
+            if given or workspace is not None:
+                named = ", ".join(f"{name}=" for name in [*given, *(["workspace"] if workspace else [])])
+                raise ValueError(
+                    f"options= holds the whole configuration: drop {named} (set it in the options instead)"
+                )
+        else:
+            options, deprecated = options_of(given, workspace)
+            for message in deprecated:
+                warnings.warn(message, DeprecationWarning, stacklevel=2)
+        self.options: EmbeddedOptions | WorkspaceOptions = options
+        self._backend: EmbeddedBackend | WorkspaceBackend = (
+            WorkspaceBackend(options) if isinstance(options, WorkspaceOptions) else EmbeddedBackend(options)
         )
         self._execution: _Execution | None = None
         self._lock = asyncio.Lock()
+        self._hooks = ExecutorHooks(self._on_approval, self._pause_timer, self._declines, self._lock)
+
+    @property
+    def backend(self) -> EmbeddedBackend | WorkspaceBackend:
+        """What runs the kernel: an [EmbeddedBackend][ipybox.executor.backends.EmbeddedBackend] or a
+        [WorkspaceBackend][ipybox.executor.backends.WorkspaceBackend], made from `options`."""
+        return self._backend
+
+    @property
+    def workspace(self) -> Path | None:
+        """The workspace attached to (absolute), or `None` for an embedded executor."""
+        return self.options.workspace if isinstance(self.options, WorkspaceOptions) else None
+
+    @property
+    def working_dir(self) -> Path:
+        """The kernels' working directory (absolute): the workspace's, or the one the options name."""
+        return self._backend.working_dir
+
+    @property
+    def images_dir(self) -> Path | None:
+        return self.options.output.images_dir
+
+    @property
+    def output_dir(self) -> Path | None:
+        return self.options.output.output_dir
+
+    @property
+    def max_output_chars(self) -> int:
+        return self.options.output.max_output_chars
+
+    @property
+    def max_output_file_bytes(self) -> int | None:
+        return self.options.output.max_output_file_bytes
+
+    @property
+    def max_image_bytes(self) -> int | None:
+        return self.options.output.max_image_bytes
+
+    @property
+    def log_level(self) -> str:
+        return self.options.log_level
+
+    @property
+    def kernel_init_timeout(self) -> float | None:
+        o = self.options
+        return o.kernel_init_timeout if isinstance(o, WorkspaceOptions) else o.kernel.init_timeout
+
+    @property
+    def execute_accepts_asks(self) -> bool:
+        return isinstance(self.options, WorkspaceOptions) and self.options.execute_accepts_asks
+
+    @property
+    def _ask_answers(self) -> Answers:
+        # Kept for callers that set it after construction (the MCP server's sessions); new code passes
+        # `WorkspaceOptions(answers=...)`.
+        return self._backend.answers if isinstance(self._backend, WorkspaceBackend) else "application"
+
+    @_ask_answers.setter
+    def _ask_answers(self, answers: Answers) -> None:
+        if isinstance(self._backend, WorkspaceBackend):
+            self._backend.answers = answers
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -693,7 +380,7 @@ class CodeExecutor:
         # No `logger.setLevel(self.log_level)`: the `ipybox` logger is the application's (an `ipybox up`
         # that serves MCP sessions, each an executor, lost its INFO lines to it); `log_level` goes to
         # what this executor starts.
-        await self._backend.start()
+        await self._backend.start(self._hooks)
 
     async def stop(self) -> None:
         """Stop the kernel(s), the embedded gateway, the tool server and its MCP servers (or give the
@@ -843,9 +530,8 @@ class CodeExecutor:
                     # interrupt can land before the code runs, or be swallowed by it), and withdraw the
                     # approvals it asked for (with no approval_timeout they would wait forever).
                     execution.cancellation.cancel()
-                    task.cancel()
-                    with contextlib.suppress(BaseException):
-                        await task
+                    # Its failure is not this caller's to see; the caller's own cancellation still is.
+                    await cancel_and_wait(task)
                     execution.withdraw()
                     with contextlib.suppress(Exception):
                         await client.interrupt_until_idle()
@@ -957,7 +643,3 @@ class CodeExecutor:
         except Exception as e:  # the action is saved: a kernel that can't forget imports it after a reset
             logger.warning("the kernel could not forget the earlier version of %s: %s", saved.module, e)
         return saved
-
-
-def _path(value: str | Path | None) -> Path | None:
-    return Path(value) if value is not None else None

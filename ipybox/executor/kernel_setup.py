@@ -34,9 +34,9 @@ from dotenv import dotenv_values
 from ipybox.codeact.layout import gentools_dir
 from ipybox.config import WorkspaceConfig
 from ipybox.config.executables import protect, workspace_executables
+from ipybox.in_kernel.call_protocol import SERVER_ENV, TOKEN_ENV
 from ipybox.in_kernel.mcptools_refresh import MCPTOOLS_DIR_ENV
 from ipybox.in_kernel.shell_approval import SHELL_APPROVAL_ENV
-from ipybox.in_kernel.tool_runner import SERVER_ENV, TOKEN_ENV
 from ipybox.in_kernel.working_dir import CWD_RESET_ENV
 from ipybox.kernels.gateway import KernelGateway
 from ipybox.kernels.kernelspec import KernelSpec, sandboxed_kernel_spec

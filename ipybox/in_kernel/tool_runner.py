@@ -2,7 +2,7 @@
 
 It imports only the standard library, so that the first tool call in a fresh kernel costs milliseconds,
 and keeps one persistent connection per thread to the tool server's call channel (a Unix socket by
-default), speaking one JSON object per line each way.
+default), speaking one JSON object per line each way (`ipybox.in_kernel.call_protocol`).
 The kernel only ever sends a server *name*, a tool name and arguments (and, from generated modules, the
 root their package sits in): which process or URL backs that name is decided on the host.
 
@@ -29,8 +29,29 @@ import socket
 import threading
 from typing import Any
 
-SERVER_ENV = "IPYBOX_TOOL_SERVER"
-TOKEN_ENV = "IPYBOX_TOOL_TOKEN"
+from ipybox.in_kernel.call_protocol import (
+    CLOSING,
+    OP_RESET,
+    OP_RUN,
+    OP_SHELL,
+    SERVER_ENV,
+    SHELL_KINDS,
+    SHELL_SERVER,
+    TOKEN_ENV,
+    ErrorKind,
+    error_kind,
+)
+
+__all__ = [
+    "SERVER_ENV",
+    "SHELL_KINDS",
+    "TOKEN_ENV",
+    "ApprovalRejectedError",
+    "ApprovalTimeoutError",
+    "ToolRunner",
+    "ToolRunnerError",
+    "approve_shell",
+]
 
 # Below the allocator's mmap threshold: every recv() allocates a buffer of this size.
 _CHUNK = 64 * 1024
@@ -49,9 +70,9 @@ class ApprovalTimeoutError(ToolRunnerError):
     """Raised when nobody decided on the tool call within the approval timeout."""
 
 
-_ERRORS: dict[str, type[ToolRunnerError]] = {
-    "approval_rejected": ApprovalRejectedError,
-    "approval_timeout": ApprovalTimeoutError,
+_ERRORS: dict[ErrorKind | None, type[ToolRunnerError]] = {
+    ErrorKind.APPROVAL_REJECTED: ApprovalRejectedError,
+    ErrorKind.APPROVAL_TIMEOUT: ApprovalTimeoutError,
 }
 
 
@@ -176,7 +197,7 @@ class ToolRunner:
             ToolRunnerError: The tool failed, or the tool server could not be reached.
         """
         request: dict[str, Any] = {
-            "op": "run",
+            "op": OP_RUN,
             "server": self.server_name,
             "tool": tool_name,
             "args": tool_args,
@@ -195,7 +216,7 @@ class ToolRunner:
         """Reset this kernel's MCP servers (they start again on their next call): in a workspace, those
         this kernel used that no other kernel uses (shared ones keep running); with an embedded tool
         server, every started server."""
-        self._request({"op": "reset"})
+        self._request({"op": OP_RESET})
 
     async def reset(self) -> None:
         """Async variant of [reset_sync][ipybox.in_kernel.tool_runner.ToolRunner.reset_sync]."""
@@ -217,13 +238,8 @@ class ToolRunner:
         answer = _exchange(address, line)
         if "error" in answer:
             error = answer["error"]
-            raise _ERRORS.get(error.get("type", ""), ToolRunnerError)(
-                error.get("message", "tool call failed")
-            )
+            raise _ERRORS.get(error_kind(answer), ToolRunnerError)(error.get("message", "tool call failed"))
         return answer
-
-
-SHELL_KINDS = ("shell", "shell_magic")
 
 
 def approve_shell(
@@ -248,17 +264,17 @@ def approve_shell(
     """
     if kind not in SHELL_KINDS:
         raise ValueError(f"kind must be one of {SHELL_KINDS}, not {kind!r}")
-    request: dict[str, Any] = {"op": "shell", "kind": kind, "cmd": cmd}
+    request: dict[str, Any] = {"op": OP_SHELL, "kind": kind, "cmd": cmd}
     if magic is not None:
         request["magic"] = magic
-    answer = ToolRunner("ipybox", address=address, token=token)._request(request)
+    answer = ToolRunner(SHELL_SERVER, address=address, token=token)._request(request)
     if answer.get("approved") is not True:
         raise ToolRunnerError(f"unexpected answer from the tool server to a shell approval: {answer!r}")
 
 
 def _exchange(address: str, line: bytes) -> dict[str, Any]:
     answer = _exchange_once(address, line)
-    if answer.get("error", {}).get("type") == "idle_timeout":
+    if error_kind(answer) is ErrorKind.IDLE_TIMEOUT:
         # The channel closed this idle connection as the request crossed it, and ran none of it.
         answer = _exchange_once(address, line)
     return answer
@@ -290,11 +306,7 @@ def _exchange_once(address: str, line: bytes) -> dict[str, Any]:
         answer: dict[str, Any] = json.loads(reply)
     except ValueError:
         raise ToolRunnerError(f"unexpected answer from the tool server: {reply[:200]!r}") from None
-    if answer.get("error", {}).get("type") in _CLOSING:
+    if error_kind(answer) in CLOSING:
         conn.close()
         _local.conn = None
     return answer
-
-
-# Errors after which the channel closes the connection.
-_CLOSING = ("unauthorized", "idle_timeout", "too_many_connections", "request_too_large")

@@ -27,9 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
-
-import aiohttp
+from typing import TYPE_CHECKING, Any, Self
 
 from ipybox.errors import KernelError
 from ipybox.kernels.gateway import GatewayEndpoint
@@ -55,6 +53,11 @@ from ipybox.kernels.result import (
 from ipybox.kernels.timer import Cancellation, ExecutionTimer
 from ipybox.limits import format_bytes
 from ipybox.safefs import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_OUTPUT_FILE_BYTES
+
+if TYPE_CHECKING:
+    # aiohttp is imported where it is used, not here: it is a third of what `from ipybox import
+    # CodeExecutor` would load, and no request goes to a gateway before `connect()`.
+    import aiohttp
 
 __all__ = [
     "Cancellation",
@@ -226,6 +229,8 @@ class KernelClient:
             KernelStartError: The kernel died while starting.
             TimeoutError: It was alive but did not answer in time (the message names `kernel_init_timeout`).
         """
+        import aiohttp
+
         if self._http is not None:
             raise RuntimeError("already connected")
         connector: aiohttp.BaseConnector | None = None
@@ -275,6 +280,8 @@ class KernelClient:
             KernelStartError: The kernel died while starting.
             TimeoutError: It was alive but did not answer within `ready_timeout`.
         """
+        import aiohttp
+
         assert self._http is not None
         try:
             if self.kernel_source is not None:
@@ -394,6 +401,8 @@ class KernelClient:
         Returns:
             Whether the kernel became free within `timeout` seconds.
         """
+        import aiohttp
+
         kernel = self._kernel
         if kernel is None or kernel.dead:
             return True
@@ -582,6 +591,8 @@ class KernelClient:
     ) -> None:
         """Interrupt a cancelled execution until it ends, collecting its output; replace the kernel if it
         still runs after `interrupt_grace` (or died meanwhile). `started`: the code's `execute_input` came."""
+        import aiohttp
+
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.interrupt_grace
         # Before the code starts, wait for its `execute_input` (but not forever: a kernel may not send it).
@@ -613,6 +624,8 @@ class KernelClient:
         self, kernel: KernelConnection, request: Request, collector: OutputCollector, timeout: float
     ) -> None:
         """Interrupt a timed-out execution; replace the kernel if that does not stop it. Always raises."""
+        import aiohttp
+
         with contextlib.suppress(GatewayError, aiohttp.ClientError):
             await kernel.interrupt()
         try:

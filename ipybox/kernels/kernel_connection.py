@@ -21,12 +21,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar
-
-import aiohttp
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ipybox.errors import KernelError
 from ipybox.kernels.gateway import GatewayEndpoint
+
+if TYPE_CHECKING:
+    # aiohttp is imported where it is used, not here: it is a third of what `from ipybox import
+    # CodeExecutor` would load, and nothing here runs before a `KernelClient` made its session.
+    import aiohttp
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +145,8 @@ class KernelConnection:
                 kernel's own error goes, if given).
             TimeoutError: The kernel was alive but did not answer within `ready_timeout` seconds.
         """
+        import aiohttp
+
         body: dict[str, Any] = {}
         if kernel_name:
             body["name"] = kernel_name
@@ -182,6 +187,8 @@ class KernelConnection:
                 ends with the end of `gateway_log`, where the kernel's own error goes, if given).
             TimeoutError: The kernel was alive but did not answer within `ready_timeout` seconds.
         """
+        import aiohttp
+
         global ready_timeouts
         connection = cls(http, endpoint, kernel_id)
         try:
@@ -238,6 +245,8 @@ class KernelConnection:
                 raise KernelStartError(f"the gateway reports kernel {self.kernel_id} dead: {reason}")
 
     async def _connect(self) -> None:
+        import aiohttp
+
         url = f"{self.endpoint.ws_url}/api/kernels/{self.kernel_id}/channels?session_id={self.session_id}"
         try:
             self._ws = await self.http.ws_connect(url, max_msg_size=0, heartbeat=30, autoping=True)
@@ -254,6 +263,8 @@ class KernelConnection:
         self._on_death.append(callback)
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        import aiohttp
+
         try:
             async for frame in ws:
                 if frame.type != aiohttp.WSMsgType.TEXT:
@@ -352,6 +363,8 @@ class KernelConnection:
         """What the gateway tells about this kernel's limits and usage (`"ipybox"` of its kernel model:
         mechanism, limits, usage), or `None` when it tells nothing (another gateway, the kernel is gone).
         Never raises."""
+        import aiohttp
+
         try:
             async with (
                 asyncio.timeout(5),
@@ -391,6 +404,8 @@ class KernelConnection:
 
 async def gateway_down(http: aiohttp.ClientSession, endpoint: GatewayEndpoint) -> str | None:
     """Why the gateway does not answer (it exited, or is unreachable), or `None` when it does."""
+    import aiohttp
+
     try:
         async with asyncio.timeout(5), http.get(f"{endpoint.url}/api") as response:
             await response.read()
@@ -453,6 +468,8 @@ async def _first(main: Awaitable[T], watch: Awaitable[Any]) -> T:
 
 
 async def _reason(response: aiohttp.ClientResponse) -> str:
+    import aiohttp
+
     try:
         body = await response.json(content_type=None)
         detail = body.get("message") or body.get("reason") or ""

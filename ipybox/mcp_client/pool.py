@@ -43,15 +43,25 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
-
-import mcp_types as types
+from typing import TYPE_CHECKING, Any
 
 from ipybox.errors import IpyboxError
-from ipybox.mcp_client import MCPConnection, MCPServerError, ServerConnectError, parse_server_params
-from ipybox.mcp_client.params import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_RESULT_SIZE, ServerParams
+from ipybox.mcp_client.errors import MCPServerError, ServerConnectError
+from ipybox.mcp_client.params import (
+    DEFAULT_CALL_TIMEOUT,
+    DEFAULT_MAX_RESULT_SIZE,
+    ServerParams,
+    parse_server_params,
+)
 from ipybox.mcp_client.placeholders import placeholder_names
 from ipybox.mcp_client.registry import RegisteredServer
+
+if TYPE_CHECKING:
+    # The MCP SDK loads on the first server start (in `connection()`), not with this module: every executor
+    # holds an `MCPServers`, most start no server.
+    import mcp_types as types
+
+    from ipybox.mcp_client.connection import MCPConnection
 
 logger = logging.getLogger(__name__)
 
@@ -112,10 +122,8 @@ class MCPServers:
             is refused. Default: none, every root is refused.
         annotations_lookup: Consulted for the annotations of a server's tools while it has not listed
             them in this process, with its name and parameters (see `known_annotations`).
+        prepare: Called before a server starts (see `ServerPrepare`); `None`: servers start as registered.
     """
-
-    prepare: ServerPrepare | None = None
-    """Called before a server starts (see `ServerPrepare`); `None`: servers start as registered."""
 
     def __init__(
         self,
@@ -130,7 +138,9 @@ class MCPServers:
         annotations_lookup: AnnotationsLookup | None = None,
         package_lookup: PackageLookup | None = None,
         package_roots: Iterable[str | Path] = (),
+        prepare: ServerPrepare | None = None,
     ) -> None:
+        self.prepare = prepare
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
         self.max_result_size = max_result_size
@@ -219,6 +229,8 @@ class MCPServers:
             if self.prepare is not None:
                 secrets = bool(placeholder_names(dict(given)))
                 params = await self.prepare(server_name, params, secrets)
+            from ipybox.mcp_client.connection import MCPConnection
+
             connection = MCPConnection(
                 server_name,
                 params,

@@ -57,6 +57,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from ipybox.errors import IpyboxError
+from ipybox.in_kernel.call_protocol import SHELL_KINDS as _CALL_SHELL_KINDS
+from ipybox.in_kernel.call_protocol import SHELL_SERVER as _CALL_SHELL_SERVER
 from ipybox.rules.calls import ToolCall
 
 _log = logging.getLogger(__name__)
@@ -76,10 +78,11 @@ __all__ = [
 SHELL_SERVER: Final = "shell"
 """The server name rules use for shell commands: `server = "shell"`, `tool` = the program."""
 
-KERNEL_SHELL_SERVER: Final = "ipybox"
-"""The server name of a kernel's question about a shell command (as in ipybox 0.9.2)."""
+KERNEL_SHELL_SERVER: Final = _CALL_SHELL_SERVER
+"""The server name of a kernel's question about a shell command (as in ipybox 0.9.2; the call channel's
+`SHELL_SERVER`)."""
 
-KERNEL_SHELL_TOOLS: Final = ("shell", "shell_magic")
+KERNEL_SHELL_TOOLS: Final = _CALL_SHELL_KINDS
 """`ipybox.shell`: `!cmd` and its forms; `ipybox.shell_magic`: a script cell magic (`%%bash`, `%%perl`)."""
 
 MAX_NESTING: Final = 40

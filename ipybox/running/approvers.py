@@ -40,6 +40,7 @@ from ipybox.approval.ask_events import (
     parse_server_message,
 )
 from ipybox.approval.asks import Scope
+from ipybox.lifecycle import Service
 from ipybox.running.control_client import ControlRequestError
 from ipybox.running.state import NotRunningError, SupervisorState
 
@@ -78,6 +79,7 @@ class ApproverConnection:
         self.who = who
         self._http: aiohttp.ClientSession | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._tasks: Service | None = None
         self._reader: asyncio.Task[None] | None = None
         self._messages: asyncio.Queue[ApproverMessage | None] = asyncio.Queue()
         self._waiting: dict[str, deque[asyncio.Future[AnswerResult]]] = {}
@@ -135,7 +137,10 @@ class ApproverConnection:
         except BaseException:
             await self._drop_session()
             raise
-        self._reader = asyncio.create_task(self._read(self._ws))
+        # The reader outlives this call: it runs in a task group of the connection's (closed by `close()`).
+        self._tasks = Service("approver connection")
+        await self._tasks.start()
+        self._reader = self._tasks.spawn(self._read(self._ws), name="ipybox-approver-reader")
 
     async def answer(self, ask_id: str, accept: bool, scope: Scope = "once") -> AnswerResult:
         """Answer the pending ask `ask_id`; the workspace's verdict on the answer.
@@ -242,11 +247,10 @@ class ApproverConnection:
             with contextlib.suppress(Exception):
                 await self._ws.close()
             self._ws = None
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(BaseException):
-                await self._reader
-            self._reader = None
+        if self._tasks is not None:
+            await self._tasks.aclose()  # cancels the reader and waits for it (a cancelled caller sees it)
+            self._tasks = None
+        self._reader = None
         await self._drop_session()
 
     async def _drop_session(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -23,9 +24,12 @@ from ipybox.approval.ask_events import (
     AskQuestion,
     parse_server_message,
 )
+from ipybox.lifecycle import task_scope
 from ipybox.running.state import NotRunningError, SupervisorState
 
 __all__ = ["ask_question"]
+
+logger = logging.getLogger(__name__)
 
 Elicit = Callable[[], Awaitable[bool]]
 """Ask the MCP client; `True` to allow. Cancelled when a person answers first."""
@@ -46,28 +50,43 @@ async def ask_question(
             ws = await http.ws_connect("http://localhost/asks")
         except aiohttp.ClientError as e:
             raise NotRunningError(f"cannot reach ipybox in {state.workspace}: {e}") from None
-        eliciting: asyncio.Task[None] | None = None
         try:
-            await ws.send_str(question.to_json())
-            async for frame in ws:
-                if frame.type != aiohttp.WSMsgType.TEXT:
-                    continue
-                message = parse_server_message(frame.data)
-                if isinstance(message, AskOpenedMessage):
-                    if message.ask.asked_of == "elicitation" and elicit is not None:
-                        eliciting = asyncio.create_task(_elicit(ws, message.ask.id, elicit))
-                elif isinstance(message, AskClosedMessage):
-                    return message.answer if message.answer is not None else message.why
-            return "the workspace closed the question without an answer"
+            # The client's dialog runs in a task group of this question's scope: it never outlives it.
+            async with task_scope() as group:
+                return await _answer(ws, question, elicit, group)
         finally:
-            if eliciting is not None and not eliciting.done():
-                eliciting.cancel()  # a person answered first: the client's dialog is no longer wanted
-                with contextlib.suppress(BaseException):
-                    await eliciting
             await ws.close()
 
 
+async def _answer(
+    ws: aiohttp.ClientWebSocketResponse,
+    question: AskQuestion,
+    elicit: Elicit | None,
+    group: asyncio.TaskGroup,
+) -> AnswerView | str:
+    eliciting: asyncio.Task[None] | None = None
+    try:
+        await ws.send_str(question.to_json())
+        async for frame in ws:
+            if frame.type != aiohttp.WSMsgType.TEXT:
+                continue
+            message = parse_server_message(frame.data)
+            if isinstance(message, AskOpenedMessage):
+                if message.ask.asked_of == "elicitation" and elicit is not None:
+                    eliciting = group.create_task(_elicit(ws, message.ask.id, elicit))
+            elif isinstance(message, AskClosedMessage):
+                return message.answer if message.answer is not None else message.why
+        return "the workspace closed the question without an answer"
+    finally:
+        if eliciting is not None:
+            eliciting.cancel()  # a person answered first: the client's dialog is no longer wanted
+
+
 async def _elicit(ws: aiohttp.ClientWebSocketResponse, ask_id: str, elicit: Elicit) -> None:
-    accept = await elicit()
+    try:
+        accept = await elicit()
+    except Exception as e:  # the client could not ask: the question stays with the people asked
+        logger.debug("eliciting an answer failed: %s", e)
+        return
     with contextlib.suppress(Exception):
         await ws.send_str(AnswerMessage(id=ask_id, accept=accept).to_json())

@@ -22,25 +22,27 @@ warm pool for attached applications, their approval websockets, applying a serve
 
 Contract: every answer is a model of `ipybox.running.status`, as JSON (`model_dump(mode="json")`). An
 unknown lease is 404, anything else that fails 503, both with a `ControlError` body. The app drives a
-`Controlled` (a small protocol), not the supervisor itself, so it is tested in process.
+`Controlled` (a small protocol), not the supervisor itself, so it is tested in process. Its place among
+the protocols: `docs/design.md`, "Protocols".
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from ipybox.asgi_server import BearerAuth
+from ipybox.lifecycle import first_of, task_scope
 from ipybox.progress import Progress, ProgressEvent
 from ipybox.running.status import (
     ConsoleLogin,
@@ -71,7 +73,11 @@ class Controlled(Protocol):
     async def lease_kernel(self, lease: LeaseId) -> KernelLeased: ...
     async def release_lease(self, lease: LeaseId) -> None: ...
     async def serve_approvals(self, lease: LeaseId, websocket: WebSocket) -> None: ...
-    async def apply_server(self, name: str, progress: Progress | None = None) -> ServerOutcome: ...
+    async def apply_server(self, name: str, progress: Progress | None = None) -> ServerOutcome:
+        """Apply `ipybox.toml` now and return server `name`'s outcome; the apply finishes also when the
+        caller is cancelled (a client of a streamed apply that went away)."""
+        ...
+
     async def serve_approver(self, websocket: WebSocket, who: str) -> None: ...
     async def serve_asker(self, websocket: WebSocket) -> None: ...
     def console_login(self) -> str: ...
@@ -120,8 +126,7 @@ def control_app(target: Controlled, token: str) -> ASGIApp:
     async def apply_server_streaming(request: Request) -> Response:
         if NDJSON not in request.headers.get("accept", ""):
             return await apply_once(request)
-        name = request.path_params["name"]
-        return StreamingResponse(_applying(target, name, request), media_type=NDJSON)
+        return _ApplyStream(target, request.path_params["name"], request.url.path)
 
     async def shutdown(request: Request) -> ShutdownAccepted:
         target.request_shutdown()
@@ -160,42 +165,45 @@ def control_app(target: Controlled, token: str) -> ASGIApp:
     return BearerAuth(Starlette(routes=routes), token)
 
 
-async def _applying(target: Controlled, name: str, request: Request) -> AsyncIterator[bytes]:
-    """The lines of a streamed apply: each event of server `name` as it comes, then its outcome (or why
-    applying failed). A client that goes away does not stop the apply: the workspace finishes it."""
-    events: asyncio.Queue[ProgressEvent] = asyncio.Queue()
-    applying = asyncio.ensure_future(target.apply_server(name, progress=events.put_nowait))
-    getting: asyncio.Future[ProgressEvent] | None = None
-    try:
-        while not applying.done() or not events.empty():
-            getting = asyncio.ensure_future(events.get())
-            await asyncio.wait({getting, applying}, return_when=asyncio.FIRST_COMPLETED)
-            if getting.done():
-                yield _line(getting.result())
-            else:
-                getting.cancel()
+class _ApplyStream(Response):
+    """A streamed apply: each event of server `name` as it comes, then its outcome (or why applying failed),
+    one JSON line each. The apply, the writing of the lines and the wait for the client leaving run in a
+    task group of this response's scope; a client that goes away cancels the apply's caller here, and the
+    target finishes the apply (`Controlled.apply_server`)."""
+
+    def __init__(self, target: Controlled, name: str, path: str) -> None:
+        super().__init__(media_type=NDJSON)
+        # Streamed: no length (`Response` gives its empty body one).
+        self.raw_headers = [(key, value) for key, value in self.raw_headers if key != b"content-length"]
+        self.target, self.name, self.path = target, name, path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await first_of(self._respond(send), _disconnected(receive))
+
+    async def _respond(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        lines: asyncio.Queue[bytes | None] = asyncio.Queue()
+        async with task_scope() as group:
+            group.create_task(self._apply(lines))
+            while (line := await lines.get()) is not None:
+                await send({"type": "http.response.body", "body": line, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _apply(self, lines: asyncio.Queue[bytes | None]) -> None:
         try:
-            last: BaseModel = applying.result()
+            last: BaseModel = await self.target.apply_server(
+                self.name, progress=lambda e: lines.put_nowait(_line(e))
+            )
         except Exception as e:
-            logger.warning("control request POST %s failed: %s", request.url.path, e)
+            logger.warning("control request POST %s failed: %s", self.path, e)
             last = StreamFailure(error=f"{type(e).__name__}: {e}")
-        yield _line(last)
-    finally:
-        if getting is not None:
-            getting.cancel()
-        if not applying.done():  # the client left: the apply finishes, a failure goes to the log
-            _left_behind.add(applying)
-            applying.add_done_callback(_forget)
+        lines.put_nowait(_line(last))
+        lines.put_nowait(None)
 
 
-# Applies whose client left, held until they finish (the loop keeps only weak references to tasks).
-_left_behind: set[asyncio.Future[ServerOutcome]] = set()
-
-
-def _forget(task: asyncio.Future[ServerOutcome]) -> None:
-    _left_behind.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        logger.warning("applying a server for a client that left failed: %s", task.exception())
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _line(model: BaseModel | ProgressEvent) -> bytes:

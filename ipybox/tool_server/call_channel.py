@@ -3,7 +3,9 @@
 A tool call from a kernel is on the critical path of agent code that loops over tools, so this path
 carries no HTTP: the kernel writes `{"token", "op", ...}` and a newline, the channel answers with one
 JSON line (`{"result": ...}` or `{"error": {"type", "message"}}`). `json.dumps` never emits a raw newline,
-so a line is always one whole message. Every request carries the token; a request without the right one
+so a line is always one whole message; the protocol's operations, error kinds and shell-question names are
+defined once, in [call_protocol][ipybox.in_kernel.call_protocol], which the kernel's `ToolRunner` imports
+too. Every request carries the token; a request without the right one
 is answered `unauthorized` and the connection is closed. The token also says who is calling: the channel
 puts that identity into the request as `caller` (whatever the kernel sent there is replaced).
 
@@ -69,8 +71,23 @@ from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_json
 
+from ipybox.in_kernel.call_protocol import OP_RUN, SHELL_KINDS, SHELL_SERVER, ErrorKind, error
+from ipybox.lifecycle import cancel_and_wait
 from ipybox.mcp_client.registry import MAX_ROOT_CHARS
 from ipybox.rules.calls import ToolCall
+
+__all__ = [
+    "SHELL_KINDS",
+    "SHELL_SERVER",
+    "CallChannel",
+    "ChannelLimits",
+    "Handler",
+    "answer_pieces",
+    "error",
+    "run_call",
+    "run_package",
+    "shell_call",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -114,11 +131,6 @@ def answer_pieces(answer: dict[str, Any]) -> list[memoryview | bytes]:
     return [*(view[start : start + _ANSWER_PIECE] for start in range(0, len(view), _ANSWER_PIECE)), b"\n"]
 
 
-def error(kind: str, message: str) -> dict[str, Any]:
-    """An error answer."""
-    return {"error": {"type": kind, "message": message}}
-
-
 def run_call(request: dict[str, Any]) -> ToolCall:
     """The tool call a `run` request asks for, with the caller the channel authenticated (no annotations:
     the host knows those, not the kernel).
@@ -155,11 +167,6 @@ def run_package(request: dict[str, Any]) -> str | None:
             f"{MAX_ROOT_CHARS} characters) of the directory a generated tool package is in"
         )
     return package
-
-
-SHELL_SERVER = "ipybox"
-"""The server name of shell-command approvals (`ipybox.shell`, `ipybox.shell_magic`), as in ipybox 0.9.2."""
-SHELL_KINDS = ("shell", "shell_magic")
 
 
 def shell_call(request: dict[str, Any]) -> ToolCall:
@@ -304,9 +311,8 @@ class CallChannel:
     async def stop(self) -> None:
         """Stop listening, close every connection and end the calls still running on them."""
         if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+            # Not `suppress(CancelledError)`: a caller cancelled while stopping must see its cancellation.
+            await cancel_and_wait(self._sweeper)
             self._sweeper = None
         if self._server is not None:
             self._server.close()
@@ -407,10 +413,8 @@ class CallChannel:
     async def _unwatch(self, conn: _Connection) -> None:
         watcher, conn.watcher = conn.watcher, None
         if watcher is not None and not watcher.done():
-            watcher.cancel()
             # Done before the connection's task reads again: a stream has one reader at a time.
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            await cancel_and_wait(watcher)
 
     def _admit(self, conn: _Connection) -> bool:
         """Count a new connection in, closing the oldest unidentified one to make room; `False` when there
@@ -442,7 +446,7 @@ class CallChannel:
         if conn.caller == caller:
             return
         if conn.holds_large:
-            raise _Refused(error("unauthorized", "a request's tokens disagree"))
+            raise _Refused(error(ErrorKind.UNAUTHORIZED, "a request's tokens disagree"))
         state = self._callers.get(caller)
         if state is None:
             state = self._callers[caller] = _Caller(asyncio.Semaphore(self.limits.large_requests_per_caller))
@@ -491,7 +495,7 @@ class CallChannel:
 
     @staticmethod
     def _too_many(message: str) -> dict[str, Any]:
-        return error("too_many_connections", message)
+        return error(ErrorKind.TOO_MANY_CONNECTIONS, message)
 
     # -- reading a request
 
@@ -560,7 +564,7 @@ class CallChannel:
             else:
                 why = f"no request for {self.limits.idle_timeout:g} s"
             raise _Refused(
-                error("idle_timeout", f"closed: {why}; nothing sent after the last answer was run")
+                error(ErrorKind.IDLE_TIMEOUT, f"closed: {why}; nothing sent after the last answer was run")
             ) from None
         finally:
             conn.reading_until = None
@@ -571,14 +575,16 @@ class CallChannel:
             return  # may still be a small request (a raw client's): authenticated once complete
         caller = self._authenticate(match.group(1).decode())
         if caller is None:
-            raise _Refused(error("unauthorized", "the ipybox tool server rejected this kernel's token"))
+            raise _Refused(
+                error(ErrorKind.UNAUTHORIZED, "the ipybox tool server rejected this kernel's token")
+            )
         self._identify(conn, caller)
 
     def _too_large(self, why: str = "") -> dict[str, Any]:
         limit = self.limits.max_request_bytes
         size = f"{limit / MiB:g} MiB" if limit % (MiB // 16) == 0 else f"{limit} bytes"
         return error(
-            "request_too_large",
+            ErrorKind.REQUEST_TOO_LARGE,
             why
             or (
                 f"a tool call's request (its arguments as JSON) may be {size} at most "
@@ -593,23 +599,23 @@ class CallChannel:
         try:
             request = json.loads(line)
         except ValueError:
-            return error("bad_request", "a request is one JSON object per line"), False
+            return error(ErrorKind.BAD_REQUEST, "a request is one JSON object per line"), False
         if not isinstance(request, dict):
-            return error("bad_request", "a request is one JSON object per line"), False
+            return error(ErrorKind.BAD_REQUEST, "a request is one JSON object per line"), False
         token = request.pop("token", None)
         caller = self._authenticate(token) if isinstance(token, str) else None
         if caller is None:
-            return error("unauthorized", "the ipybox tool server rejected this kernel's token"), False
+            return error(ErrorKind.UNAUTHORIZED, "the ipybox tool server rejected this kernel's token"), False
         try:
             self._identify(conn, caller)
         except _Refused as refused:
             return refused.answer, False
         request["caller"] = caller
-        handler = self._handlers.get(request.get("op", "run"))
+        handler = self._handlers.get(request.get("op", OP_RUN))
         if handler is None:
-            return error("bad_request", f"unknown op {request.get('op')!r}"), True
+            return error(ErrorKind.BAD_REQUEST, f"unknown op {request.get('op')!r}"), True
         try:
             return await handler(request), True
         except Exception as e:  # a bug must not hang the kernel: it gets an answer either way
             logger.exception("tool call failed unexpectedly")
-            return error("internal_error", f"the tool server failed: {type(e).__name__}: {e}"), True
+            return error(ErrorKind.INTERNAL_ERROR, f"the tool server failed: {type(e).__name__}: {e}"), True

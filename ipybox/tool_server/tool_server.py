@@ -59,26 +59,19 @@ from starlette.websockets import WebSocket
 from ipybox.approval.approver import Approval, ApproveAll, Approved, Approver, NoOneToAsk, Rejected, TimedOut
 from ipybox.approval.channel import ApprovalChannel
 from ipybox.asgi_server import BearerAuth, EmbeddedServer
+from ipybox.in_kernel.call_protocol import OP_RESET, OP_RUN, OP_SHELL, SERVER_ENV, TOKEN_ENV, ErrorKind, error
 from ipybox.mcp_client import (
     CallTimeoutError,
     MCPServerError,
     ResultTooLargeError,
     ServerMemoryLimitError,
     ToolCallError,
-    tool_result_value,
 )
 from ipybox.mcp_client.params import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_RESULT_SIZE
 from ipybox.mcp_client.pool import AnnotationsLookup, MCPServers, UnknownServerError
 from ipybox.rules.calls import ToolCall
 from ipybox.safefs import DEFAULT_MAX_IMAGE_BYTES
-from ipybox.tool_server.call_channel import (
-    CallChannel,
-    ChannelLimits,
-    error,
-    run_call,
-    run_package,
-    shell_call,
-)
+from ipybox.tool_server.call_channel import CallChannel, ChannelLimits, run_call, run_package, shell_call
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +91,11 @@ class ToolServer:
             `max_result_size`; a larger one is a `result_too_large` error for the kernel.
         log_to_stderr: Kept for ipybox 0.9 compatibility (ipybox logs through `logging`).
         log_level: Log level of the tool server's logger.
-        servers: MCP server parameters by name (more can be added with `servers.register()`).
+        servers: MCP server parameters by name (more can be added with `servers.register()`), or the
+            [MCPServers][ipybox.mcp_client.pool.MCPServers] to run (made by the caller, with what it alone
+            sets: `package_lookup`, `package_roots`, `prepare`); then `connect_timeout`, `call_timeout`,
+            `max_result_size`, `environ`, `dotenv_path`, `lookup` and `annotations_lookup`, which configure
+            the `MCPServers` the tool server makes, must be left out.
         unix_socket: Listen on this socket path (default: `tools.sock` in a private temporary directory);
             kernels' calls go to a second socket next to it, `<name>.calls.sock`.
         media_dir: Where images and binary resources returned by tools are saved.
@@ -111,6 +108,14 @@ class ToolServer:
             sees for a call decided before the server starts.
         call_limits: What one caller (one kernel's token) may hold of the call channel: open connections,
             request size, idle time (default `ChannelLimits()`: 64 connections, 16 MiB, 5 minutes).
+        approval: The interactive approver behind `/approval` (an `ApprovalChannel` made by the caller,
+            e.g. with an in-process `handler`); then `approval_required` and `approval_timeout`, which
+            configure the channel the tool server makes, must be left out.
+        approver: What decides every call (default: `approval` when it requires approval, else
+            `ApproveAll()`); a workspace passes its rules.
+        shell_approver: What decides the shell commands kernels ask about (default: `approver`).
+
+    Everything is given to the constructor: nothing is set on a tool server afterwards.
 
     Attributes:
         token: The application's token, for the HTTP endpoints (`ApprovalClient(token=...)`, `PUT /reset`)
@@ -119,10 +124,9 @@ class ToolServer:
             channel only (caller ""). `add_caller` issues one per caller instead.
         approval: The interactive approver behind `/approval`: an `ApprovalClient` connects to it, or an
             in-process `approval.handler` answers (its `pause` stops the calling execution's clock).
-        approver: What decides every call: `approval` when `approval_required`, else `ApproveAll()`;
-            replace it with another `Approver` (a workspace uses its rules).
+        approver: What decides every call (see Args).
         shell_approver: What decides the shell commands kernels ask about (`ipybox.shell` /
-            `ipybox.shell_magic` calls, see `shell_call`); `None` (default): `approver`.
+            `ipybox.shell_magic` calls, see `shell_call`); `None`: `approver`.
 
     Example:
         ```python
@@ -142,7 +146,7 @@ class ToolServer:
         log_to_stderr: bool = False,
         log_level: str = "INFO",
         *,
-        servers: Mapping[str, Mapping[str, Any]] | None = None,
+        servers: Mapping[str, Mapping[str, Any]] | MCPServers | None = None,
         unix_socket: Path | None = None,
         media_dir: Path | None = None,
         max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
@@ -153,7 +157,29 @@ class ToolServer:
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
         max_result_size: int = DEFAULT_MAX_RESULT_SIZE,
         call_limits: ChannelLimits | None = None,
+        approval: ApprovalChannel | None = None,
+        approver: Approver | None = None,
+        shell_approver: Approver | None = None,
     ) -> None:
+        if isinstance(servers, MCPServers):
+            _left_out(
+                "servers=MCPServers(...)",
+                "MCPServers",
+                connect_timeout=(connect_timeout, 30),
+                call_timeout=(call_timeout, DEFAULT_CALL_TIMEOUT),
+                max_result_size=(max_result_size, DEFAULT_MAX_RESULT_SIZE),
+                environ=(environ, None),
+                dotenv_path=(dotenv_path, None),
+                lookup=(lookup, None),
+                annotations_lookup=(annotations_lookup, None),
+            )
+        if approval is not None:
+            _left_out(
+                "approval=ApprovalChannel(...)",
+                "ApprovalChannel",
+                approval_required=(approval_required, False),
+                approval_timeout=(approval_timeout, 60),
+            )
         if host == "localhost":
             host = "127.0.0.1"
         if port is not None and host not in ("127.0.0.1", "::1"):
@@ -165,26 +191,32 @@ class ToolServer:
         self.call_token = secrets.token_urlsafe(32)
         self.media_dir = media_dir or Path("images")
         self.max_image_bytes = max_image_bytes
-        self.approval = ApprovalChannel(approval_required, approval_timeout)
-        self.servers = MCPServers(
-            servers,
-            connect_timeout=connect_timeout,
-            call_timeout=call_timeout,
-            max_result_size=max_result_size,
-            environ=environ,
-            dotenv_path=dotenv_path,
-            lookup=lookup,
-            annotations_lookup=annotations_lookup,
+        self.approval = approval or ApprovalChannel(approval_required, approval_timeout)
+        self.servers = (
+            servers
+            if isinstance(servers, MCPServers)
+            else MCPServers(
+                servers,
+                connect_timeout=connect_timeout,
+                call_timeout=call_timeout,
+                max_result_size=max_result_size,
+                environ=environ,
+                dotenv_path=dotenv_path,
+                lookup=lookup,
+                annotations_lookup=annotations_lookup,
+            )
         )
         self.log_level = log_level.upper()
-        # The one approver every call goes to: the channel, everything approved, or one set in its place
+        # The one approver every call goes to: the channel, everything approved, or one given in its place
         # (a workspace's `WorkspaceApprover`), which leaves the channel's websocket unused.
-        self.approver: Approver = self.approval if approval_required else ApproveAll()
-        self.shell_approver: Approver | None = None
+        if approver is None:
+            approver = self.approval if self.approval.approval_required else ApproveAll()
+        self.approver: Approver = approver
+        self.shell_approver: Approver | None = shell_approver
         self._callers: dict[str, str] = {}
         self._private_dir: Path | None = None
         self.calls = CallChannel(
-            self._caller_of, {"run": self._run, "reset": self._reset_op, "shell": self._shell}, call_limits
+            self._caller_of, {OP_RUN: self._run, OP_RESET: self._reset_op, OP_SHELL: self._shell}, call_limits
         )
         self._http = EmbeddedServer(self.app(), "ipybox-tool-server", debug=self.log_level == "DEBUG")
 
@@ -217,8 +249,6 @@ class ToolServer:
     def kernel_env(self) -> dict[str, str]:
         """Environment variables that point a kernel's `ToolRunner` at this server, with `call_token`
         (which works on the call channel only, never on the HTTP endpoints)."""
-        from ipybox.in_kernel.tool_runner import SERVER_ENV, TOKEN_ENV
-
         return {SERVER_ENV: self.calls_address, TOKEN_ENV: self.call_token}
 
     def app(self) -> ASGIApp:
@@ -309,7 +339,7 @@ class ToolServer:
             call = run_call(request)
             package = run_package(request)
         except ValueError as e:
-            return error("bad_request", str(e))
+            return error(ErrorKind.BAD_REQUEST, str(e))
         name = f"{call.server}.{call.tool}"
         # Decided before anything starts: an unknown name is refused without asking anyone, and the
         # decision uses the annotations known without starting the server (a listing, or recorded ones).
@@ -318,7 +348,7 @@ class ToolServer:
         try:
             key = self.servers.resolve_key(call.server, package)
         except UnknownServerError as e:
-            return error("unknown_server", str(e))
+            return error(ErrorKind.UNKNOWN_SERVER, str(e))
         call = replace(call, annotations=self.servers.known_annotations(key, call.tool))
         refused = _refusal(await self.approver.decide(call), name)
         return refused if refused is not None else await self._execute(call, key)
@@ -328,7 +358,7 @@ class ToolServer:
         try:
             call = shell_call(request)
         except ValueError as e:
-            return error("bad_request", str(e))
+            return error(ErrorKind.BAD_REQUEST, str(e))
         approver = self.shell_approver or self.approver
         refused = _refusal(await approver.decide(call), f"shell command {call.args['cmd']!r}")
         return refused if refused is not None else {"approved": True}
@@ -340,6 +370,10 @@ class ToolServer:
         went over the memory of its `limits` and was stopped; it starts again on the next call),
         `server_error`, `unknown_server`. A timed-out or too-large call fails alone: the server keeps
         serving every other call."""
+        # Here, not at the top: it loads the MCP SDK's types, which the server's start has loaded by now and
+        # which an executor that calls no tool never needs (`from ipybox import CodeExecutor` stays fast).
+        from ipybox.mcp_client.results import tool_result_value
+
         server_name, tool_name = call.server, call.tool
         try:
             result = await self.servers.call(key, tool_name, dict(call.args), caller=call.caller)  # starts it
@@ -353,17 +387,17 @@ class ToolServer:
                 max_file_bytes=self.max_image_bytes,
             )
         except ToolCallError as e:
-            return error("tool_error", str(e))
+            return error(ErrorKind.TOOL_ERROR, str(e))
         except CallTimeoutError as e:  # cancelled on the server, which keeps serving other calls
-            return error("call_timeout", str(e))
+            return error(ErrorKind.CALL_TIMEOUT, str(e))
         except ResultTooLargeError as e:  # dropped unread (stdio), the server keeps serving other calls
-            return error("result_too_large", str(e))
+            return error(ErrorKind.RESULT_TOO_LARGE, str(e))
         except ServerMemoryLimitError as e:  # killed for its memory; the other servers never noticed
-            return error("server_memory_limit", str(e))
+            return error(ErrorKind.SERVER_MEMORY_LIMIT, str(e))
         except MCPServerError as e:
-            return error("server_error", str(e))
+            return error(ErrorKind.SERVER_ERROR, str(e))
         except UnknownServerError as e:  # unregistered while the call waited for its decision
-            return error("unknown_server", str(e))
+            return error(ErrorKind.UNKNOWN_SERVER, str(e))
         return {"result": value}
 
     async def _reset_op(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -378,14 +412,26 @@ class ToolServer:
         await self.approval.connect(websocket)
 
 
+def _left_out(given: str, owner: str, **settings: tuple[object, object]) -> None:
+    """Refuse settings of a part the caller made itself (`given`), passed to the tool server as well."""
+    for name, (value, default) in settings.items():
+        if value != default:
+            raise ValueError(
+                f"{name}= configures the {owner} a ToolServer makes; with {given}, pass it to {owner} "
+                f"and drop {name}= here"
+            )
+
+
 def _refusal(outcome: Approval, name: str) -> dict[str, Any] | None:
     """The error answer for an outcome that is not `Approved` (`None` for `Approved`)."""
     match outcome:
         case Approved():
             return None
         case Rejected(reason):
-            return error("approval_rejected", f"{name} was rejected" + (f": {reason}" if reason else ""))
+            return error(
+                ErrorKind.APPROVAL_REJECTED, f"{name} was rejected" + (f": {reason}" if reason else "")
+            )
         case TimedOut(timeout):
-            return error("approval_timeout", f"no decision on {name} within {timeout:g} s")
+            return error(ErrorKind.APPROVAL_TIMEOUT, f"no decision on {name} within {timeout:g} s")
         case NoOneToAsk(reason):
-            return error("approval_rejected", f"{name} was not approved: {reason}")
+            return error(ErrorKind.APPROVAL_REJECTED, f"{name} was not approved: {reason}")

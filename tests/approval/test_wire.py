@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ipybox.approval.ask_events import AskOpenedMessage
+from ipybox.approval.message import WireMessage
 from ipybox.approval.wire import (
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -194,3 +196,23 @@ def test_notices_parse_from_any_server_frame_and_requests_still_do() -> None:
 def test_a_malformed_notice_is_a_message_error_not_a_crash() -> None:
     with pytest.raises(ApprovalMessageError, match=r"malformed approval notice: params\.accept"):
         parse_server_frame('{"jsonrpc": "2.0", "method": "withdrawn", "params": {"id": 8, "accept": "yes"}}')
+
+
+def test_call_params_speak_the_one_call_vocabulary_and_send_the_0_9_2_names() -> None:
+    params = CallParams.of(ToolCall("fs", "write_file", {"path": "a"}))
+    assert (params.server, params.tool, params.args) == ("fs", "write_file", {"path": "a"})
+    sent = json.loads(ApprovalAsk(id=1, params=params).to_json())["params"]
+    assert (sent["server_name"], sent["tool_name"], sent["tool_args"]) == ("fs", "write_file", {"path": "a"})
+    assert {"server", "tool", "args"}.isdisjoint(sent)
+    assert parse_ask(json.dumps({"id": 1, "method": "approve", "params": sent})).params.to_call() == ToolCall(
+        "fs", "write_file", {"path": "a"}
+    )
+
+
+def test_both_approval_protocols_share_one_message_base_and_send_any_argument() -> None:
+    assert issubclass(ApprovalAsk, WireMessage) and issubclass(AskOpenedMessage, WireMessage)
+    # A lone surrogate (a kernel's "\ud800") has no UTF-8 form: sent as its escape, as approvers show it.
+    frame = ApprovalAsk(
+        id=1, params=CallParams.of(ToolCall("fs", "write_file", {"path": "\ud800"}))
+    ).to_json()
+    assert parse_ask(frame).params.args == {"path": "\\ud800"}

@@ -3,6 +3,7 @@ anything starts (no processes: these are unit tests)."""
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,18 @@ import psutil
 import pytest
 
 from ipybox import CodeExecutor, ResourceLimits
+from ipybox.executor.backends import EmbeddedBackend, WorkspaceBackend
+from ipybox.executor.options import (
+    ApprovalOptions,
+    EmbeddedGateway,
+    EmbeddedOptions,
+    ExternalGateway,
+    KernelOptions,
+    OutputOptions,
+    SandboxOptions,
+    ToolOptions,
+    WorkspaceOptions,
+)
 
 # Everything an embedded executor takes that a workspace's ipybox.toml decides instead, with a value.
 WORKSPACE_DECIDES: dict[str, Any] = {
@@ -125,16 +138,14 @@ def test_the_tool_server_host_without_a_port_warns_at_the_caller() -> None:
 
 def test_the_tool_server_host_with_a_port_does_not_warn() -> None:
     executor = _no_warnings_from(tool_server_host="::1", tool_server_port=0)
-    assert (executor.tool_server_host, executor.tool_server_port) == ("::1", 0)
+    assert isinstance(executor.options, EmbeddedOptions)
+    assert (executor.options.tools.server_host, executor.options.tools.server_port) == ("::1", 0)
 
 
-def test_arguments_left_out_warn_about_nothing() -> None:
+def test_arguments_left_out_warn_about_nothing_and_are_the_default_options() -> None:
     executor = _no_warnings_from()
-    assert (executor.tool_server_host, executor.approval_timeout, executor.sandbox) == (
-        "localhost",
-        60,
-        False,
-    )
+    assert executor.options == EmbeddedOptions()
+    assert isinstance(executor.backend, EmbeddedBackend)
 
 
 def test_the_0_9_arguments_that_do_something_are_taken_without_a_warning(tmp_path: Path) -> None:
@@ -169,3 +180,172 @@ def test_package_roots_is_a_list_of_directories(roots: str | Path) -> None:
         ValueError, match=r"package_roots takes a list of directories: pass package_roots=\[\.\.\.\]"
     ):
         CodeExecutor(package_roots=roots)  # type: ignore[arg-type]
+
+
+# ipybox 0.9.2's published signature, in its positional order (the reference docs' `CodeExecutor(...)`).
+PUBLISHED_0_9_2 = (
+    "tool_server_host",
+    "tool_server_port",
+    "kernel_gateway_host",
+    "kernel_gateway_port",
+    "kernel_env",
+    "images_dir",
+    "approval_timeout",
+    "connect_timeout",
+    "sandbox",
+    "sandbox_config",
+    "log_level",
+)
+
+
+def test_the_0_9_2_signature_still_binds_positionally_and_by_name() -> None:
+    signature = inspect.signature(CodeExecutor)
+    assert tuple(signature.parameters)[: len(PUBLISHED_0_9_2)] == PUBLISHED_0_9_2
+    values = (
+        "localhost",
+        None,
+        "localhost",
+        None,
+        {"A": "1"},
+        Path("images"),
+        60,
+        30,
+        False,
+        None,
+        "WARNING",
+    )
+    bound = signature.bind(*values)
+    assert dict(bound.arguments) == dict(zip(PUBLISHED_0_9_2, values, strict=True))
+    assert dict(signature.bind(**dict(zip(PUBLISHED_0_9_2, values, strict=True))).arguments) == dict(
+        bound.arguments
+    )
+
+
+def test_an_executor_constructed_the_0_9_2_way_gets_the_options_its_arguments_stand_for(
+    tmp_path: Path,
+) -> None:
+    with pytest.warns(DeprecationWarning, match="tool_server_host does nothing"):  # as in 0.9.2: no port
+        executor = CodeExecutor(
+            "localhost",
+            None,
+            "127.0.0.1",
+            8888,
+            {"A": "1"},
+            tmp_path / "img",
+            10,
+            5,
+            True,
+            tmp_path / "p.json",
+            "debug",
+        )
+    assert executor.options == EmbeddedOptions(
+        kernel=KernelOptions(env={"A": "1"}, sandbox=SandboxOptions(tmp_path / "p.json")),
+        gateway=EmbeddedGateway("127.0.0.1", 8888),
+        tools=ToolOptions(connect_timeout=5, server_host="localhost"),
+        approval=ApprovalOptions(timeout=10),
+        output=OutputOptions(images_dir=tmp_path / "img"),
+        log_level="DEBUG",
+    )
+
+
+def test_the_later_keyword_arguments_fill_their_options(tmp_path: Path) -> None:
+    limits = ResourceLimits(memory="1GiB")
+    executor = CodeExecutor(
+        working_dir=tmp_path,
+        kernel_gateway_url="http://127.0.0.1:9999",
+        kernel_gateway_token="t",
+        approve_tool_calls=False,
+        max_output_chars=10,
+        output_dir="out",
+        spare_kernel=False,
+        mcp_servers={"time": {"command": "uvx"}},
+        mcptools_dir="tools",
+        package_roots=["roots"],
+        kernel_init_timeout=None,
+        approval_timeout=None,
+    )
+    options = executor.options
+    assert isinstance(options, EmbeddedOptions)
+    assert options.gateway == ExternalGateway("http://127.0.0.1:9999", "t")
+    assert options.kernel == KernelOptions(working_dir=tmp_path, spare_kernel=False, init_timeout=None)
+    assert options.tools == ToolOptions(
+        mcp_servers={"time": {"command": "uvx"}},
+        mcptools_dir=Path("tools"),
+        package_roots=(Path("roots").resolve(),),
+    )
+    assert options.approval == ApprovalOptions(tool_calls=False, timeout=None)
+    assert options.output == OutputOptions(output_dir=Path("out"), max_output_chars=10)
+    assert executor.working_dir == tmp_path.resolve()
+    assert CodeExecutor(limits=limits).options.kernel.limits == limits  # type: ignore[union-attr]
+
+
+def test_a_workspace_executor_gets_workspace_options(tmp_path: Path) -> None:
+    executor = CodeExecutor(workspace=tmp_path, max_output_chars=7, execute_accepts_asks=True)
+    assert executor.options == WorkspaceOptions(
+        tmp_path.resolve(), output=OutputOptions(max_output_chars=7), execute_accepts_asks=True
+    )
+    assert isinstance(executor.backend, WorkspaceBackend)
+    assert (executor.workspace, executor.execute_accepts_asks) == (tmp_path.resolve(), True)
+
+
+def test_an_executor_takes_its_options_made_already(tmp_path: Path) -> None:
+    options = EmbeddedOptions(
+        kernel=KernelOptions(working_dir=tmp_path), approval=ApprovalOptions(shell_cmds=True)
+    )
+    executor = _no_warnings_from(options=options)
+    assert executor.options is options
+    assert executor.working_dir == tmp_path.resolve()
+
+
+def test_options_with_other_arguments_are_refused_naming_them(tmp_path: Path) -> None:
+    with pytest.raises(
+        ValueError, match=r"^options= holds the whole configuration: drop sandbox=, workspace= "
+    ):
+        CodeExecutor(options=EmbeddedOptions(), sandbox=True, workspace=tmp_path)
+
+
+def test_an_unknown_keyword_argument_is_a_type_error_as_before() -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sandboxed'"):
+        CodeExecutor(sandboxed=True)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda: EmbeddedOptions(
+                kernel=KernelOptions(sandbox=SandboxOptions()), gateway=ExternalGateway("http://127.0.0.1:1")
+            ),
+            "sandbox=True sandboxes kernels of the embedded gateway",
+        ),
+        (
+            lambda: EmbeddedOptions(
+                kernel=KernelOptions(sandbox=SandboxOptions()), tools=ToolOptions(server_port=1)
+            ),
+            "leave tool_server_port unset",
+        ),
+        (
+            lambda: EmbeddedOptions(
+                approval=ApprovalOptions(shell_cmds=True), gateway=ExternalGateway("http://h")
+            ),
+            "approve_shell_cmds=True needs ipybox's own kernels",
+        ),
+        (lambda: ApprovalOptions(require_shell_escape=True), r"ApprovalOptions\(shell_cmds=True\)"),
+        (lambda: OutputOptions(max_image_bytes=0), "max_image_bytes takes a positive number of bytes"),
+        (lambda: ToolOptions(package_roots="tools"), r"pass package_roots=\[\.\.\.\]"),  # type: ignore[arg-type]
+    ],
+)
+def test_options_that_cannot_work_together_are_refused_when_made(make: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_what_a_workspace_executor_does_with_asks_can_still_be_set_after_construction(tmp_path: Path) -> None:
+    # The MCP server's sessions set it so; new code passes WorkspaceOptions(answers=...).
+    executor = CodeExecutor(workspace=tmp_path)
+    executor._ask_answers = "none"
+    assert isinstance(executor.backend, WorkspaceBackend)
+    assert executor.backend.answers == "none"
+    assert (
+        CodeExecutor(options=WorkspaceOptions(tmp_path, answers="elicitation"))._ask_answers == "elicitation"
+    )

@@ -146,6 +146,7 @@ def test_no_cgroup_mounts_at_all_gives_no_base_and_both_reasons(tmp_path: Path) 
     assert support.problems == ("cgroup v2: not mounted", "cgroup v1: no memory, pids, cpu hierarchy mounted")
 
 
+@pytest.mark.user_dependent  # the unprivileged pass runs it again: see tests/sandbox/test_unprivileged.py
 def test_unwritable_v1_hierarchies_give_no_base_and_a_problem_naming_them(tmp_path: Path) -> None:
     # The v1 directories do not exist: unwritable for root as for anyone (a mode can't stop root).
     fs = f"{tmp_path}/sys/fs/cgroup"
@@ -240,6 +241,7 @@ def test_join_makes_the_own_path_relative_to_a_namespaced_root_only_at_a_path_bo
     assert cgroups._join("/sys/fs/cgroup", root, path) == directory
 
 
+@pytest.mark.user_dependent  # the unprivileged pass runs it again: see tests/sandbox/test_unprivileged.py
 def test_this_machine_offers_a_group_to_root_and_no_v1_group_to_other_users() -> None:
     support = cgroup_support()
 

@@ -124,6 +124,7 @@ def test_disk_on_a_filesystem_without_project_quotas_is_one_clear_limit_unavaila
         check_limits(ResourceLimits(disk="8MiB"), Enforcement("rlimit"), sandboxed=False)
 
 
+@pytest.mark.user_dependent  # the unprivileged pass runs it again: see tests/sandbox/test_unprivileged.py
 def test_the_fsxattr_ioctls_read_and_set_a_real_inodes_project(tmp_path: Path) -> None:
     filesystem = filesystem_of(tmp_path)
     if filesystem is None or filesystem.fstype not in ("ext4", "xfs"):

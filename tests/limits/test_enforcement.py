@@ -235,6 +235,7 @@ def test_a_platform_without_cgroups_is_setrlimit_or_an_error(monkeypatch: pytest
         detect_enforcement("cgroup")
 
 
+@pytest.mark.user_dependent  # the unprivileged pass runs it again: see tests/sandbox/test_unprivileged.py
 def test_this_machine_enforces_by_cgroup_for_root_and_says_why_not_for_a_user() -> None:
     enforcement = detect_enforcement()
 

@@ -28,6 +28,8 @@ from ipybox.limits.wrapper import SHELL, limited_argv
 
 Test = TypeVar("Test", bound=Callable[..., None])
 ROOT = os.geteuid() == 0
+# Without a group (any user) processes get rlimits: the unprivileged pass runs it again.
+pytestmark = pytest.mark.user_dependent
 MiB = 1024**2
 RLIMIT = Enforcement("rlimit", None, ("cgroup v2: not mounted",))
 ON_ROOT = [

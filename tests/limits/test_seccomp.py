@@ -20,6 +20,7 @@ def test_the_filter_is_a_bpf_program_of_whole_instructions() -> None:
     assert program and len(program) % 8 == 0  # struct sock_filter: 8 bytes each
 
 
+@pytest.mark.user_dependent  # the unprivileged pass runs it again: see tests/sandbox/test_unprivileged.py
 def test_the_filters_path_opens_the_program_and_it_cannot_be_changed_through_it() -> None:
     path = filter_path()
     assert path == filter_path(), "built once per process"

@@ -114,6 +114,7 @@ def test_tree_usage_of_this_process_counts_its_threads() -> None:
     assert usage.processes is not None and usage.processes >= threads
 
 
+@pytest.mark.user_dependent  # the unprivileged pass runs it again: see tests/sandbox/test_unprivileged.py
 def test_user_tasks_counts_at_least_this_processs_threads() -> None:
     threads = int(
         next(
@@ -124,6 +125,7 @@ def test_user_tasks_counts_at_least_this_processs_threads() -> None:
     assert user_tasks() >= threads
 
 
+@pytest.mark.user_dependent  # the unprivileged pass runs it again: see tests/sandbox/test_unprivileged.py
 def test_user_tasks_of_a_user_without_processes_is_zero() -> None:
     assert user_tasks(uid=4_000_000_000) == 0
 

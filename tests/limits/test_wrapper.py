@@ -20,6 +20,8 @@ from ipybox.limits.wrapper import FAILED_STATUS, SECCOMP_FD, SHELL, limited_argv
 # The system Python: `nobody` can run it (the venv's may live in a 0700 home). -I -S: no site, no env.
 PYTHON = ["/usr/bin/python3", "-I", "-S", "-c"]
 ROOT = os.geteuid() == 0
+# As root it runs the wrapped commands as `nobody`, as a user as that user: the unprivileged pass runs it again.
+pytestmark = pytest.mark.user_dependent
 NOBODY = 65534
 
 READ_LIMITS = """

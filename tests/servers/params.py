@@ -1,7 +1,7 @@
 """Server parameters for the real MCP servers the tests run against, and for our own edge server.
 
 Every helper fails (never skips) with a message saying to run `bash scripts/setup` when the server
-is not installed.
+is not installed, and in a test not marked `integration`, installed or not (the fast tier needs nothing).
 """
 
 from __future__ import annotations
@@ -24,7 +24,19 @@ SERVERS_VENV_BIN = CACHE / "servers-venv" / "bin"
 EDGE_SERVER = Path(__file__).resolve().parent / "edge_server.py"
 
 
+running: pytest.Item | None = None
+"""The test running now (set by tests/conftest.py), `None` outside one (collection, session teardown)."""
+
+
 def _require(path: Path, what: str) -> Path:
+    # The fast tier (`-m "not integration"`) needs nothing installed: a test outside it that needs a server
+    # of set-up's fails here even where the server is installed, so it is marked before a fresh clone finds it.
+    if running is not None and running.get_closest_marker("integration") is None:
+        pytest.fail(
+            f"{running.nodeid} needs {what} but is not marked `integration`: the fast tier needs nothing "
+            "installed. Mark it, or give it parameters that need nothing (`params.edge()`) if it starts no server",
+            pytrace=False,
+        )
     if not path.exists():
         pytest.fail(f"{what} is not installed ({path} is missing): run `bash scripts/setup`", pytrace=False)
     return path

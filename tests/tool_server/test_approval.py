@@ -34,6 +34,11 @@ async def call(server: ToolServer, message: str) -> object:
     return await asyncio.to_thread(runner.run_sync, "echo", {"message": message})
 
 
+# For the tests that start no server: parameters that need nothing installed (the fast tier needs nothing),
+# under the name the calls use.
+NEVER_STARTED = {"everything": params.edge()}
+
+
 @pytest.fixture(scope="module")
 async def server() -> object:
     async with ToolServer(
@@ -165,8 +170,7 @@ async def test_each_outcome_but_approved_reaches_the_calling_code_as_its_error_a
         seen.append(call)
         return outcome
 
-    async with ToolServer(servers={"everything": params.everything()}) as server:
-        server.approver = FunctionApprover(decide)
+    async with ToolServer(servers=NEVER_STARTED, approver=FunctionApprover(decide)) as server:
         with pytest.raises(error, match=message):
             await call(server, "x")
         assert server.servers.started("everything") is None
@@ -177,8 +181,7 @@ async def test_an_approver_that_raises_is_reported_as_a_bug_not_taken_for_a_deci
     async def broken(call: ToolCall) -> Approval:
         raise KeyError("bug in the approver")
 
-    async with ToolServer(servers={"everything": params.everything()}) as server:
-        server.approver = FunctionApprover(broken)
+    async with ToolServer(servers=NEVER_STARTED, approver=FunctionApprover(broken)) as server:
         with pytest.raises(ToolRunnerError, match="the tool server failed: KeyError") as info:
             await call(server, "x")
         assert not isinstance(info.value, ApprovalRejectedError)

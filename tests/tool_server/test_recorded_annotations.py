@@ -228,12 +228,12 @@ def test_a_tools_malformed_annotations_are_ignored_with_a_warning_and_the_others
 # --- the tool server: a call decided before its server starts ---------------------------------------------
 
 
-def marked(marker: Path) -> dict[str, Any]:
-    """The real `everything` server, started through a shell that first creates `marker`."""
-    everything = params.everything()
+def marked(marker: Path, server: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A real server (`everything` unless given), started through a shell that first creates `marker`."""
+    server = params.everything() if server is None else server
     return {
         "command": "sh",
-        "args": ["-c", 'touch "$0" && exec "$@"', str(marker), everything["command"], *everything["args"]],
+        "args": ["-c", 'touch "$0" && exec "$@"', str(marker), server["command"], *server["args"]],
     }
 
 
@@ -301,13 +301,14 @@ async def test_a_server_found_in_the_registry_only_later_gets_its_recorded_annot
 async def test_a_server_given_with_other_parameters_than_recorded_gets_no_recorded_annotations(
     tmp_path: Path, registry: ServerRegistry, root: Path
 ) -> None:
+    # The server never starts: the edge server, which needs nothing installed (the fast tier needs nothing).
     marker = tmp_path / "started"
-    registry.register(root, "everything", params.everything(), {"echo": {"readOnlyHint": True}})
+    registry.register(root, "edge", params.edge(), {"echo": {"readOnlyHint": True}})
     asked: list[tuple[str, dict[str, Any], bool]] = []
-    async with tool_server(registry, root, servers={"everything": marked(marker)}) as server:
+    async with tool_server(registry, root, servers={"edge": marked(marker, params.edge())}) as server:
         server.approver = read_only(asked, marker)
         with pytest.raises(ApprovalRejectedError):
-            await call(server, "everything", "echo", {"message": "x"})
+            await call(server, "edge", "echo", {"text": "x"})
     assert asked == [("echo", {}, False)]
     assert not marker.exists()
 
@@ -342,12 +343,13 @@ async def test_a_failing_annotations_lookup_leaves_the_call_without_hints_and_st
         raise RuntimeError("broken lookup")
 
     asked: list[tuple[str, dict[str, Any], bool]] = []
-    async with ToolServer(servers={"everything": marked(marker)}, annotations_lookup=broken) as server:
+    servers = {"edge": marked(marker, params.edge())}  # never started: needs nothing installed
+    async with ToolServer(servers=servers, annotations_lookup=broken) as server:
         server.approver = read_only(asked, marker)
         with (
             caplog.at_level(logging.ERROR, logger="ipybox.mcp_client.pool"),
             pytest.raises(ApprovalRejectedError),
         ):
-            await call(server, "everything", "echo", {"message": "x"})
+            await call(server, "edge", "echo", {"text": "x"})
     assert asked == [("echo", {}, False)]
     assert any(r.exc_info and "broken lookup" in str(r.exc_info[1]) for r in caplog.records)

@@ -9,12 +9,15 @@ import signal
 import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
 from ipybox import process
+from ipybox.approval import ApprovalChannel, ApproveAll
 from ipybox.in_kernel.tool_runner import ApprovalRejectedError, ToolRunner, ToolRunnerError
+from ipybox.mcp_client.pool import MCPServers
 from ipybox.tool_server.tool_server import ToolServer
 from tests.servers import params
 from tests.servers.processes import pids, tagged
@@ -227,3 +230,44 @@ async def test_arguments_that_are_not_json_fail_clearly(tool_server: ToolServer)
 async def test_large_arguments_and_results_arrive_whole(tool_server: ToolServer) -> None:
     message = "".join(f"{i:08d}" for i in range(400_000))  # 3.2 MB, many recv() chunks each way
     assert await call(tool_server, "echo", {"message": message}) == f"Echo: {message}"
+
+
+async def _prepare(name: str, params: Any, secrets: bool) -> Any:
+    return params
+
+
+def test_a_tool_server_is_constructed_complete_from_the_parts_its_caller_made() -> None:
+    servers = MCPServers(package_roots=["/tmp"], prepare=_prepare)
+    channel = ApprovalChannel(True, None)
+    rules, shell = ApproveAll(), ApproveAll()
+    server = ToolServer(servers=servers, approval=channel, approver=rules, shell_approver=shell)
+    assert (server.servers, server.approval, server.approver, server.shell_approver) == (
+        servers,
+        channel,
+        rules,
+        shell,
+    )
+    assert server.servers.prepare is _prepare
+    # Without an approver, the channel given decides when it requires approval.
+    assert ToolServer(approval=channel).approver is channel
+    assert isinstance(ToolServer(approval=ApprovalChannel(False)).approver, ApproveAll)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"servers": MCPServers(), "connect_timeout": 5},
+            r"^connect_timeout= configures the MCPServers a ToolServer makes; with servers=MCPServers\(\.\.\.\), "
+            r"pass it to MCPServers and drop connect_timeout= here$",
+        ),
+        ({"servers": MCPServers(), "environ": {}}, "drop environ= here"),
+        ({"approval": ApprovalChannel(True), "approval_timeout": None}, "pass it to ApprovalChannel"),
+        ({"approval": ApprovalChannel(True), "approval_required": True}, "drop approval_required= here"),
+    ],
+)
+def test_a_setting_of_a_part_the_caller_made_is_refused_naming_where_it_goes(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        ToolServer(**kwargs)

@@ -14,6 +14,7 @@ import pytest
 from ipybox import process
 from ipybox.approval.approver import Approval, Approved, FunctionApprover
 from ipybox.in_kernel.tool_runner import ToolRunner, ToolRunnerError
+from ipybox.mcp_client.pool import MCPServers
 from ipybox.mcp_client.registry import ServerRegistry
 from ipybox.rules.calls import ToolCall
 from ipybox.tool_server.call_channel import run_package
@@ -51,8 +52,7 @@ async def test_a_malformed_root_is_a_bad_request_and_reaches_no_approver() -> No
         asked.append(call)
         return Approved()
 
-    async with ToolServer(servers={"edge": _edge("given")}) as server:
-        server.approver = FunctionApprover(approve)
+    async with ToolServer(servers={"edge": _edge("given")}, approver=FunctionApprover(approve)) as server:
         with pytest.raises(ToolRunnerError, match="'package' must be the absolute path"):
             await _call(server, "edge", "mcptools")
     assert asked == []
@@ -70,10 +70,12 @@ async def test_a_call_naming_its_root_runs_that_roots_server_under_its_plain_nam
         asked.append(call)
         return Approved()
 
-    async with ToolServer(lookup=lambda name: registry.servers(mcptools).get(name)) as server:
-        server.servers.package_lookup = registry.package_server
-        server.servers.package_roots = [mcptools, other]
-        server.approver = FunctionApprover(approve)
+    servers = MCPServers(
+        lookup=lambda name: registry.servers(mcptools).get(name),
+        package_lookup=registry.package_server,
+        package_roots=[mcptools, other],
+    )
+    async with ToolServer(servers=servers, approver=FunctionApprover(approve)) as server:
         assert await _call(server, "edge", str(other)) == "other"
         assert await _call(server, "edge", None) == "default"  # a module of an earlier version
         assert await _call(server, "edge", str(mcptools)) == "default"
@@ -88,9 +90,12 @@ async def test_a_forged_root_is_an_unknown_server_and_starts_nothing(tmp_path: P
     registry = ServerRegistry(tmp_path / "state" / "mcp_servers.json")
     hidden = tmp_path / "hidden"
     registry.register(hidden, "secret", _edge("secret"))
-    async with ToolServer(lookup=lambda name: None) as server:
-        server.servers.package_lookup = registry.package_server
-        server.servers.package_roots = [tmp_path / "mcptools"]
+    servers = MCPServers(
+        lookup=lambda name: None,
+        package_lookup=registry.package_server,
+        package_roots=[tmp_path / "mcptools"],
+    )
+    async with ToolServer(servers=servers) as server:
         before = set(process.descendants(os.getpid()))
         for root in (str(tmp_path / "forged"), str(hidden)):
             with pytest.raises(ToolRunnerError, match=f"tool package in {root}, which is not one of"):

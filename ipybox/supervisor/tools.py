@@ -1,0 +1,136 @@
+"""`ToolsService`: a workspace's tool server (the MCP servers' host side, every call approved by the
+workspace's approver), restarted when it dies.
+
+Contract:
+
+- `start()` starts a `ToolServer` on `socket` (a Unix socket in the supervisor's run directory) with the
+  approver and the `prepare` hook (which protects what a server executes before it starts), and watches
+  it: a tool server that stops while the service runs is stopped for good, a new one is started with the
+  servers the workspace had enabled, `on_restart(server)` is awaited (the supervisor points the
+  reconciler at the new server and recycles the kernels, which know the old socket and tokens), then
+  `restarts` counts one more. A restart that fails is the service's failure (`Service.failure`).
+- `server` is the tool server now (`None` before `start()` and after `aclose()`); `add_caller` and
+  `remove_caller` issue and revoke a kernel's call token on it.
+- `aclose()` stops watching first (the stop is never taken for a crash), then the tool server.
+
+The diagram of the services and what calls what: `docs/design.md`, "Services".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from ipybox.approval.rule_approver import WorkspaceApprover
+from ipybox.config import WorkspaceConfig
+from ipybox.lifecycle import Service
+from ipybox.mcp_client.params import ServerParams
+from ipybox.tool_server.tool_server import ToolServer
+
+logger = logging.getLogger("ipybox.supervisor")
+
+WORKSPACE_ENV = "IPYBOX_WORKSPACE"
+"""Set for the MCP servers (and their parameters' `${...}`): the workspace directory."""
+
+Prepare = Callable[[str, ServerParams, bool], Awaitable[ServerParams]]
+"""Called before an MCP server starts: its name, parameters and whether secrets are given to it."""
+
+
+class ToolsService(Service):
+    """The tool server, restarted when it dies; see the module docstring.
+
+    Args:
+        workspace: The workspace directory.
+        socket: Where the tool server listens.
+        config: The configuration in effect (read at each (re)start).
+        approver: Decides every call.
+        prepare: The servers' `prepare` hook.
+        on_restart: Awaited with the new server after a restart.
+        on_failure: Called when a restart fails.
+    """
+
+    def __init__(
+        self,
+        workspace: Path,
+        socket: Path,
+        *,
+        config: Callable[[], WorkspaceConfig],
+        approver: WorkspaceApprover,
+        prepare: Prepare,
+        on_restart: Callable[[ToolServer], Awaitable[None]],
+        on_failure: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        super().__init__("tool server", on_failure=on_failure)
+        self.workspace = workspace
+        self.socket = socket
+        self.config = config
+        self.approver = approver
+        self.prepare = prepare
+        self.on_restart = on_restart
+        self.server: ToolServer | None = None
+        self.restarts = 0
+
+    @property
+    def calls_address(self) -> str:
+        """Where kernels send their tool calls."""
+        return self.running_server().calls_address
+
+    def add_caller(self, caller: str) -> str:
+        """A new call token for `caller` (a kernel)."""
+        return self.running_server().add_caller(caller)
+
+    def remove_caller(self, token: str) -> None:
+        if self.server is not None:
+            self.server.remove_caller(token)
+
+    def running_server(self) -> ToolServer:
+        """The tool server now.
+
+        Raises:
+            RuntimeError: The service is not running (before `start()`, after `aclose()`).
+        """
+        if self.server is None:
+            raise RuntimeError(f"the tool server is {self.state.value}")
+        return self.server
+
+    async def _startup(self) -> None:
+        self.server = await self._new_server(restart=False)
+        self.spawn(self._watch(), name="ipybox-tool-server-watch")
+
+    async def _shutdown(self) -> None:
+        server, self.server = self.server, None
+        if server is not None:
+            with contextlib.suppress(Exception):
+                await server.stop()
+
+    async def _new_server(self, *, restart: bool) -> ToolServer:
+        config = self.config()
+        server = ToolServer(
+            unix_socket=self.socket,
+            media_dir=config.resolve(config.workspace.images_dir),
+            max_image_bytes=config.kernel.max_image_bytes,
+            # Server parameters may say where the workspace is, e.g. a data file's absolute path.
+            environ={**os.environ, WORKSPACE_ENV: str(self.workspace)},
+            dotenv_path=self.workspace / ".env",
+        )
+        server.approver = self.approver
+        server.servers.prepare = self.prepare
+        if restart:  # the servers the reconciler registered on the one that died
+            for name in config.enabled_servers():
+                server.servers.register(name, config.server_params(name))
+        await server.start()
+        return server
+
+    async def _watch(self) -> None:
+        while True:
+            server = self.running_server()
+            await server.join()
+            logger.error("the tool server stopped: restarting it")
+            with contextlib.suppress(Exception):
+                await server.stop()
+            self.server = await self._new_server(restart=True)
+            await self.on_restart(self.server)
+            self.restarts += 1
