@@ -6,8 +6,8 @@ call with an `InputRequiredResult` (what it asks, and a `requestState`), and the
 with the answers. A cell cannot be run again to get there (its side effects would repeat), so it keeps
 running in an `Operation`, blocked where it asked, and the retry resumes it:
 
-- An `Operation` runs its work in the task group of the server (`Operations.start`), never in the
-  request's scope, which ends with every round. The work asks with `await operation.ask(...)`; the
+- An `Operation` runs its work in the task group of the server that holds it (`Operations.start`, with
+  the `spawn` of its `Service`), never in the request's scope, which ends with every round. The work asks with `await operation.ask(...)`; the
   request that drives it waits (`Operation.wait`) until the work asks or ends, and answers the client
   with the questions outstanding then or the work's value.
 - Each round's `requestState` names the operation and the round (`Operation.state`). The MCP SDK seals
@@ -30,7 +30,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar, cast
 
@@ -225,32 +225,31 @@ class Operation(Generic[T]):
             self._touch()
 
 
+Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
+"""Runs work in a task group that outlives the request (`Service.spawn` of the server that holds them)."""
+
+
 class Operations:
-    """The operations of one MCP server, run in a task group the server owns (`run`)."""
+    """The operations of one MCP server, run in the task group of the server that holds them (`attach`)."""
 
     def __init__(self, keep: float = KEEP) -> None:
         self.keep = keep
         self._running: dict[str, Operation[Any]] = {}
-        self._group: asyncio.TaskGroup | None = None
+        self._spawn: Spawn | None = None
 
-    async def run(self) -> None:
-        """Own the operations' task group until cancelled (then every operation is cancelled too)."""
-        async with asyncio.TaskGroup() as group:
-            self._group = group
-            try:
-                await asyncio.Event().wait()
-            finally:
-                self._group = None
-                for operation in list(self._running.values()):
-                    if operation._task is not None:
-                        operation._task.cancel()
+    def attach(self, spawn: Spawn) -> None:
+        """Run operations with `spawn` from now on (the server started)."""
+        self._spawn = spawn
+
+    def detach(self) -> None:
+        """Start no more operations (the server stops; its group cancels those that run)."""
+        self._spawn = None
 
     def start(self, operation: Operation[T], work: Callable[[Operation[T]], Awaitable[T]]) -> Operation[T]:
         """Run `work` for `operation` in the server's task group."""
-        if self._group is None:
+        if self._spawn is None:
             raise RuntimeError("the MCP server is not running: enter its WorkspaceMCP first")
-        name = f"ipybox-operation-{operation.id[:6]}"
-        operation._task = self._group.create_task(operation._run(work), name=name)
+        operation._task = self._spawn(operation._run(work), f"ipybox-operation-{operation.id[:6]}")
         self._running[operation.id] = operation
         return operation
 

@@ -32,8 +32,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
@@ -51,6 +50,7 @@ from ipybox.approval.request import ApprovalRequest
 from ipybox.config import CONFIG_FILE, EndpointsSection
 from ipybox.executor.code_executor import CodeExecutor
 from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
+from ipybox.lifecycle import Service
 from ipybox.mcp_server.code_actions import (
     CodeActions,
     WorkspaceMCPServer,
@@ -104,12 +104,13 @@ Asker = Callable[[str, dict[str, Any]], Awaitable[bool]]
 revisions, a question of an `Operation` answered in band on 2026-07-28."""
 
 
-class WorkspaceMCP:
+class WorkspaceMCP(Service):
     """The MCP server of a workspace, its callers' kernels and the work running for them.
 
-    Enter it (`async with`) while it serves: it owns the task group in which 2026-07-28 calls run between
-    their rounds (`ipybox.mcp_server.rounds`) and the sweep that closes idle kernels. Leaving gives every
-    kernel back to the pool. `close_sessions` gives back the idle ones on demand.
+    A `Service`: enter it (`async with`) while it serves. Its task group holds the 2026-07-28 calls between
+    their rounds (`ipybox.mcp_server.rounds`) and the sweep that closes idle kernels; closing it cancels
+    them, ends the `subscriptions/listen` streams and gives every kernel back to the pool.
+    `close_sessions` gives back the idle ones on demand.
 
     Attributes:
         server: The MCP server (serve it over stdio or streamable HTTP).
@@ -125,40 +126,27 @@ class WorkspaceMCP:
         actions: CodeActions,
         sweep_every: float = 60.0,
     ) -> None:
+        super().__init__("mcp-server")
         self.server = server
         self.kernels = kernels
         self.operations = operations
         self._actions = actions
         self._sweep_every = sweep_every
-        self._running: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> Self:
-        if self._running is None:
-            self._running = asyncio.create_task(self._run(), name="ipybox-mcp-server")
-            await asyncio.sleep(0)  # the operations' task group is open before a request can start one
-        return self
+    async def _startup(self) -> None:
+        self.operations.attach(lambda work, name: self.spawn(work, name=name))
+        self.spawn(self._sweep(), name="ipybox-mcp-sweep")
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Stop the work running for clients and give back every kernel (idempotent)."""
+    async def _shutdown(self) -> None:
+        self.operations.detach()
         self.server.end_subscriptions()
-        running, self._running = self._running, None
-        if running is not None:
-            running.cancel()
-            await asyncio.gather(running, return_exceptions=True)
         await self.close_sessions(0)
 
-    async def _run(self) -> None:
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self.operations.run())
-            while True:
-                await asyncio.sleep(self._sweep_every)
-                self.operations.sweep()
-                await self.kernels.close_idle()
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(self._sweep_every)
+            self.operations.sweep()
+            await self.kernels.close_idle()
 
     async def close_sessions(self, idle_for: float = 0) -> None:
         """Give back the kernels unused for `idle_for` seconds (all of them by default: the server stops,

@@ -10,6 +10,7 @@ import mcp_types as types
 import pytest
 from mcp.server.mcpserver.exceptions import ToolError
 
+from ipybox.lifecycle import Service
 from ipybox.mcp_server.rounds import Operation, Operations
 
 ALLOW = types.ElicitResult(action="accept", content={"allow": True})
@@ -19,11 +20,9 @@ DENY = types.ElicitResult(action="accept", content={"allow": False})
 @pytest.fixture
 async def operations() -> AsyncIterator[Operations]:
     operations = Operations(keep=0.05)
-    running = asyncio.create_task(operations.run())
-    await asyncio.sleep(0)
-    yield operations
-    running.cancel()
-    await asyncio.gather(running, return_exceptions=True)
+    async with Service("operations") as service:
+        operations.attach(lambda work, name: service.spawn(work, name=name))
+        yield operations
 
 
 async def test_work_that_asks_waits_for_the_answer_and_resumes_where_it_asked(operations: Operations) -> None:
