@@ -88,6 +88,7 @@ from ipybox.executor.code_executor import CodeExecutor
 from ipybox.mcp_client.stdio_transport import without_lone_surrogates
 from ipybox.mcp_server.kernels import ACTION_CALL
 from ipybox.mcp_server.registration import load_workspace_config
+from ipybox.mcp_server.rounds import Spawn
 from ipybox.running.state import StatePaths
 
 logger = logging.getLogger(__name__)
@@ -242,6 +243,8 @@ class CodeActions:
         # SQLite objects may only be used in the thread that created them: one thread for the index.
         self._index_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ipybox-tool-index")
         self._describing: asyncio.Task[None] | None = None  # the background description of stale actions
+        # Runs the description in the task group of the server that holds this (set while it runs).
+        self.spawn: Spawn | None = None
         # Stale actions whose description failed, by the sha256 of the `api.py` it failed for.
         self._undescribable: dict[tuple[str, str], str | None] = {}
         # The result marker of each action call asked in band (2026-07-28), by its operation's id.
@@ -381,9 +384,10 @@ class CodeActions:
             if key not in self._undescribable or self._undescribable[key] != digest:
                 todo.append((key, digest))
         if todo:
-            self._describing = asyncio.create_task(
-                self._describe(paths, todo), name="ipybox-describe-code-actions"
-            )
+            if self.spawn is None:  # the server is not running (listed without being served)
+                logger.info("stale code actions are described once the MCP server runs")
+                return
+            self._describing = self.spawn(self._describe(paths, todo), "ipybox-describe-code-actions")
 
     async def _describe(self, paths: _Paths, todo: list[tuple[tuple[str, str], str | None]]) -> None:
         keys = [key for key, _ in todo]

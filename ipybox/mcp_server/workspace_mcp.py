@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -50,7 +49,7 @@ from ipybox.approval.request import ApprovalRequest
 from ipybox.config import CONFIG_FILE, EndpointsSection
 from ipybox.executor.code_executor import CodeExecutor
 from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
-from ipybox.lifecycle import Service
+from ipybox.lifecycle import Service, first_of, task_scope
 from ipybox.mcp_server.code_actions import (
     CodeActions,
     WorkspaceMCPServer,
@@ -135,10 +134,12 @@ class WorkspaceMCP(Service):
 
     async def _startup(self) -> None:
         self.operations.attach(lambda work, name: self.spawn(work, name=name))
+        self._actions.spawn = lambda work, name: self.spawn(work, name=name)
         self.spawn(self._sweep(), name="ipybox-mcp-sweep")
 
     async def _shutdown(self) -> None:
         self.operations.detach()
+        self._actions.spawn = None
         self.server.end_subscriptions()
         await self.close_sessions(0)
 
@@ -355,25 +356,22 @@ def create_server(
                 operation = Operation[_Content](caller_of(ctx), {"tool": "execute_ipython_cell"})
                 operation.on_cancel(cell.cancel)
                 operations.start(operation, cell.run)
-            ticker = asyncio.create_task(_progress(ctx, timeout))  # a long round keeps its client informed
-            try:
+            async with _reporting_progress(ctx, timeout):  # a long round keeps its client informed
                 return await _drive(ctx, operation, operations, tasks=declares_tasks(ctx))
-            finally:
-                ticker.cancel()
         target, announce = await kernel_for(ctx, kernel)
         denied: list[str] = []
         async with target.lock:
             target.executor.kernel_client.max_output_chars = max_output_chars
             result: CodeExecutionResult | None = None
             error: str | None = None
-            ticker = asyncio.create_task(_progress(ctx, timeout))
             try:
-                async for item in target.executor.stream(code, timeout=timeout):
-                    if isinstance(item, ApprovalRequest):
-                        if not await _ask(ctx, item):
-                            denied.append(str(item))
-                    elif isinstance(item, CodeExecutionResult):
-                        result = item
+                async with _reporting_progress(ctx, timeout):
+                    async for item in target.executor.stream(code, timeout=timeout):
+                        if isinstance(item, ApprovalRequest):
+                            if not await _ask(ctx, item):
+                                denied.append(str(item))
+                        elif isinstance(item, CodeExecutionResult):
+                            result = item
             except CodeExecutionError as e:
                 error = str(e)
             except TimeoutError as e:
@@ -386,7 +384,6 @@ def create_server(
                         logger.warning("a cancelled execution did not stop when interrupted")
                 raise
             finally:
-                ticker.cancel()
                 target.touch()
         return await _render(result, error, denied, max_output_chars, announce, _can_elicit(ctx))
 
@@ -728,24 +725,21 @@ async def _ask(ctx: Context, request: ApprovalRequest) -> bool:
         return False
     settled = asyncio.Event()
     request.add_done_callback(lambda accepted: settled.set())
-    eliciting = asyncio.ensure_future(ctx.elicit(f"ipybox: allow the tool call {request}?", _Approval))
-    waiting = asyncio.ensure_future(settled.wait())
+    answers: list[Any] = []
+
+    async def elicit() -> None:
+        answers.append(await ctx.elicit(f"ipybox: allow the tool call {request}?", _Approval))
+
     try:
-        await asyncio.wait({eliciting, waiting}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiting.cancel()
-        if not eliciting.done():  # settled elsewhere first: the client's dialog is no longer wanted
-            eliciting.cancel()
-            with contextlib.suppress(BaseException):
-                await eliciting
-    if request.withdrawn_by is not None or eliciting.cancelled():
-        return bool(request.decision)
-    try:
-        answer = eliciting.result()
+        # Whichever ends first: the client's answer, or a settlement elsewhere (its dialog is then dropped).
+        await first_of(elicit(), settled.wait())
     except Exception as e:  # the client broke off: never approve what nobody approved
         logger.warning("elicitation failed (%s): denying %s", e, request)
         await request.reject()
         return False
+    if request.withdrawn_by is not None or not answers:
+        return bool(request.decision)
+    answer = answers[0]
     allowed = answer.action == "accept" and getattr(answer, "data", None) is not None and answer.data.allow
     await (request.accept() if allowed else request.reject())
     return bool(allowed)
@@ -854,6 +848,17 @@ async def _approve_call(
         by=answered.by,
     )
     return None if answered.accept else f"rejected by {answered.by or answered.route}"
+
+
+@asynccontextmanager
+async def _reporting_progress(ctx: Context, timeout: float) -> AsyncIterator[None]:
+    """While open, the request of `ctx` gets a progress notification every second (`_progress`)."""
+    async with task_scope() as group:
+        ticker = group.create_task(_progress(ctx, timeout))
+        try:
+            yield
+        finally:
+            ticker.cancel()
 
 
 async def _progress(ctx: Context, timeout: float) -> None:
