@@ -1,6 +1,11 @@
 """`EmbeddedServer`: an ASGI app served by uvicorn as a task of the running event loop, on a Unix socket
 (mode 0600) or a loopback port, behind `BearerAuth`. Used for the tool server and the workspace supervisor's
-control endpoint."""
+control endpoint.
+
+The server's task belongs to a task group the `EmbeddedServer` holds from `start()` to `stop()` (a
+`Service` of `ipybox.lifecycle`); `stop()` asks uvicorn to exit and waits for it, and a caller cancelled
+meanwhile sees its cancellation, with the server cancelled then.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ipybox.errors import IpyboxError
+from ipybox.lifecycle import Service
 
 
 class ListenError(IpyboxError, OSError):
@@ -88,6 +94,7 @@ class EmbeddedServer:
         self.lifespan = lifespan
         self.port: int | None = None
         self._server: _Server | None = None
+        self._tasks: Service | None = None  # the group of the serving task, from `start()` to `stop()`
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -116,13 +123,19 @@ class EmbeddedServer:
         # Bound here rather than by uvicorn, which logs a failed bind and calls `sys.exit`: the caller gets
         # one error with the system's reason instead.
         sockets = [self._bind(host, port)] if unix_socket is None else None
-        self._server = _Server(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=sockets), name=self.name)
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()  # raises what stopped it
-                raise RuntimeError(f"{self.name} stopped while starting")
-            await asyncio.sleep(0.002)
+        server = self._server = _Server(config)
+        self._tasks = Service(self.name)
+        try:
+            await self._tasks.start()
+            task = self._task = self._tasks.spawn(server.serve(sockets=sockets), name=self.name)
+            while not server.started:
+                if task.done():
+                    task.result()  # raises what stopped it
+                    raise RuntimeError(f"{self.name} stopped while starting")
+                await asyncio.sleep(0.002)
+        except BaseException:
+            await self.stop()
+            raise
         if unix_socket is not None:
             os.chmod(unix_socket, 0o600)
         else:
@@ -152,9 +165,14 @@ class EmbeddedServer:
             await asyncio.shield(self._task)
 
     async def stop(self) -> None:
-        """Stop serving (open connections are closed)."""
-        if self._server is not None and self._task is not None:
-            self._server.request_exit()
-            with contextlib.suppress(Exception):
-                await self._task
-        self._server, self._task = None, None
+        """Stop serving (open connections are closed). A caller cancelled meanwhile sees its cancellation;
+        the server is then cancelled rather than left serving."""
+        server, task, tasks = self._server, self._task, self._tasks
+        try:
+            if server is not None and task is not None:
+                server.request_exit()
+                await asyncio.wait({task})  # what it failed with is `join()`'s to raise (and was logged)
+        finally:
+            if tasks is not None:
+                await tasks.aclose()
+            self._server, self._task, self._tasks = None, None, None

@@ -187,3 +187,44 @@ def test_the_in_kernel_import_check_sees_relative_and_third_party_imports() -> N
         (3, "ipybox"),
         (4, "pydantic"),
     ]
+
+
+# Packages where every background task belongs to a task group that outlives it (`ipybox.lifecycle`,
+# docs/design.md "Threading and cancellation"); a package joins once its last bare task is gone.
+STRUCTURED = ("supervisor", "reconcile", "approval", "tool_server", "mcp_client", "mcp_server", "executor", "cli")
+
+
+def bare_tasks(source: str) -> Iterator[tuple[int, str]]:
+    """Where `source` starts a task no group owns: `asyncio.create_task`, `ensure_future`, or a loop's
+    `create_task` (line, call)."""
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        owner, attr = node.func.value, node.func.attr
+        loop_call = isinstance(owner, ast.Call) and ast.unparse(owner.func).endswith(
+            ("get_running_loop", "get_event_loop")
+        )
+        loop = (isinstance(owner, ast.Name) and owner.id in ("asyncio", "loop")) or loop_call
+        if attr == "ensure_future" or (attr == "create_task" and loop):
+            yield node.lineno, ast.unparse(node.func)
+
+
+def test_structured_packages_start_no_task_outside_a_task_group() -> None:
+    offending = [
+        f"{path.relative_to(ROOT)}:{line}: {call}"
+        for package in STRUCTURED
+        for path in sorted((ROOT / "ipybox" / package).rglob("*.py"))
+        for line, call in bare_tasks(path.read_text())
+    ]
+    assert not offending, (
+        "start background work in a task group that outlives it: a Service's spawn(), or task_scope() / "
+        "first_of() for work of one call (ipybox/lifecycle.py):\n" + "\n".join(offending)
+    )
+
+
+def test_the_bare_task_check_sees_each_way_of_starting_one() -> None:
+    source = (
+        "asyncio.create_task(a())\nasyncio.ensure_future(b())\nloop.create_task(c())\n"
+        "asyncio.get_running_loop().create_task(d())\ngroup.create_task(e())\nself.spawn(f())\n"
+    )
+    assert [line for line, _ in bare_tasks(source)] == [1, 2, 3, 4]

@@ -3,11 +3,15 @@ never uvicorn's `sys.exit`."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Iterator
 
 import pytest
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from ipybox.asgi_server import EmbeddedServer, ListenError
 from ipybox.errors import IpyboxError
@@ -61,3 +65,29 @@ async def test_connections_are_served_without_nagles_delay() -> None:
         assert listening and all(sock.proto == socket.IPPROTO_TCP for sock in listening)
     finally:
         await server.stop()
+
+
+async def test_a_caller_cancelled_while_the_server_stops_sees_it_and_the_server_stops_anyway() -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def hang(request: Request) -> Response:
+        started.set()
+        await release.wait()
+        return Response("late")
+
+    server = EmbeddedServer(Starlette(routes=[Route("/hang", hang)]), "x")
+    await server.start(host="127.0.0.1", port=0)
+    _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+        await asyncio.wait_for(started.wait(), 10)
+        stopping = asyncio.create_task(server.stop())
+        await asyncio.sleep(0.2)
+        assert not stopping.done()  # uvicorn waits for the open request
+        stopping.cancel()
+        await asyncio.wait({stopping})
+        assert stopping.cancelled()
+        assert not server.running
+    finally:
+        release.set()
+        writer.close()

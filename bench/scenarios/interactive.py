@@ -98,7 +98,9 @@ async def main() -> None:
             calls: list[float] = []
             for i in range(args.warmup + args.runs):
                 await ready(workspace, supervisor, 60.0)
-                await asyncio.sleep(0.2)  # the refilled kernel's own start settles
+                # The refilled kernel's start settles, and its warm-up (`ipybox.kernels.warm_up`) ends: a
+                # session that comes at once finds it warming, and waits for one step of that at most.
+                await asyncio.sleep(1.0)
                 a, e, c = await session(workspace)
                 if i >= args.warmup:
                     attach.append(a)

@@ -8,6 +8,12 @@ holds (someone else is being asked about a call of this application's kernel). A
 only to an application that answers nothing itself) reaches the callback as a request decided already:
 rejected, `withdrawn_by` saying why nobody was asked. A request that `declines` says this application does
 not answer is declined on the wire (`declined`, see the wire format) and never reaches the callback.
+
+Each connection's background work (the websocket's reader, one task per request handed to the callback)
+runs in the task group of a `Service` (`ipybox.lifecycle`) made by `connect()`: `disconnect()` cancels the
+handlers still running, closes the websocket, then closes the group, waiting until every task of it ended
+(a caller cancelled meanwhile sees its cancellation; a later `disconnect()` finishes). A reader that fails
+is logged (`Service`'s failure), and ends the handlers with it.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from ipybox.approval.wire import (
     Decision,
     parse_server_frame,
 )
+from ipybox.lifecycle import Service
 from ipybox.rules.calls import ToolCall
 
 __all__ = ["ApprovalCallback", "ApprovalClient", "ApprovalRequest"]
@@ -96,8 +103,8 @@ class ApprovalClient:
         self._waits: dict[int, Callable[[], None]] = {}  # open `waiting` notices: their resume
         self._http: aiohttp.ClientSession | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
+        self._tasks: Service | None = None  # this connection's reader and handlers (`connect()` makes it)
+        self._handlers: set[asyncio.Task[None]] = set()  # tasks of `_tasks`, cancelled first on disconnect
 
     async def __aenter__(self) -> Self:
         await self.connect()
@@ -109,7 +116,15 @@ class ApprovalClient:
         await self.disconnect()
 
     async def connect(self) -> None:
-        """Connect to the tool server's approval channel."""
+        """Connect to the tool server's approval channel.
+
+        Raises:
+            RuntimeError: It is connected already (`disconnect()` first).
+        """
+        if self._tasks is not None:
+            raise RuntimeError(
+                "the approval client is connected already: disconnect() before connecting again"
+            )
         if self.address.startswith("unix:"):
             connector: aiohttp.BaseConnector = aiohttp.UnixConnector(path=self.address[len("unix:") :])
             url = f"http://localhost{self.path}"
@@ -125,7 +140,9 @@ class ApprovalClient:
             await self._http.close()
             self._http = None
             raise
-        self._reader = asyncio.create_task(self._read(self._ws))
+        self._tasks = Service("approval client")
+        await self._tasks.start()
+        self._tasks.spawn(self._read(self._ws), name="ipybox-approval-client-reader")
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         try:
@@ -164,9 +181,7 @@ class ApprovalClient:
             request = ApprovalRequest.of(call, respond, ask.params.links)
             self._requests[ask.id] = request
             request.add_done_callback(functools.partial(self._forget, ask.id))
-            task = asyncio.create_task(self._handle(request))
-            self._handlers.add(task)
-            task.add_done_callback(self._handlers.discard)
+            self._spawn_handler(request)
 
     def _forget(self, request_id: int, accepted: bool) -> None:
         self._requests.pop(request_id, None)
@@ -177,9 +192,7 @@ class ApprovalClient:
             if params.call is not None:  # for the callback to see, already decided: nobody was asked
                 refused = ApprovalRequest.of(params.call.to_call(), _nobody_answers)
                 refused.withdraw(False, params.reason)
-                task = asyncio.create_task(self._handle(refused))
-                self._handlers.add(task)
-                task.add_done_callback(self._handlers.discard)
+                self._spawn_handler(refused)
             return
         if notice.method == "waiting":
             if self.on_waiting is not None and params.id not in self._waits:
@@ -197,6 +210,12 @@ class ApprovalClient:
         for resume in waits.values():
             resume()
 
+    def _spawn_handler(self, request: ApprovalRequest) -> None:
+        assert self._tasks is not None  # only the reader spawns, and it is a task of `_tasks`
+        task = self._tasks.spawn(self._handle(request), name="ipybox-approval-client-handler")
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+
     async def _handle(self, request: ApprovalRequest) -> None:
         try:
             await self.callback(request)
@@ -207,18 +226,24 @@ class ApprovalClient:
                     await request.reject()
 
     async def disconnect(self) -> None:
-        """Disconnect; the server rejects every call still waiting for this client."""
+        """Disconnect; the server rejects every call still waiting for this client. Idempotent.
+
+        Raises:
+            CancelledError: The caller was cancelled meanwhile (a later `disconnect()` finishes).
+        """
         self._resume_all()
-        for task in list(self._handlers):
+        # The handlers first: none of them answers on a websocket being closed.
+        handlers = list(self._handlers)
+        for task in handlers:
             task.cancel()
+        if handlers:
+            await asyncio.wait(handlers)
         if self._ws is not None:
             await self._ws.close()
             self._ws = None
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(BaseException):
-                await self._reader
-            self._reader = None
+        if self._tasks is not None:
+            await self._tasks.aclose()  # the reader, ended by the close or cancelled now
+            self._tasks = None
         if self._http is not None:
             await self._http.close()
             self._http = None

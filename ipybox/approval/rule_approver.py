@@ -64,6 +64,7 @@ from ipybox.approval.asks import PEOPLE, AskAnswer, AskBoard, PendingAsk
 from ipybox.approval.channel import ApprovalChannel, Settled
 from ipybox.approval.grants import SessionGrants
 from ipybox.approval.links import PathLink
+from ipybox.lifecycle import task_scope
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
 from ipybox.rules.audit import DecidedBy, Scope
 from ipybox.rules.calls import AskRoute
@@ -275,25 +276,29 @@ class WorkspaceApprover:
         loop = asyncio.get_running_loop()
         settled: Settled = loop.create_future()
         app_reason: list[str] = []  # an application's reason for refusing, when it gave one
-        app_task: asyncio.Task[None] | None = None
-        try:
-            if asked_of in ("application", "elicitation"):
-                assert channel is not None
-                app_task = asyncio.create_task(
-                    self._ask_application(ask, channel, asked_of, settled, app_reason)
-                )
-                answer = await self._answer_of(ask, timeout)
-                _settle(settled, answer)  # the application drops its question if someone else answered
-            else:
-                async with channel.waiting(settled) if channel is not None else contextlib.nullcontext():
+        # Asking the application runs beside the wait for an answer, in this call's scope.
+        async with task_scope() as scope:
+            app_task: asyncio.Task[None] | None = None
+            try:
+                if asked_of in ("application", "elicitation"):
+                    assert channel is not None
+                    app_task = scope.create_task(
+                        self._ask_application_of(ask, channel, asked_of, settled, app_reason)
+                    )
                     answer = await self._answer_of(ask, timeout)
-                    _settle(settled, answer)
-        finally:
-            _settle(settled, None)
-            self.board.close(ask, why="the calling code went away")
-            if app_task is not None:
-                with contextlib.suppress(Exception):
-                    await app_task
+                    _settle(settled, answer)  # the application drops its question if someone else answered
+                else:
+                    async with channel.waiting(settled) if channel is not None else contextlib.nullcontext():
+                        answer = await self._answer_of(ask, timeout)
+                        _settle(settled, answer)
+            finally:
+                _settle(settled, None)
+                self.board.close(ask, why="the calling code went away")
+                if app_task is not None:
+                    # Settled now, it tells the application to drop the question and ends: waited for also
+                    # when this call goes away (the scope would cancel it untold). A second cancellation of
+                    # the caller ends the wait, and the scope cancels it.
+                    await asyncio.wait({app_task})
         match answer:
             case AskAnswer(accept=True):
                 if answer.scope == "session" and session is not None:
@@ -359,6 +364,23 @@ class WorkspaceApprover:
             "terminal": "no `ipybox approve`",
         }
         return f"nobody is connected to answer ({', '.join(missing[route] for route in routes)})"
+
+    async def _ask_application_of(
+        self,
+        ask: PendingAsk,
+        channel: ApprovalChannel,
+        route: AskRoute,
+        settled: Settled,
+        reason: list[str],
+    ) -> None:
+        """`_ask_application`, whose failure is logged rather than ending the ask: the people asked, or the
+        ask's timeout, still decide."""
+        try:
+            await self._ask_application(ask, channel, route, settled, reason)
+        except Exception:
+            logger.exception(
+                "asking the application about a call of %s.%s failed", ask.call.server, ask.call.tool
+            )
 
     async def _ask_application(
         self,

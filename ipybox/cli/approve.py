@@ -718,6 +718,7 @@ _Event = AskOpenedMessage | AskClosedMessage | AnswerResult | str | _Quit | _Tic
 
 
 async def _approve(workspace: Path, live: bool, out: Output) -> int:
+    from ipybox.lifecycle import task_scope
     from ipybox.running.approvers import ApproverConnection
     from ipybox.running.state import NotRunningError, read_state
 
@@ -728,12 +729,14 @@ async def _approve(workspace: Path, live: bool, out: Output) -> int:
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[Any]] = set()
 
-    def spawn(coroutine: Any) -> None:
-        task = asyncio.create_task(coroutine)
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+    # The reader, the ticks, answers and the pager are tasks of this call's group, inside the connection
+    # they use: each reports its error as an event, and leaving cancels the rest and waits for them.
+    async with ApproverConnection(state, who) as connection, task_scope() as group:
 
-    async with ApproverConnection(state, who) as connection:
+        def spawn(coroutine: Any) -> None:
+            task = group.create_task(coroutine)
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
 
         async def messages() -> None:
             try:
@@ -823,8 +826,7 @@ async def _approve(workspace: Path, live: bool, out: Output) -> int:
             for signum in (signal.SIGTERM, signal.SIGHUP):
                 loop.remove_signal_handler(signum)
             for task in list(tasks):
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+                task.cancel()  # the group waits for them as it ends
 
 
 def approve(workspace: Path) -> int:

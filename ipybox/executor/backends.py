@@ -181,6 +181,9 @@ class EmbeddedBackend:
                 gateway_log=self.gateway.log_path if self.gateway is not None else None,
                 # A cell whose gateway died says how it died (an external gateway's is not known).
                 gateway_loss=self._gateway_loss if self.gateway is not None else None,
+                # The spare imports what a tool call needs before it is taken; only on ipybox's own
+                # gateway, whose kernels are ipybox's (an external one's may be any kernel).
+                warm_up=self.gateway is not None,
             )
             await self.client.connect()
         except BaseException:

@@ -23,6 +23,13 @@ workspace forgets them). The stream then ends with a `CodeExecutionResult` holdi
 or a timeout that fired meanwhile); a `KernelDiedError` is still raised, since the kernel's state is gone.
 ipybox 0.9.2 ends the stream without a result instead (its `execute()` returns `text=None`): here the
 output is kept.
+
+A running execution is a task of the executor's task group (a `Service` of `ipybox.lifecycle`, held from
+`start()` to `stop()`), not of the `stream()` generator: a task group inside a generator would span its
+`yield`s, so a failure of its task would cancel the consumer at whatever it awaits meanwhile, and a
+generator closed by the garbage collector would exit the group in another task. The generator cancels the
+task and waits for it when it is closed early; `stop()` cancels a running one first (its stream raises
+`RuntimeError`), then stops the backend.
 """
 
 from __future__ import annotations
@@ -46,7 +53,8 @@ from ipybox.kernels.gateway import KernelGateway
 from ipybox.kernels.kernel_client import ExecutionTimeoutError, KernelClient
 from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, KernelDiedError
 from ipybox.kernels.timer import Cancellation
-from ipybox.lifecycle import cancel_and_wait
+from ipybox.lifecycle import Service, cancel_and_wait, task_scope
+from ipybox.limits import ResourceLimits
 from ipybox.rules.calls import ToolCall
 from ipybox.tool_server.tool_server import ToolServer
 
@@ -84,20 +92,19 @@ class _Execution:
         self.declines = declines
         self.cancellation = Cancellation()
         self.pending: set[ApprovalRequest] = set()
-        self.withdrawals: set[asyncio.Task[None]] = set()
 
     def ask(self, request: ApprovalRequest) -> None:
         self.pending.add(request)
         request.add_done_callback(lambda accepted: self.pending.discard(request))
         self.queue.put_nowait(request)
 
-    def withdraw(self) -> None:
-        """Reject the approvals still undecided (a cancelled execution's, once its code stopped)."""
-        for request in list(self.pending):
-            if request.decision is None:
-                task = asyncio.create_task(request.reject(), name="ipybox-withdraw-approval")
-                self.withdrawals.add(task)
-                task.add_done_callback(self.withdrawals.discard)
+    async def withdraw(self) -> None:
+        """Reject the approvals still undecided (a cancelled execution's, once its code stopped), together."""
+        undecided = [request for request in self.pending if request.decision is None]
+        if undecided:
+            async with task_scope() as group:
+                for request in undecided:
+                    group.create_task(_reject_quietly(request), name="ipybox-withdraw-approval")
 
     def cancelled_result(self, error: BaseException) -> CodeExecutionResult | None:
         """The result to end a cancelled execution with instead of `error` (`None`: raise `error`)."""
@@ -108,6 +115,12 @@ class _Execution:
                 logger.warning("the cancelled code timed out meanwhile: its kernel was replaced")
             return replace(error.result, cancelled=True)
         return None
+
+
+async def _reject_quietly(request: ApprovalRequest) -> None:
+    # Decided meanwhile the other way (a late `accept()`), or its channel closed: nothing is left to do.
+    with contextlib.suppress(Exception):
+        await request.reject()
 
 
 class CodeExecutor:
@@ -264,6 +277,7 @@ class CodeExecutor:
             WorkspaceBackend(options) if isinstance(options, WorkspaceOptions) else EmbeddedBackend(options)
         )
         self._execution: _Execution | None = None
+        self._tasks: Service | None = None  # the running execution's group, from `start()` to `stop()`
         self._lock = asyncio.Lock()
         self._hooks = ExecutorHooks(self._on_approval, self._pause_timer, self._declines, self._lock)
 
@@ -306,6 +320,13 @@ class CodeExecutor:
     @property
     def log_level(self) -> str:
         return self.options.log_level
+
+    @property
+    def limits(self) -> ResourceLimits:
+        """What each kernel of an embedded executor may use (`limits=`); a workspace's kernels have its
+        `[kernel.limits]`, and this is empty."""
+        o = self.options
+        return ResourceLimits() if isinstance(o, WorkspaceOptions) else o.kernel.limits
 
     @property
     def kernel_init_timeout(self) -> float | None:
@@ -380,12 +401,25 @@ class CodeExecutor:
         # No `logger.setLevel(self.log_level)`: the `ipybox` logger is the application's (an `ipybox up`
         # that serves MCP sessions, each an executor, lost its INFO lines to it); `log_level` goes to
         # what this executor starts.
-        await self._backend.start(self._hooks)
+        tasks = Service("code executor")
+        await tasks.start()
+        try:
+            await self._backend.start(self._hooks)
+        except BaseException:
+            await tasks.aclose()
+            raise
+        self._tasks = tasks
 
     async def stop(self) -> None:
-        """Stop the kernel(s), the embedded gateway, the tool server and its MCP servers (or give the
-        workspace's kernel back). Leaves no process behind."""
-        await self._backend.stop()
+        """Stop the running execution (its stream raises `RuntimeError`), then the kernel(s), the embedded
+        gateway, the tool server and its MCP servers (or give the workspace's kernel back). Leaves no process
+        behind, also when the caller is cancelled meanwhile (which it then sees)."""
+        tasks, self._tasks = self._tasks, None
+        try:
+            if tasks is not None:
+                await tasks.aclose()
+        finally:
+            await self._backend.stop()
 
     async def _on_approval(self, request: ApprovalRequest) -> None:
         execution = self._execution
@@ -496,20 +530,36 @@ class CodeExecutor:
             async def run() -> None:
                 outcome: object = _DONE
                 try:
-                    async for item in client.stream(code, timeout, cancellation=execution.cancellation):
-                        if chunks or isinstance(item, CodeExecutionResult):
-                            queue.put_nowait(item)
-                except BaseException as e:
-                    outcome = _Failed(e)
-                if execution.cancellation.cancelled:
-                    # Only now that the code stopped. Rejected at once, a call waiting in the kernel raised
-                    # ApprovalRejectedError just as the interrupt came, which then landed while IPython showed
-                    # that traceback: a stray "KeyboardInterrupt" in the output (2 of 3 workspace test runs).
-                    execution.withdraw()
+                    try:
+                        async for item in client.stream(code, timeout, cancellation=execution.cancellation):
+                            if chunks or isinstance(item, CodeExecutionResult):
+                                queue.put_nowait(item)
+                    except asyncio.CancelledError:
+                        raise
+                    except BaseException as e:
+                        outcome = _Failed(e)
+                    if execution.cancellation.cancelled:
+                        # Only now that the code stopped. Rejected at once, a call waiting in the kernel raised
+                        # ApprovalRejectedError just as the interrupt came, which then landed while IPython
+                        # showed that traceback: a stray "KeyboardInterrupt" in the output (2 of 3 workspace
+                        # test runs).
+                        await execution.withdraw()
+                except asyncio.CancelledError:
+                    # By `stop()` (a stream that cancels it no longer reads the queue): the consumer must not
+                    # wait forever, nor see a cancellation that is not its own.
+                    queue.put_nowait(
+                        _Failed(RuntimeError("the code executor was stopped while this code ran"))
+                    )
+                    raise
                 queue.put_nowait(outcome)
 
+            tasks = self._tasks
+            if tasks is None or not tasks.running:
+                raise RuntimeError(
+                    "the code executor is not running: use 'async with CodeExecutor()' or start()"
+                )
             self._execution = execution
-            task = asyncio.create_task(run(), name="ipybox-execution")
+            task = tasks.spawn(run(), name="ipybox-execution")
             try:
                 while (item := await queue.get()) is not _DONE:
                     if isinstance(item, _Failed):
@@ -532,11 +582,9 @@ class CodeExecutor:
                     execution.cancellation.cancel()
                     # Its failure is not this caller's to see; the caller's own cancellation still is.
                     await cancel_and_wait(task)
-                    execution.withdraw()
+                    await execution.withdraw()
                     with contextlib.suppress(Exception):
                         await client.interrupt_until_idle()
-                if execution.withdrawals:
-                    await asyncio.gather(*execution.withdrawals, return_exceptions=True)
 
     async def reset(self) -> None:
         """Start over with a fresh kernel: variables, definitions and imports are gone. Also stops the MCP

@@ -22,6 +22,7 @@ from ipybox import process
 from ipybox.errors import KernelError
 from ipybox.kernels.gateway_main import READY_PREFIX
 from ipybox.kernels.kernelspec import KERNEL_NAME, KernelSpec
+from ipybox.lifecycle import Service
 from ipybox.limits import Limiter, ResourceLimits
 
 logger = logging.getLogger(__name__)
@@ -157,7 +158,8 @@ class KernelGateway:
         self._runtime_dir: Path | None = None
         self._log_file: IO[bytes] | None = None
         self._endpoint: GatewayEndpoint | None = None
-        self._stdout_task: asyncio.Task[None] | None = None
+        # What reads the gateway's stdout once it is ready, from `start()` to `stop()`.
+        self._tasks: Service | None = None
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -233,7 +235,9 @@ class KernelGateway:
             workspace=self.working_dir,
         )
         self._runtime_dir = Path(tempfile.mkdtemp(prefix="ipybox-gateway-"))
+        self._tasks = Service("kernel gateway")
         try:
+            await self._tasks.start()
             await self._spawn()
             address = await self._wait_ready()
         except BaseException:
@@ -369,7 +373,8 @@ class KernelGateway:
                         )
                     text = line.decode(errors="replace").strip()
                     if text.startswith(READY_PREFIX):
-                        self._stdout_task = asyncio.create_task(self._drain_stdout(stdout))
+                        assert self._tasks is not None  # started by `start()`
+                        self._tasks.spawn(self._drain_stdout(stdout), name="ipybox-gateway-stdout")
                         return text[len(READY_PREFIX) :].strip()
                     logger.debug("kernel gateway: %s", text)
         except TimeoutError:
@@ -418,11 +423,6 @@ class KernelGateway:
             if survivors:
                 logger.debug("killing leftover gateway processes %s", survivors)
                 process.kill_all(survivors)
-        if self._stdout_task is not None:
-            self._stdout_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._stdout_task
-            self._stdout_task = None
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
@@ -437,3 +437,7 @@ class KernelGateway:
             self._limiter.close()
             self._limiter = None
         self._endpoint = None
+        # After the rest, as the one await left: a caller cancelled here sees its cancellation, nothing undone.
+        tasks, self._tasks = self._tasks, None
+        if tasks is not None:
+            await tasks.aclose()

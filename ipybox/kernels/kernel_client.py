@@ -16,6 +16,11 @@ Ending an execution early:
   if it swallowed that, and the stream ends with the output so far as a result with `cancelled=True`;
   whatever the interrupted code raises is not raised. Code that still runs after `interrupt_grace` gets
   the timeout's treatment: the kernel is replaced (a warning is logged; its state is lost).
+
+Background work (starting the spare kernel, shutting down a replaced one) belongs to a task group the
+client holds from `connect()` to `disconnect()` (a `Service` of `ipybox.lifecycle`); `disconnect()` waits
+for the replaced kernels' shutdowns, then closes the group. A caller cancelled meanwhile sees its
+`CancelledError`.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ from ipybox.kernels.result import (
     StreamName,
 )
 from ipybox.kernels.timer import Cancellation, ExecutionTimer
+from ipybox.kernels.warm_up import warm_up as warm_up_kernel
+from ipybox.lifecycle import Service, cancel_and_wait
 from ipybox.limits import format_bytes
 from ipybox.safefs import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_OUTPUT_FILE_BYTES
 
@@ -142,6 +149,9 @@ class KernelClient:
             (SIGKILL) and ipybox restarted it"), after a running kernel's connection closed and the gateway
             did not answer; asked once the kernel was replaced, for `KernelDiedError`'s message. Whoever
             runs the gateway knows; the client sees only a refused connection.
+        warm_up: Warm the spare kernel up once it answers (`ipybox.kernels.warm_up`: what the first tool
+            call in it needs is imported), for kernels of ipybox's own kernel spec. Taking the spare stops
+            its warm-up after the step in progress.
 
     Example:
         ```python
@@ -170,6 +180,7 @@ class KernelClient:
         kernel_source: Callable[[], Awaitable[str]] | None = None,
         gateway_log: Path | None = None,
         gateway_loss: Callable[[], Awaitable[str | None]] | None = None,
+        warm_up: bool = False,
     ) -> None:
         if isinstance(gateway, str):
             gateway = GatewayEndpoint(f"http://{gateway}:{port}", token)
@@ -187,11 +198,13 @@ class KernelClient:
         self.kernel_source = kernel_source
         self.gateway_log = gateway_log
         self.gateway_loss = gateway_loss
+        self.warm_up = warm_up
         self._spare_deaths = 0  # spares that died while idle since one was last taken into use
         self._http: aiohttp.ClientSession | None = None
         self._kernel: KernelConnection | None = None
-        self._spare: asyncio.Task[KernelConnection] | None = None
-        self._retiring: set[asyncio.Task[None]] = set()
+        self._tasks: Service | None = None  # the background work's group, while connected
+        self._spare: asyncio.Task[KernelConnection | None] | None = None  # None: it failed to start (logged)
+        self._retiring: set[asyncio.Task[None]] = set()  # shutdowns of replaced kernels, in `_tasks`
         self._lock = asyncio.Lock()
         self._timer: ExecutionTimer | None = None
         self._cancellation: Cancellation | None = None  # the running execution's
@@ -238,7 +251,9 @@ class KernelClient:
             connector = aiohttp.UnixConnector(path=str(self.endpoint.unix_socket))
         headers = {"Authorization": f"token {self.endpoint.token}"} if self.endpoint.token else {}
         self._http = aiohttp.ClientSession(connector=connector, headers=headers)
+        self._tasks = Service("kernel client")
         try:
+            await self._tasks.start()
             ready = self.ready_timeout if kernel_init_timeout is None else kernel_init_timeout
             self._kernel = await self._open_kernel(ready)
         except BaseException:
@@ -252,25 +267,39 @@ class KernelClient:
         Args:
             shutdown_kernels: Delete the kernels on the gateway. Pass `False` when the gateway itself is about
                 to stop (it ends all its kernels at once, which is faster than one by one).
+
+        Raises:
+            CancelledError: The caller was cancelled (the client's background work and connections are
+                closed even so; a kernel whose shutdown was cancelled may be left on the gateway).
         """
         kernels: list[KernelConnection] = []
         if self._kernel is not None:
             kernels.append(self._kernel)
             self._kernel = None
-        if self._spare is not None:
-            spare, self._spare = self._spare, None
-            if spare.done() and not spare.cancelled() and spare.exception() is None:
-                kernels.append(spare.result())
-            else:
-                spare.cancel()
-                with contextlib.suppress(BaseException):
-                    kernels.append(await spare)
-        await asyncio.gather(
-            *(k.shutdown(delete=shutdown_kernels) for k in kernels), *self._retiring, return_exceptions=True
-        )
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
+        done = False
+        try:
+            if self._spare is not None:
+                spare, self._spare = self._spare, None
+                # A spare still starting deletes its kernel when cancelled; one that started is shut down.
+                await cancel_and_wait(spare)
+                if not spare.cancelled() and spare.exception() is None and (kernel := spare.result()):
+                    kernels.append(kernel)
+            await asyncio.gather(
+                *(k.shutdown(delete=shutdown_kernels) for k in kernels),
+                *self._retiring,
+                return_exceptions=True,
+            )
+            done = True
+        finally:
+            if not done:  # cancelled: at least their websockets and tasks end (not deleted: no request)
+                for kernel in kernels:
+                    await kernel.shutdown(delete=False)
+            tasks, self._tasks = self._tasks, None
+            if tasks is not None:
+                await tasks.aclose()
+            if self._http is not None:
+                await self._http.close()
+                self._http = None
 
     async def _open_kernel(self, ready_timeout: float | None) -> KernelConnection:
         """A new kernel that answered within `ready_timeout` seconds (`None`: no limit).
@@ -313,12 +342,26 @@ class KernelClient:
             ) from None
 
     def _start_spare(self) -> None:
-        if self.spare_kernel and self._spare is None and self._http is not None:
-            self._spare = asyncio.create_task(self._open_spare(), name="ipybox-spare-kernel")
+        tasks = self._tasks
+        if self.spare_kernel and self._spare is None and tasks is not None and tasks.running:
+            self._spare = tasks.spawn(self._open_spare(), name="ipybox-spare-kernel")
 
-    async def _open_spare(self) -> KernelConnection:
-        kernel = await self._open_kernel(self.ready_timeout)
+    async def _open_spare(self) -> KernelConnection | None:
+        try:
+            kernel = await self._open_kernel(self.ready_timeout)
+        except Exception as e:
+            # Not a failure of the client's background work: the next kernel needed is started then.
+            logger.warning("the spare kernel failed to start (%s); the next kernel is started when needed", e)
+            return None
         kernel.on_death(self._spare_died)
+        if self.warm_up:
+            this = asyncio.current_task()
+            try:
+                # Until the spare is taken (`_fresh_kernel` clears `_spare`): the taker waits for one step.
+                await warm_up_kernel(kernel, lambda: self._spare is this)
+            except BaseException:  # cancelled (disconnecting): the kernel goes too
+                await kernel.shutdown()
+                raise
         return kernel
 
     def _spare_died(self, kernel: KernelConnection) -> None:
@@ -343,10 +386,7 @@ class KernelClient:
         spare, self._spare = self._spare, None
         kernel: KernelConnection | None = None
         if spare is not None:
-            try:
-                kernel = await spare
-            except Exception as e:
-                logger.warning("the spare kernel failed to start (%s); starting another", e)
+            kernel = await spare  # None: it failed to start (logged then)
             if kernel is not None and kernel.dead:
                 self._retire(kernel)
                 kernel = None
@@ -358,7 +398,13 @@ class KernelClient:
         return kernel
 
     def _retire(self, kernel: KernelConnection) -> None:
-        task = asyncio.create_task(kernel.shutdown())
+        """Shut `kernel` down in the background (`disconnect()` waits for it)."""
+        tasks = self._tasks
+        if tasks is None or not tasks.running:
+            # Disconnecting (or disconnected): the session the shutdown would use is closing.
+            logger.debug("kernel %s replaced while disconnecting: left to the gateway", kernel.kernel_id)
+            return
+        task = tasks.spawn(kernel.shutdown(), name="ipybox-retire-kernel")
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 

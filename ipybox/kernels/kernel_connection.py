@@ -1,8 +1,11 @@
 """`KernelConnection`: one kernel on a kernel gateway, driven over the gateway's websocket.
 
 A single reader task receives every message and routes it, by the request's message id, to the
-execution waiting for it. Gateway notices that the kernel restarted or died, and the websocket closing,
-end every waiting execution with [KernelDied][ipybox.kernels.kernel_connection.KernelDied].
+execution waiting for it; a single writer task sends the requests, in the order they were submitted.
+Both belong to the connection's task group (a `Service`, `ipybox.lifecycle`), which `shutdown()` cancels
+and waits for: a caller cancelled meanwhile sees its `CancelledError`. Gateway notices that the kernel
+restarted or died, and the websocket closing, end every waiting execution with
+[KernelDied][ipybox.kernels.kernel_connection.KernelDied].
 
 A kernel being opened is watched on the gateway's REST API while it starts: one that the gateway reports
 dead or has removed (its process kept exiting, so the gateway gave up restarting it) fails at once with
@@ -17,14 +20,15 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 from ipybox.errors import KernelError
 from ipybox.kernels.gateway import GatewayEndpoint
+from ipybox.lifecycle import Service, first_of
 
 if TYPE_CHECKING:
     # aiohttp is imported where it is used, not here: it is a third of what `from ipybox import
@@ -42,8 +46,6 @@ ready_timeouts = 0
 """How many times, in this process, a kernel's ready timeout fired: a kernel that was neither ready nor
 reported dead in time. Every kernel that failed is reported at once instead, so this stays 0 unless a
 kernel hangs (the tests assert it)."""
-
-T = TypeVar("T")
 
 
 class KernelDied(KernelError):
@@ -109,7 +111,10 @@ class Request:
 
 
 class KernelConnection:
-    """A kernel on a gateway and the websocket to it. Create one with [open][ipybox.kernels.kernel_connection.KernelConnection.open]."""
+    """A kernel on a gateway and the websocket to it. Create one with [open][ipybox.kernels.kernel_connection.KernelConnection.open].
+
+    Call `shutdown()` once done with it, also after it died: its task group lives until then.
+    """
 
     def __init__(self, http: aiohttp.ClientSession, endpoint: GatewayEndpoint, kernel_id: str) -> None:
         self.http = http
@@ -121,7 +126,9 @@ class KernelConnection:
         # when the websocket closed without that (the gateway exited, or deleted the kernel).
         self.death_cause: DeathCause | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
-        self._reader: asyncio.Task[None] | None = None
+        # The reader and the writer of the websocket; started by `attach()`, closed by `shutdown()`.
+        self._tasks = Service(f"kernel connection {kernel_id[:8]}")
+        self._outgoing: asyncio.Queue[str] = asyncio.Queue()  # frames for the writer, in submit order
         self._requests: dict[str, Request] = {}
         self._on_death: list[Callable[[KernelConnection], None]] = []
 
@@ -194,7 +201,9 @@ class KernelConnection:
         try:
             try:
                 async with asyncio.timeout(ready_timeout):
-                    await _first(connection._become_ready(), connection._watch_start())
+                    await connection._tasks.start()
+                    # Ready, unless the watch sees the kernel die first (it never returns otherwise).
+                    await first_of(connection._become_ready(), connection._watch_start())
             except TimeoutError:
                 ready_timeouts += 1
                 limit = f"{ready_timeout:g} s" if ready_timeout is not None else "its time"  # None: no limit
@@ -256,7 +265,11 @@ class KernelConnection:
             raise GatewayError(
                 f"the kernel gateway refused a connection to the kernel: HTTP {e.status}"
             ) from None
-        self._reader = asyncio.create_task(self._read(self._ws), name=f"ipybox-kernel-{self.kernel_id[:8]}")
+        # The writer ends with the reader (the websocket closed): a connection that died holds no task but
+        # its group's host until `shutdown()`.
+        self._tasks.spawn(
+            first_of(self._read(self._ws), self._write(self._ws)), name=f"ipybox-kernel-{self.kernel_id[:8]}"
+        )
 
     def on_death(self, callback: Callable[[KernelConnection], None]) -> None:
         """Call `callback(self)` when the kernel dies or its connection is lost (not when shut down)."""
@@ -274,6 +287,14 @@ class KernelConnection:
             logger.debug("kernel %s websocket failed: %s", self.kernel_id, e)
         finally:
             self._mark_dead("websocket closed", "connection")
+
+    async def _write(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        while True:
+            frame = await self._outgoing.get()
+            try:
+                await ws.send_str(frame)
+            except Exception as e:  # the websocket closed under it: the reader ends the waiting requests
+                logger.debug("kernel %s websocket send failed: %s", self.kernel_id, e)
 
     def _dispatch(self, msg: dict[str, Any]) -> None:
         msg_type = msg.get("msg_type") or msg.get("header", {}).get("msg_type", "")
@@ -324,10 +345,7 @@ class KernelConnection:
             "channel": channel,
             "buffers": [],
         }
-        send = self._ws.send_str(json.dumps(message))
-        # send_str only queues the frame; the task keeps a reference until it is written.
-        task = asyncio.ensure_future(send)
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        self._outgoing.put_nowait(json.dumps(message))
         return request
 
     def finish(self, request: Request) -> None:
@@ -387,15 +405,14 @@ class KernelConnection:
                 )
 
     async def shutdown(self, delete: bool = True) -> None:
-        """Close the websocket and (unless `delete` is false) delete the kernel on the gateway. Never raises."""
+        """Close the websocket, stop its reader and writer, and (unless `delete` is false) delete the kernel
+        on the gateway. Raises nothing but the caller's own cancellation (the kernel is then not deleted:
+        a later `shutdown()` finishes)."""
         self.dead = True
         if self._ws is not None:
             with contextlib.suppress(Exception):
                 await self._ws.close()
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(BaseException):
-                await self._reader
+        await self._tasks.aclose()
         if delete:
             with contextlib.suppress(Exception):
                 async with self.http.delete(f"{self.endpoint.url}/api/kernels/{self.kernel_id}"):
@@ -448,23 +465,6 @@ def _without_traceback_frames(lines: list[str]) -> list[str]:
 
 def _unreachable(endpoint: GatewayEndpoint, error: Exception) -> GatewayUnreachableError:
     return GatewayUnreachableError(f"cannot reach the kernel gateway at {endpoint.url}: {error}")
-
-
-async def _first(main: Awaitable[T], watch: Awaitable[Any]) -> T:
-    """The result of `main`, unless `watch` raises first (then its exception); the other is cancelled."""
-    main_task = asyncio.ensure_future(main)
-    watch_task = asyncio.ensure_future(watch)
-    try:
-        await asyncio.wait({main_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (main_task, watch_task):
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(main_task, watch_task, return_exceptions=True)
-    if main_task.done() and not main_task.cancelled():
-        return main_task.result()
-    watch_task.result()  # raises what ended the watch
-    raise AssertionError("the watch of a starting kernel returned")
 
 
 async def _reason(response: aiohttp.ClientResponse) -> str:

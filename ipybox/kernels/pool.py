@@ -4,6 +4,10 @@ token of its own, so an application that attaches gets a ready kernel in millise
 Idle kernels stay connected, so one that dies while idle is noticed at once and replaced in the
 background. A claim never waits longer than the kernel start it waits for: when that start fails (the
 kernel died while starting, the gateway exited), the claim fails with the same error right away.
+
+With `warm_up`, an idle kernel is warmed up in the background (`ipybox.kernels.warm_up`: what the first
+tool call needs is imported) until it is claimed: a claim gets it at once, and its first request waits for
+the warm-up's step in progress at most (tens of milliseconds). A kernel a claim waits for is not warmed up.
 """
 
 from __future__ import annotations
@@ -19,12 +23,20 @@ import aiohttp
 
 from ipybox.kernels.gateway import GatewayEndpoint
 from ipybox.kernels.kernel_connection import GatewayError, GatewayUnreachableError, KernelConnection
+from ipybox.kernels.warm_up import warm_up as warm_up_kernel
 
 logger = logging.getLogger(__name__)
 
 READY_TIMEOUT = 60.0
 """Seconds a pool kernel gets to answer (unless the pool is given another), for one that neither answers
 nor dies: a kernel that dies while starting fails at once."""
+
+REFILL_DELAY = 0.3
+"""Seconds from a claim to the start of its replacement. Starting a kernel keeps the gateway's event loop
+busy (it spawns the process) and takes a core for most of a second, right when the application that claimed
+the kernel connects to it and runs its first cells; measured on a 2-core machine, the connection took 45 ms
+instead of 5. A claim that finds the pool empty meanwhile starts a kernel at once: no claim waits for this
+delay, a claim soon after another only loses the head start its kernel would have had."""
 
 # Idle kernels that may die in a row (with no claim in between), and kernel starts that may fail in a
 # row, and still be replaced right away; past that, the next claim starts the next kernel.
@@ -47,6 +59,8 @@ class KernelPool:
         ready_timeout: Seconds a new kernel gets to answer (default `READY_TIMEOUT`).
         gateway_log: The gateway's log, whose end is added to the error about a kernel that died while
             starting.
+        warm_up: Warm idle kernels up (see the module docstring), for kernels of ipybox's own kernel spec
+            (the warm-up is Python).
 
     Attributes:
         version: The version of the gateway's kernel spec that kernels started now get (the caller's
@@ -62,12 +76,16 @@ class KernelPool:
         kernel_env: Callable[[str], dict[str, str]],
         ready_timeout: float | None = None,
         gateway_log: Path | None = None,
+        warm_up: bool = False,
     ) -> None:
         self.endpoint = endpoint
         self.size = size
         self.kernel_env = kernel_env
         self.ready_timeout = READY_TIMEOUT if ready_timeout is None else ready_timeout
         self.gateway_log = gateway_log
+        self.warm_up = warm_up
+        self._claims_waiting = 0  # claims waiting for a kernel start: that kernel is not warmed up
+        self._refill_timer: asyncio.TimerHandle | None = None  # the refill after a claim
         self.callers: dict[str, str] = {}  # kernel id -> caller id of its tool token
         self.version = 0
         self.versions: dict[str, int] = {}
@@ -120,10 +138,14 @@ class KernelPool:
                     continue
                 await kernel.shutdown(delete=False)  # the attaching client opens its own websocket
                 self._deaths_in_a_row = 0
-                self.refill()
+                self._refill_soon()
                 return kernel_id
             start = next(iter(self._starting), None) or self._start_one()
-            await asyncio.wait([start])
+            self._claims_waiting += 1
+            try:
+                await asyncio.wait([start])
+            finally:
+                self._claims_waiting -= 1
             if start.cancelled():
                 raise PoolStoppedError("the kernel pool was stopped while a kernel was starting")
             if (error := start.exception()) is not None:
@@ -162,6 +184,9 @@ class KernelPool:
         """Stop starting kernels and close the idle kernels' connections (the gateway, stopped next, ends
         the kernels). Claims waiting for a start fail with `PoolStoppedError`."""
         http, self._http = self._http, None
+        if self._refill_timer is not None:
+            self._refill_timer.cancel()
+            self._refill_timer = None
         tasks = [*self._starting, *self._background]
         for task in tasks:
             task.cancel()
@@ -170,6 +195,15 @@ class KernelPool:
         await asyncio.gather(*(kernel.shutdown(delete=False) for kernel in idle.values()))
         if http is not None:
             await http.close()
+
+    def _refill_soon(self) -> None:
+        """`refill()` in `REFILL_DELAY` seconds (see there), once for claims in a row."""
+        if self._refill_timer is None and self._http is not None:
+            self._refill_timer = asyncio.get_running_loop().call_later(REFILL_DELAY, self._refill_now)
+
+    def _refill_now(self) -> None:
+        self._refill_timer = None
+        self.refill()
 
     def _start_one(self) -> asyncio.Task[None]:
         task = asyncio.create_task(self._add(), name="ipybox-pool-kernel")
@@ -224,6 +258,14 @@ class KernelPool:
         self.versions[kernel.kernel_id] = version
         self._idle[kernel.kernel_id] = kernel
         kernel.on_death(self._idle_died)
+        if self.warm_up and not self._claims_waiting:
+            task = asyncio.create_task(self._warm_up(kernel), name="ipybox-pool-warm-up")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _warm_up(self, kernel: KernelConnection) -> None:
+        """Warm an idle kernel up until it is claimed (or dies: `_idle_died` replaces it)."""
+        await warm_up_kernel(kernel, lambda: self._idle.get(kernel.kernel_id) is kernel)
 
     def _idle_died(self, kernel: KernelConnection) -> None:
         if self._idle.get(kernel.kernel_id) is not kernel:
@@ -231,6 +273,10 @@ class KernelPool:
         del self._idle[kernel.kernel_id]
         self.callers.pop(kernel.kernel_id, None)
         self.versions.pop(kernel.kernel_id, None)
+        # Its connection is closed for good: it ends its own tasks (a connection owns a task group).
+        closing = asyncio.create_task(kernel.shutdown(delete=False), name="ipybox-pool-close-dead")
+        self._background.add(closing)
+        closing.add_done_callback(self._background.discard)
         if self._http is None or kernel.death_cause != "process":
             # The connection closed without the gateway saying the kernel died: the gateway exited (its
             # restart brings a new pool) or deleted the kernel; the next claim starts one if needed.

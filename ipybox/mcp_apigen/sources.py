@@ -148,6 +148,9 @@ async def generate_mcp_sources(
 # hundreds of milliseconds, which would more than double a generation. The sources are complete by then,
 # so the server is stopped while the caller goes on (typically to start a CodeExecutor). The stop is
 # shielded: `asyncio.run()` ending, or a cancellation, still waits for it, so no process is left behind.
+# The one task of this module that no task group owns: by design it outlives the published function's
+# call, whose caller has no group to give it (the signature is 0.9.2's). `MCPConnection` stopping its own
+# runner on request, without being awaited, would make it unnecessary.
 _stopping: set[asyncio.Task[None]] = set()
 
 

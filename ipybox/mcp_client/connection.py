@@ -3,7 +3,9 @@
 The `mcp` SDK's transports and `ClientSession` are anyio context managers whose task groups must be
 entered and left by the same task, and which raise `ExceptionGroup`s. `MCPConnection` therefore runs
 them in a task of its own, so `start()` and `stop()` may be called from any task, and turns every
-failure into one [MCPServerError][ipybox.mcp_client.errors.MCPServerError] with a one-line message.
+failure into one [MCPServerError][ipybox.mcp_client.errors.MCPServerError] with a one-line message. That
+task belongs to the task group of a `Service` (`ipybox.lifecycle`) that `start()` makes: `stop()` ends it
+in order (the transport's own shutdown), then closes the group, which waits until the task ended.
 
 Every tool call is bounded, and every one is answered:
 
@@ -63,6 +65,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from ipybox.lifecycle import Service
 from ipybox.limits import Limited, Limiter, LimitUnavailableError, Usage
 from ipybox.mcp_client.errors import (
     CallTimeoutError,
@@ -133,6 +136,7 @@ class MCPConnection:
         self.call_timeout = server_params.call_timeout or call_timeout
         self.max_result_size = int(server_params.max_result_size or max_result_size)
         self._session: ClientSession | None = None
+        self._tasks: Service | None = None  # the group `_task` runs in (`start()` makes it)
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
         self._stop = anyio.Event()
@@ -172,7 +176,9 @@ class MCPConnection:
         if self._task is not None:
             raise RuntimeError(f"MCP server {self.server_name!r}: connection already started")
         self._ready = asyncio.get_running_loop().create_future()
-        self._task = asyncio.create_task(self._run(self._ready), name=f"mcp-connection-{self.server_name}")
+        self._tasks = Service(f"MCP connection {self.server_name!r}")
+        await self._tasks.start()
+        self._task = self._tasks.spawn(self._run(self._ready), name=f"mcp-connection-{self.server_name}")
         try:
             await asyncio.shield(self._ready)
         except BaseException:
@@ -182,7 +188,9 @@ class MCPConnection:
     async def stop(self) -> None:
         """Close the connection; a stdio server process is stopped (its whole process group).
 
-        Idempotent, and safe to call while `start()` is still waiting for the handshake.
+        Idempotent, and safe to call while `start()` is still waiting for the handshake. A caller cancelled
+        while it waits sees its cancellation; the connection still ends on its own, and a later `stop()`
+        finishes.
         """
         task = self._task
         if task is None:
@@ -191,9 +199,11 @@ class MCPConnection:
         if self._scope is not None and not (self._ready is not None and self._ready.done()):
             self._scope.cancel()
         # The transport's own shutdown is bounded (stdio: stdin close, SIGTERM, SIGKILL), so waiting
-        # for it here cannot hang.
+        # for it here cannot hang. Shielded: a caller cancelled meanwhile leaves it to finish on its own.
         await asyncio.shield(task)
         self._session = None
+        if self._tasks is not None:
+            await self._tasks.aclose()  # `task` has ended: this only ends the group's host
 
     async def list_tools(self) -> list[types.Tool]:
         """All tools of the server, following pagination.

@@ -25,6 +25,13 @@ Parsers are kernel-written, so nothing waits for their check (a parser's import 
   generated without it (no `run_parsed()`) and its `parser_errors` say so, and it is not checked again
   until its file's content changes (then once).
 
+Lifecycle: the reconciler is a `Service` (`ipybox.lifecycle`). `apply`, `reload`, `regenerate_parsed`
+and `watch` need it started (`async with reconciler:`; else a `RuntimeError` says so), since what they
+leave in the background (parser checks, the servers' part of an edit) runs in its task group; `aclose()`
+cancels that work and waits for it. `reload_rules` puts the rules in effect in any state (the rest of the
+file only while it runs); `load()` and `status()` work in any state. `watch()` runs in its caller's task
+(the supervisor spawns it in its own group) until cancelled.
+
 Progress: with a `progress` listener, each server's steps are emitted as `ProgressEvent`s of the part
 `server <name>` (`ipybox.progress`): `connecting` (its process starts and `initialize`, then `tools/list`:
 `MCPServers.connection` does both, so `connecting` covers both), `listing tools` once its tool list is read,
@@ -33,10 +40,11 @@ Progress: with a `progress` listener, each server's steps are emitted as `Progre
 
 Example:
     ```python
-    reconciler = Reconciler(Path("my-workspace"), tool_server.servers, hooks)
-    await reconciler.apply(reconciler.load())  # start-up: raises ConfigError on a bad file
-    watcher = asyncio.create_task(reconciler.watch())  # then follow edits
-    print(reconciler.status())
+    async with Reconciler(Path("my-workspace"), tool_server.servers, hooks) as reconciler:
+        await reconciler.apply(reconciler.load())  # start-up: raises ConfigError on a bad file
+        async with asyncio.TaskGroup() as group:
+            group.create_task(reconciler.watch())  # then follow edits
+            print(reconciler.status())
     ```
 """
 
@@ -48,16 +56,16 @@ import functools
 import hashlib
 import logging
 import os
-from collections.abc import Awaitable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Coroutine, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ipybox.codeact.checks import RunCheck, run_check
 from ipybox.config.changes import ConfigChanges, diff
 from ipybox.config.errors import ConfigError, ConfigProblem
 from ipybox.config.loading import CONFIG_FILE, load_config
 from ipybox.config.workspace_config import WorkspaceConfig
+from ipybox.lifecycle import Service, ServiceState, first_of
 from ipybox.mcp_apigen.package import write_mcp_sources
 from ipybox.mcp_apigen.parsers import (
     ParserProblem,
@@ -72,6 +80,7 @@ from ipybox.mcp_apigen.parsers import (
 from ipybox.mcp_client.placeholders import placeholder_digest
 from ipybox.progress import PartTimer, Progress, ProgressStep, emit_to, server_part
 from ipybox.reconcile.generations import Generations, delete_retired, retire_package
+from ipybox.reconcile.status import MCPServerStatus, ReconcilerStatus
 from ipybox.reconcile.watch import DOTENV_FILE, Snapshot, parser_edits, settled_edits
 
 if TYPE_CHECKING:
@@ -81,8 +90,6 @@ if TYPE_CHECKING:
     from ipybox.rules import ApprovalPolicy
 
 logger = logging.getLogger("ipybox.reconcile.reconciler")
-
-ServerState = Literal["starting", "ready", "failed"]
 
 _KERNEL_ENV = "kernel.env"
 _RETRY_AFTER_WATCH_FAILURE = 1.0
@@ -101,33 +108,7 @@ class ReconcileHooks(Protocol):
         started from `config`. `reasons` are one line each, e.g. `kernel.warm_pool: 1 -> 2`."""
 
 
-@dataclass(frozen=True)
-class ServerStatus:
-    """Where a server's package stands.
-
-    Attributes:
-        state: `starting` (being started and generated, and its parsers checked), `ready` (package
-            generated), or `failed` (it could not be started; a package from before stays).
-        tools: Tools in its generated package; `None` when there is none (or it is not known).
-        generation: The generation its package was written at; `None` when there is no package.
-        error: Why it failed, when it did.
-        parsers: Modules of its package that have an output parser (`run_parsed()`), sorted.
-        parser_errors: Parsers that do not work, one line each: `mcpparse/<server>/<module>.py:LINE:COL:
-            message` (paths relative to the workspace), disabled ones included. They never fail the server.
-        checking: Modules whose parser is being imported in a kernel now (its problems are added when
-            that check ends).
-    """
-
-    state: ServerState
-    tools: int | None = None
-    generation: int | None = None
-    error: str | None = None
-    parsers: list[str] = dataclasses.field(default_factory=list)
-    parser_errors: list[str] = dataclasses.field(default_factory=list)
-    checking: list[str] = dataclasses.field(default_factory=list)
-
-
-class Reconciler:
+class Reconciler(Service):
     """Applies a workspace's configuration to running MCP servers, generated packages, rules and kernels,
     and follows edits of `ipybox.toml` and `.env`.
 
@@ -148,9 +129,9 @@ class Reconciler:
 
     Example:
         ```python
-        reconciler = Reconciler(workspace, servers, hooks)
-        await reconciler.apply(reconciler.load())
-        await reconciler.watch()  # until cancelled
+        async with Reconciler(workspace, servers, hooks) as reconciler:
+            await reconciler.apply(reconciler.load())
+            await reconciler.watch()  # until cancelled
         ```
     """
 
@@ -165,6 +146,7 @@ class Reconciler:
         check_timeout: float = CHECK_TIMEOUT,
         progress: Progress | None = None,
     ) -> None:
+        super().__init__("reconciler")
         self.workspace_dir = Path(workspace_dir).resolve()
         self.servers = servers
         self.hooks = hooks
@@ -179,7 +161,7 @@ class Reconciler:
         # Fixed by the first configuration applied: kernels are told this directory when they start.
         self._mcptools_dir: Path | None = None
         self._generations = Generations()
-        self._servers: dict[str, ServerStatus] = {}
+        self._servers: dict[str, MCPServerStatus] = {}
         self._digests: dict[str, str] = {}  # what each server's and the kernel env's ${VAR}s resolved to
         self._hook_errors: dict[str, str] = {}
         self._loaded: Snapshot | None = None  # the files' contents at the last load
@@ -190,10 +172,10 @@ class Reconciler:
         self._reload_lock = asyncio.Lock()  # loads and rule changes take turns (never held for servers)
         self._rules_lock = asyncio.Lock()
         self._rules: ApprovalPolicy | None = None  # the policy last handed to `hooks.rules_changed`
-        self._checks: dict[str, asyncio.Task[None]] = {}  # each server's running parser check
+        # Each server's running parser check (a task of the service's group).
+        self._checks: dict[str, asyncio.Task[None]] = {}
         # Parsers whose check timed out, by (server, module): the sha256 of the file that did.
         self._disabled: dict[tuple[str, str], str] = {}
-        self._background: set[asyncio.Task[Any]] = set()
 
     @property
     def mcptools_dir(self) -> Path | None:
@@ -219,7 +201,11 @@ class Reconciler:
 
         Returns:
             Whether it loaded (and was applied).
+
+        Raises:
+            RuntimeError: The reconciler is not running (see the module's "Lifecycle").
         """
+        self._require_running()
         config = await self._load_rules()
         if config is None:
             return False
@@ -229,7 +215,8 @@ class Reconciler:
     async def reload_rules(self) -> bool:
         """Load `ipybox.toml` again and put its approval rules in effect now, without waiting for servers:
         the rest of the file is applied in the background (as `reload` would). For a change that only
-        writes rules (an `always` answer).
+        writes rules (an `always` answer). A reconciler that is not running (not started yet, or closing)
+        puts the rules in effect all the same and leaves the rest alone.
 
         Returns:
             Whether it loaded.
@@ -237,7 +224,12 @@ class Reconciler:
         config = await self._load_rules()
         if config is None:
             return False
-        self._in_background(self._apply_servers(config), f"applying the edited {CONFIG_FILE}")
+        if self.state in (ServiceState.STARTING, ServiceState.RUNNING):
+            self._in_background(self._apply_servers(config), f"applying the edited {CONFIG_FILE}")
+        else:
+            logger.info(
+                "the reconciler is %s: only the rules of %s were applied", self.state.value, CONFIG_FILE
+            )
         return True
 
     async def _load_rules(self) -> WorkspaceConfig | None:
@@ -268,7 +260,11 @@ class Reconciler:
 
         Returns:
             What changed.
+
+        Raises:
+            RuntimeError: The reconciler is not running (see the module's "Lifecycle").
         """
+        self._require_running()
         await self._apply_rules(config.approval)
         return await self._apply_servers(config)
 
@@ -309,13 +305,18 @@ class Reconciler:
         each burst of saves, once the files are quiet. Nothing raised while reloading ends the watch.
         Edits of output parsers are followed too (`watch_parsers`).
 
+        Raises:
+            RuntimeError: The reconciler is not running (see the module's "Lifecycle").
+
         Example:
             ```python
-            watcher = asyncio.create_task(reconciler.watch())
-            ...
-            watcher.cancel()
+            async with asyncio.TaskGroup() as group:  # or a `Service`'s `spawn()`
+                watcher = group.create_task(reconciler.watch())
+                ...
+                watcher.cancel()
             ```
         """
+        self._require_running()
         async with asyncio.TaskGroup() as group:
             group.create_task(self._watch_config(stop_event))
             group.create_task(self.watch_parsers(stop_event))
@@ -324,16 +325,10 @@ class Reconciler:
         """Follow `mcpparse/` (next to `mcptools/`, made if missing) once a configuration was applied: a
         parser saved, added or removed regenerates its server's package from the tools it listed last and
         checks its parsers again. Nothing raised while regenerating ends the watch."""
-        configured = asyncio.ensure_future(self._configured.wait())
-        stopped = asyncio.ensure_future(stop_event.wait()) if stop_event is not None else None
-        try:
-            await asyncio.wait(
-                [configured, *([stopped] if stopped else [])], return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            configured.cancel()
-            if stopped is not None:
-                stopped.cancel()
+        if stop_event is None:
+            await self._configured.wait()
+        else:
+            await first_of(self._configured.wait(), stop_event.wait())
         if self._mcptools_dir is None:
             return  # stopped before a configuration was applied
         directory = parsers_dir(self._mcptools_dir)
@@ -355,7 +350,11 @@ class Reconciler:
 
         Returns:
             The servers regenerated.
+
+        Raises:
+            RuntimeError: The reconciler is not running (see the module's "Lifecycle").
         """
+        self._require_running()
         done: list[str] = []
         async with self._apply_lock:
             for name in sorted(set(names)):
@@ -383,60 +382,68 @@ class Reconciler:
                 )
                 await asyncio.sleep(_RETRY_AFTER_WATCH_FAILURE)
 
-    def status(self) -> dict[str, Any]:
-        """The reconciler's state, JSON-able.
+    def status(self) -> ReconcilerStatus:
+        """The reconciler's state, typed (`ipybox.reconcile.status`; each server's `location` and `stopped`
+        are left for the supervisor to add).
 
         Example:
             ```python
-            {
-                "generation": 4,
-                "servers": {
-                    "time": {
-                        "state": "ready",
-                        "tools": 2,
-                        "generation": 4,
-                        "error": None,
-                        "parsers": ["get_current_time"],  # modules with an output parser
-                        "parser_errors": [],  # or "mcpparse/time/get_current_time.py:3:9: NameError: …"
-                        "checking": [],  # modules whose parser is being imported in a kernel now
-                    }
+            ReconcilerStatus(
+                generation=4,
+                servers={
+                    "time": MCPServerStatus(
+                        state="ready",
+                        tools=2,
+                        generation=4,
+                        parsers=["get_current_time"],  # modules with an output parser
+                        parser_errors=[],  # or "mcpparse/time/get_current_time.py:3:9: NameError: …"
+                        checking=[],  # modules whose parser is being imported in a kernel now
+                    )
                 },
-                "error": None,  # or "…/ipybox.toml:12:1: unknown key 'comand' in [servers.time] (…)"
-                "hook_errors": {},
-                "mcptools_dir": "/work/ws/mcptools",
-            }
+                error=None,  # or "…/ipybox.toml:12:1: unknown key 'comand' in [servers.time] (…)"
+                hook_errors={},
+                mcptools_dir="/work/ws/mcptools",
+            )
             ```
         """
-        return {
-            "generation": self._generations.generation,
-            "servers": {name: dataclasses.asdict(status) for name, status in sorted(self._servers.items())},
-            "error": str(self.error) if self.error is not None else None,
-            "hook_errors": dict(self._hook_errors),
-            "mcptools_dir": str(self._mcptools_dir) if self._mcptools_dir is not None else None,
-        }
+        return ReconcilerStatus(
+            generation=self._generations.generation,
+            servers=dict(sorted(self._servers.items())),
+            error=str(self.error) if self.error is not None else None,
+            hook_errors=dict(self._hook_errors),
+            mcptools_dir=str(self._mcptools_dir) if self._mcptools_dir is not None else None,
+        )
 
     async def checked(self) -> None:
         """Wait until no output parser is being checked (each check is bounded by `check_timeout`)."""
         while self._checks:
             await asyncio.wait(list(self._checks.values()))
 
-    async def close(self) -> None:
-        """Cancel what runs in the background (parser checks, an apply `reload_rules` left there)."""
-        tasks = [*self._checks.values(), *self._background]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    def _require_running(self) -> None:
+        if self.state in (ServiceState.STARTING, ServiceState.RUNNING):
+            return
+        if self.state is ServiceState.NEW:
+            raise RuntimeError(
+                "the reconciler is not started: start it first (`async with reconciler:`), its parser checks "
+                "and background applies run in its task group"
+            )
+        raise RuntimeError(f"the reconciler is {self.state.value}: it applies nothing more")
 
-    def _in_background(self, work: Awaitable[Any], what: str) -> None:
+    def _in_background(self, work: Coroutine[Any, Any, Any], what: str) -> asyncio.Task[None]:
+        """Run `work` in the service's group; it reports its own failure (logged) rather than failing the
+        group, which would cancel the other checks and applies."""
+
         async def run() -> None:
             try:
                 await work
             except Exception:
                 logger.exception("%s failed", what)
 
-        task = asyncio.create_task(run(), name=f"ipybox-reconcile: {what}")
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        try:
+            return self.spawn(run(), name=f"ipybox-reconcile: {what}")
+        except RuntimeError:
+            work.close()  # it never runs: closed, so it is not reported as never awaited
+            raise
 
     async def _on_edit(self, snapshot: Snapshot) -> None:
         if snapshot == self._loaded:
@@ -511,7 +518,7 @@ class Reconciler:
         before = self._servers.get(name)
         generation = self._generations.servers.get(name)
         tools = before.tools if before is not None else None
-        self._servers[name] = ServerStatus("starting", tools, generation)
+        self._servers[name] = MCPServerStatus(state="starting", tools=tools, generation=generation)
         self._emit(name, "connecting")
         try:
             await self.servers.connection(name)
@@ -532,8 +539,8 @@ class Reconciler:
         assert self._mcptools_dir is not None
         root = self._mcptools_dir
         before = self._servers.get(name)
-        self._servers[name] = dataclasses.replace(
-            before or ServerStatus("starting"), state="starting", error=None, checking=[]
+        self._servers[name] = (before or MCPServerStatus(state="starting")).model_copy(
+            update={"state": "starting", "error": None, "checking": []}
         )
         self._cancel_check(name)
         self._emit(name, "generating")
@@ -564,11 +571,18 @@ class Reconciler:
         errors, to_import = await self._static_check(name, parsed, unmatched_parsers(name, parsers, modules))
         errors += [self._disabled_line(name, module) for module in sorted(disabled & set(modules))]
         checking = to_import if self.run_check is not None else []
-        self._servers[name] = ServerStatus("ready", len(modules), generation, None, parsed, errors, checking)
+        self._servers[name] = MCPServerStatus(
+            state="ready",
+            tools=len(modules),
+            generation=generation,
+            parsers=parsed,
+            parser_errors=errors,
+            checking=checking,
+        )
         if checking:
-            task = asyncio.create_task(
+            task = self._in_background(
                 self._check_in_kernel(name, generation, {m: digests[m] for m in checking}),
-                name=f"ipybox-reconcile: checking the parsers of {name}",
+                f"checking the output parsers of {name!r}",
             )
             self._checks[name] = task
             task.add_done_callback(functools.partial(self._check_done, name))
@@ -578,7 +592,9 @@ class Reconciler:
 
     def _failed(self, name: str, error: Exception, tools: int | None, generation: int | None) -> None:
         reason = str(error) or type(error).__name__
-        self._servers[name] = ServerStatus("failed", tools, generation, reason)
+        self._servers[name] = MCPServerStatus(
+            state="failed", tools=tools, generation=generation, error=reason
+        )
         logger.error("MCP server %r: no tools generated: %s", name, reason)
         self._emit(name, "failed", reason)
 
@@ -606,8 +622,6 @@ class Reconciler:
     def _check_done(self, name: str, task: asyncio.Task[None]) -> None:
         if self._checks.get(name) is task:
             del self._checks[name]
-        if not task.cancelled() and task.exception() is not None:
-            logger.error("checking the output parsers of %r failed", name, exc_info=task.exception())
 
     def _cancel_check(self, name: str) -> None:
         task = self._checks.pop(name, None)
@@ -632,8 +646,8 @@ class Reconciler:
         if status is None or status.generation != generation:
             return
         if not timed_out:
-            self._servers[name] = dataclasses.replace(
-                status, parser_errors=[*status.parser_errors, *errors], checking=[]
+            self._servers[name] = status.model_copy(
+                update={"parser_errors": [*status.parser_errors, *errors], "checking": []}
             )
             return
         # Its package without them (this task is the server's check until then: `_publish` spares it).

@@ -108,13 +108,15 @@ class WorkspaceSession:
             await self._approvals.connect()
             await self.kernel_client.connect()
         except BaseException:
-            # In a task of its own: under a cancelled anyio scope (an MCP session closed while opening)
-            # every await of this task fails at once, and the lease would be kept until the sweep.
+            # In a task of its own, the one task here that no group owns: under a cancelled anyio scope (an
+            # MCP session closed while opening) every await of this task fails at once, and the lease would
+            # be kept until the sweep. No group can take it: starting one needs an await, which fails there
+            # too, and the session's caller has none that outlives this call. `_closing` holds it until done.
             closing = asyncio.ensure_future(self.close())
             _closing.add(closing)
             closing.add_done_callback(_closing.discard)
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(closing)
+            # Cancelled meanwhile, the caller sees its cancellation (the close goes on in its task).
+            await asyncio.shield(closing)
             raise
 
     async def close(self) -> None:

@@ -15,6 +15,8 @@ Contract:
 - `POST /servers/{name}/apply` with `Accept: application/x-ndjson` streams one JSON line per
   `ipybox.progress.ProgressEvent` of that server (`kind` "progress"), then the `ServerOutcome` (`kind`
   "outcome") or, when applying failed, a `StreamFailure` (`kind` "error"); `kind` tells the lines apart.
+- The reconciler's part (`ReconcilerStatus`, `MCPServerStatus`) is defined by the reconciler's layer
+  (`ipybox.reconcile.status`, which `Reconciler.status()` returns) and re-exported here.
 - Ids are `NewType`s of `str`: a lease, a kernel and a kernel's caller are never mixed up in a signature.
 """
 
@@ -23,6 +25,11 @@ from __future__ import annotations
 from typing import Literal, NewType
 
 from pydantic import BaseModel, ConfigDict
+
+# Typed where the reconciler builds it (`Reconciler.status()`), served here: re-exported for clients.
+from ipybox.reconcile.status import MCPServerStatus as MCPServerStatus
+from ipybox.reconcile.status import ReconcilerStatus as ReconcilerStatus
+from ipybox.reconcile.status import ServerState as ServerState
 
 LeaseId = NewType("LeaseId", str)
 """An attached application's share of the workspace (`POST /leases`)."""
@@ -54,51 +61,6 @@ class PoolStatus(_Model):
     size: int
     idle: int
     leased: int
-
-
-ServerState = Literal["starting", "ready", "failed"]
-
-
-class MCPServerStatus(_Model):
-    """Where one MCP server's generated package stands (see `Reconciler`).
-
-    Attributes:
-        state: `starting`, `ready` (package generated) or `failed` (a package from before stays).
-        tools: Tools in its package; `None` when there is none (or it is not known).
-        generation: The generation its package was written at; `None` when there is no package.
-        error: Why it failed, when it did.
-        parsers: Modules of its package with an output parser (`mcpparse/<server>/<module>.py`), whose
-            `run_parsed()` returns the parser's `ParseResult`.
-        parser_errors: Parsers that do not work, one line each: `mcpparse/<server>/<module>.py:LINE:COL:
-            message` (relative to the workspace). They never fail the server: `run()` works. A parser
-            whose check in a kernel took too long is disabled (left out of the package) and listed here.
-        checking: Modules whose parser is being imported in a kernel now (a check runs in the background;
-            its problems join `parser_errors` when it ends).
-        location: Where its table starts, `ipybox.toml:LINE:COL` (`None` when not known).
-        stopped: Why the server is not running now, when it ended by itself after it started (e.g. "MCP
-            server 'x' went over its memory limit (limit 64 MiB, peak 64 MiB) and was stopped"); it
-            starts again on its next call. `None` while it runs.
-    """
-
-    state: ServerState
-    tools: int | None = None
-    generation: int | None = None
-    error: str | None = None
-    parsers: list[str] = []
-    parser_errors: list[str] = []
-    checking: list[str] = []
-    location: str | None = None
-    stopped: str | None = None
-
-
-class ReconcilerStatus(_Model):
-    """The reconciler's state (all empty before it applied a configuration)."""
-
-    generation: int = 0
-    servers: dict[str, MCPServerStatus] = {}
-    error: str | None = None
-    hook_errors: dict[str, str] = {}
-    mcptools_dir: str | None = None
 
 
 class ActionStatus(_Model):

@@ -160,6 +160,8 @@ class KernelsService(Service):
             self.config().kernel.warm_pool,
             self._kernel_env,
             gateway_log=self.gateway.log_path,
+            # What the first tool call in a kernel needs is imported before the kernel is handed out.
+            warm_up=True,
         )
         self._spec_policies.append(setup.sandbox)
         self.pool.version = len(self._spec_policies) - 1

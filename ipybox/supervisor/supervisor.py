@@ -177,7 +177,7 @@ class Supervisor(Service):
         with self._report.part("gateway") as gateway:
             await parts.enter_async_context(self.kernels)
             gateway.append(f"pid {self.gateway.pid if self.gateway is not None else '?'}")
-        parts.push_async_callback(self.reconciler.close)  # before the kernels: its parser checks use them
+        await parts.enter_async_context(self.reconciler)  # closed before the kernels (its checks use them)
         async with self._report.pool_while(self.spawn, lambda: self.pool, self.config.kernel.warm_pool):
             await self._start_endpoints(parts)
             await self.reconciler.apply(self.config)

@@ -28,6 +28,7 @@ from ipybox.approval.rule_approver import WorkspaceApprover
 from ipybox.config import WorkspaceConfig
 from ipybox.lifecycle import Service
 from ipybox.mcp_client.params import ServerParams
+from ipybox.mcp_client.pool import MCPServers
 from ipybox.tool_server.tool_server import ToolServer
 
 logger = logging.getLogger("ipybox.supervisor")
@@ -108,16 +109,19 @@ class ToolsService(Service):
 
     async def _new_server(self, *, restart: bool) -> ToolServer:
         config = self.config()
-        server = ToolServer(
-            unix_socket=self.socket,
-            media_dir=config.resolve(config.workspace.images_dir),
-            max_image_bytes=config.kernel.max_image_bytes,
+        servers = MCPServers(
             # Server parameters may say where the workspace is, e.g. a data file's absolute path.
             environ={**os.environ, WORKSPACE_ENV: str(self.workspace)},
             dotenv_path=self.workspace / ".env",
+            prepare=self.prepare,
         )
-        server.approver = self.approver
-        server.servers.prepare = self.prepare
+        server = ToolServer(
+            servers=servers,
+            unix_socket=self.socket,
+            media_dir=config.resolve(config.workspace.images_dir),
+            max_image_bytes=config.kernel.max_image_bytes,
+            approver=self.approver,
+        )
         if restart:  # the servers the reconciler registered on the one that died
             for name in config.enabled_servers():
                 server.servers.register(name, config.server_params(name))

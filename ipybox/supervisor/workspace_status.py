@@ -7,9 +7,9 @@ Contract: pure reads of memory, plus two cheap reads of the workspace: the place
 actions' manifests (never their code: it is agent-written). Nothing here raises for what it reads: an
 unreadable file leaves the places out, a broken `gentools/` the actions (logged).
 
-The reconciler's status is typed here, in one place (`reconciler_status`): everything above reads
-`ReconcilerStatus`, never the reconciler's dict. Where the status sits among the services:
-`docs/design.md`, "Services".
+The reconciler's status comes typed from the reconciler (`ReconcilerStatus`, `ipybox.reconcile.status`);
+this adds what only the supervisor knows: each server's place in `ipybox.toml` and why it stopped. Where
+the status sits among the services: `docs/design.md`, "Services".
 """
 
 from __future__ import annotations
@@ -113,10 +113,8 @@ def with_servers(config: WorkspaceConfig, reconciler: Reconciler | None) -> Work
 
 
 def reconciler_status(reconciler: Reconciler | None) -> ReconcilerStatus:
-    """The reconciler's status, typed (empty before it exists)."""
-    return (
-        ReconcilerStatus.model_validate(reconciler.status()) if reconciler is not None else ReconcilerStatus()
-    )
+    """The reconciler's status (empty before it exists)."""
+    return reconciler.status() if reconciler is not None else ReconcilerStatus()
 
 
 def with_stops(status: ReconcilerStatus, tools: ToolsService) -> ReconcilerStatus:

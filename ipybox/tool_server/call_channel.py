@@ -53,6 +53,11 @@ four 200 MiB request lines without a newline grew its RSS from 86 to 885 MiB, 64
   interrupted during the call; `ToolRunner` closes it then, since the answer may still come), the call is
   cancelled (the MCP server gets `notifications/cancelled`) instead of holding the server until its
   `call_timeout`.
+
+Background work (the sweep, and the watcher of each long call) runs in the task group of a `Service`
+(`ipybox.lifecycle`) that `start()` makes and `stop()` closes, waiting until each of those tasks ended. The
+connections' tasks are the stream server's (`asyncio.start_server` makes one per connection); `stop()`
+cancels those still running and waits for them.
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ from typing import Any
 from pydantic_core import PydanticSerializationError, to_json
 
 from ipybox.in_kernel.call_protocol import OP_RUN, SHELL_KINDS, SHELL_SERVER, ErrorKind, error
-from ipybox.lifecycle import cancel_and_wait
+from ipybox.lifecycle import Service, cancel_and_wait
 from ipybox.mcp_client.registry import MAX_ROOT_CHARS
 from ipybox.rules.calls import ToolCall
 
@@ -279,7 +284,7 @@ class CallChannel:
         self._handlers = handlers
         self.limits = limits or ChannelLimits()
         self._server: asyncio.Server | None = None
-        self._sweeper: asyncio.Task[None] | None = None
+        self._tasks: Service | None = None  # the sweep and the watchers, while started
         self._connections: set[_Connection] = set()
         self._unidentified: dict[_Connection, None] = {}  # oldest first
         self._callers: dict[str, _Caller] = {}
@@ -305,15 +310,17 @@ class CallChannel:
             self._server = await asyncio.start_server(self._serve, host, 0, limit=_CHUNK)
             port = self._server.sockets[0].getsockname()[1]
             self.address = f"tcp://{host}:{port}"
-        self._sweeper = asyncio.ensure_future(self._sweep())
+        self._tasks = Service("tool-call channel")
+        await self._tasks.start()
+        self._tasks.spawn(self._sweep(), name="ipybox-call-channel-sweep")
         return self.address
 
     async def stop(self) -> None:
         """Stop listening, close every connection and end the calls still running on them."""
-        if self._sweeper is not None:
-            # Not `suppress(CancelledError)`: a caller cancelled while stopping must see its cancellation.
-            await cancel_and_wait(self._sweeper)
-            self._sweeper = None
+        if self._tasks is not None:
+            # The sweep and the watchers (a caller cancelled meanwhile sees its cancellation).
+            await self._tasks.aclose()
+            self._tasks = None
         if self._server is not None:
             self._server.close()
             tasks = []
@@ -395,8 +402,8 @@ class CallChannel:
                     self._watch(conn)
 
     def _watch(self, conn: _Connection) -> None:
-        if not conn.rest:  # else the kernel already sent more: it is there
-            conn.watcher = asyncio.ensure_future(self._watch_for_close(conn))
+        if not conn.rest and self._tasks is not None:  # else the kernel already sent more: it is there
+            conn.watcher = self._tasks.spawn(self._watch_for_close(conn), name="ipybox-call-channel-watch")
 
     async def _watch_for_close(self, conn: _Connection) -> None:
         """Cancel the connection's task (and the call it runs) when the kernel closes the connection."""
@@ -404,6 +411,10 @@ class CallChannel:
             data = await conn.reader.read(_CHUNK)
         except ConnectionError:
             data = b""
+        except Exception:
+            # Never the group's failure, which would end the sweep (and every other watcher) with it.
+            logger.exception("watching a connection during a call failed: the call runs on unwatched")
+            return
         if data:
             conn.rest += data  # a pipelined request: read by the connection's task after the answer
         elif conn.task is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from starlette.websockets import WebSocket
 
-from ipybox.approval import ApprovalClient, ApprovalRequest, Approved, NoOneToAsk, Rejected
+from ipybox.approval import Approval, ApprovalClient, ApprovalRequest, Approved, NoOneToAsk, Rejected
 from ipybox.approval.asks import AskAnswer, AskBoard, AskClosed, AskOpened, PendingAsk
 from ipybox.approval.channel import ApprovalChannel
 from ipybox.approval.rule_approver import WorkspaceApprover
@@ -368,3 +369,46 @@ async def test_the_console_listed_first_is_asked_before_the_application(
 
 async def _never_answers(request: ApprovalRequest) -> None:
     raise AssertionError("the application is not asked while the console, listed first, is open")
+
+
+async def test_a_call_that_goes_away_while_the_application_is_asked_withdraws_the_applications_request(
+    workspace: Workspace,
+) -> None:
+    held: list[ApprovalRequest] = []
+
+    async def hold(request: ApprovalRequest) -> None:
+        held.append(request)
+
+    workspace.channel = ApprovalChannel(True, 5, handler=hold)
+    decision = asyncio.create_task(workspace.approver.decide(CALL))
+    ask = await workspace.next_ask()
+    assert ask.asked_of == "application" and len(held) == 1
+    decision.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await decision
+    # Told before the call's cancellation reached its caller: nobody is left holding a question that is gone.
+    [request] = held
+    assert (request.decision, request.withdrawn_by) == (False, "")
+    assert workspace.board.pending == []
+
+
+async def test_asking_the_application_that_fails_leaves_the_ask_to_the_people_present(
+    workspace: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    class BrokenChannel(ApprovalChannel):
+        async def decide(self, call: ToolCall, **kwargs: Any) -> Approval:
+            raise RuntimeError("a bug in asking the application")
+
+    workspace.channel = BrokenChannel(True, 5, handler=_never_answers)
+    with workspace.board.present("console"), caplog.at_level(logging.ERROR, logger="ipybox.approval"):
+        decision = asyncio.create_task(workspace.approver.decide(CALL))
+        ask = await workspace.next_ask()
+        assert ask.asked_of == "application"
+        assert await workspace.approver.answer(ask.id, ROOT) is None
+        assert await decision == Approved()
+    assert any(
+        "asking the application about a call of fs.write_file failed" in record.getMessage()
+        and record.exc_info is not None
+        and "a bug in asking the application" in str(record.exc_info[1])
+        for record in caplog.records
+    )

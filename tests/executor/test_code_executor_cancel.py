@@ -174,3 +174,26 @@ async def test_cancel_of_code_ignoring_interrupts_replaces_the_kernel_and_ends_c
 
 async def test_kernel_init_timeout_reaches_the_kernel_client(executor: CodeExecutor) -> None:
     assert executor.kernel_client.ready_timeout == KERNEL_INIT_TIMEOUT
+
+
+async def test_stopping_the_executor_while_code_runs_ends_its_stream_with_one_error(tmp_path: Path) -> None:
+    executor = CodeExecutor(working_dir=tmp_path, spare_kernel=False, kernel_init_timeout=KERNEL_INIT_TIMEOUT)
+    await executor.start()
+    output: list[str] = []
+
+    async def consume() -> None:
+        async for item in executor.stream(LOOP, chunks=True):
+            if isinstance(item, CodeExecutionChunk):
+                output.append(item.text)
+
+    consumer = asyncio.create_task(consume())
+    try:
+        async with asyncio.timeout(30):
+            while "started" not in "".join(output):
+                await asyncio.sleep(0.01)
+    finally:
+        await executor.stop()
+    # Neither a wait for a kernel that is gone, nor a cancellation the consumer did not ask for.
+    with pytest.raises(RuntimeError, match="the code executor was stopped while this code ran"):
+        async with asyncio.timeout(10):
+            await consumer

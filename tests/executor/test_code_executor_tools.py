@@ -238,7 +238,8 @@ print(echo.run(echo.Params(message="x")))
             kinds.append("approval")
             await item.accept()
         elif isinstance(item, CodeExecutionChunk):
-            kinds.append(item.text.strip())
+            if item.text.strip():  # under load a print's newline may come as a chunk of its own
+                kinds.append(item.text.strip())
         else:
             kinds.append("result")
     assert kinds == ["before", "approval", "Echo: x", "result"]

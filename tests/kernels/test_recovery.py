@@ -44,8 +44,8 @@ async def spare_ready(client: KernelClient) -> KernelConnection:
     for _ in range(3000):
         spare = client._spare
         if spare is not None and spare.done():
-            kernel = spare.result()
-            if not kernel.dead:
+            kernel = spare.result()  # None: it failed to start
+            if kernel is not None and not kernel.dead:
                 return kernel
         await asyncio.sleep(0.01)
     raise AssertionError("the spare kernel did not come up")

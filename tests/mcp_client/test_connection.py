@@ -100,6 +100,20 @@ async def test_stop_leaves_no_server_process(tmp_path: Path) -> None:
     assert not connection.running
 
 
+def connection_tasks(name: str) -> set[str]:
+    """The names of the tasks of connection `name` in this loop: its group's host and the connection's own."""
+    return {task.get_name() for task in asyncio.all_tasks() if name in task.get_name()}
+
+
+async def test_a_stopped_connection_and_a_failed_start_leave_no_task_behind() -> None:
+    async with MCPConnection("tasks", params.edge()):
+        assert connection_tasks("tasks") == {"ipybox-MCP connection 'tasks'", "mcp-connection-tasks"}
+    assert connection_tasks("tasks") == set()
+    with pytest.raises(ServerStartError):
+        await MCPConnection("crashing", params.edge("--exit-at-once"), connect_timeout=20).start()
+    assert connection_tasks("crashing") == set()
+
+
 async def test_command_not_found() -> None:
     with pytest.raises(ServerStartError) as info:
         await MCPConnection("ghost", {"command": "no-such-mcp-server-command"}).start()

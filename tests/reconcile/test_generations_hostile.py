@@ -29,7 +29,8 @@ class NoHooks:
 @pytest.fixture
 async def reconciler(workspace: Path) -> AsyncIterator[Reconciler]:
     servers = MCPServers(dotenv_path=workspace / ".env")
-    yield Reconciler(workspace, servers, NoHooks())
+    async with Reconciler(workspace, servers, NoHooks()) as reconciler:
+        yield reconciler
     await servers.stop()
 
 

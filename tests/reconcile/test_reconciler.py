@@ -21,6 +21,7 @@ import tomlkit
 from ipybox.config import WorkspaceConfig
 from ipybox.mcp_client.pool import MCPServers
 from ipybox.reconcile.reconciler import Reconciler
+from ipybox.reconcile.status import ReconcilerStatus
 from ipybox.rules import ApprovalPolicy
 from tests.servers import params
 from tests.servers.processes import pids, tagged
@@ -87,8 +88,11 @@ def hooks() -> RecordingHooks:
 
 
 @pytest.fixture
-def reconciler(workspace: Path, servers: MCPServers, hooks: RecordingHooks) -> Reconciler:
-    return Reconciler(workspace, servers, hooks)
+async def reconciler(
+    workspace: Path, servers: MCPServers, hooks: RecordingHooks
+) -> AsyncIterator[Reconciler]:
+    async with Reconciler(workspace, servers, hooks) as reconciler:
+        yield reconciler
 
 
 @pytest.fixture
@@ -129,9 +133,9 @@ async def test_start_up_generates_packages_and_applies_rules(
     assert (workspace / "mcptools" / "a" / "echo.py").is_file()
     assert generations(workspace) == {"generation": 1, "servers": {"a": 1}}
     status = reconciler.status()
-    assert status["servers"]["a"]["state"] == "ready" and status["servers"]["a"]["tools"] > 10
-    assert status["generation"] == 1 and status["error"] is None
-    assert json.loads(json.dumps(status)) == status
+    assert status.servers["a"].state == "ready" and (status.servers["a"].tools or 0) > 10
+    assert status.generation == 1 and status.error is None
+    assert ReconcilerStatus.model_validate_json(status.model_dump_json()) == status
     assert [policy.default for policy in hooks.policies] == ["deny"]
     assert hooks.kernel_changes == []
     assert pids(tag), "the server keeps running for calls"
@@ -243,7 +247,7 @@ async def test_removed_or_disabled_server_is_stopped_and_its_package_removed(
     assert not (workspace / "mcptools" / "a").exists()
     assert (workspace / "mcptools" / "b").is_dir()
     assert generations(workspace) == {"generation": 3, "servers": {"b": before["b"]}}
-    assert list(reconciler.status()["servers"]) == ["b"]
+    assert list(reconciler.status().servers) == ["b"]
     assert "a" not in reconciler.servers.names
     await eventually(lambda: not pids(gone), what="the removed server to exit")
     assert pids(kept)
@@ -265,7 +269,7 @@ async def test_invalid_edits_keep_the_last_good_configuration(
     assert reconciler.error is not None and reconciler.error.line is not None and reconciler.error.column
     place = f"ipybox.toml:{reconciler.error.line}:{reconciler.error.column}"
     assert place in str(reconciler.error) and place in caplog.text
-    assert reconciler.status()["error"] == str(reconciler.error)
+    assert reconciler.status().error == str(reconciler.error)
 
     unknown_key = good.replace("command =", "comand =")
     save(workspace, unknown_key)
@@ -283,7 +287,7 @@ async def test_invalid_edits_keep_the_last_good_configuration(
 
     save(workspace, good)
     assert await reconciler.reload()
-    assert reconciler.error is None and reconciler.status()["error"] is None
+    assert reconciler.error is None and reconciler.status().error is None
     assert generations(workspace)["generation"] == 1, "the same servers as before: nothing to regenerate"
 
 
@@ -325,8 +329,8 @@ async def test_an_edit_saved_while_watching_generates_the_new_package(
     save(workspace, config_text({"late": edge(tag)}))
     await eventually(lambda: (workspace / "mcptools" / "late" / "__init__.py").exists(), what="the package")
     latency = time.perf_counter() - started
-    await eventually(lambda: "late" in watching.status()["servers"], what="the status")
-    assert watching.status()["servers"]["late"]["state"] == "ready"
+    await eventually(lambda: "late" in watching.status().servers, what="the status")
+    assert watching.status().servers["late"].state == "ready"
     print(f"save to package ready (edge server): {latency * 1000:.0f} ms")
     assert latency < 10
 
@@ -407,19 +411,19 @@ async def test_a_failing_server_does_not_hold_back_the_others(
     }
     await start(reconciler, workspace, config_text(servers))
 
-    status = reconciler.status()["servers"]
-    assert status["good"]["state"] == "ready"
+    status = reconciler.status().servers
+    assert status["good"].state == "ready"
     for name in ("exits", "missing", "unset"):
-        assert status[name]["state"] == "failed" and status[name]["error"], name
-        assert status[name]["tools"] is None and not (workspace / "mcptools" / name).exists()
-    assert "NOT_SET_ANYWHERE_42" in status["unset"]["error"]
+        assert status[name].state == "failed" and status[name].error, name
+        assert status[name].tools is None and not (workspace / "mcptools" / name).exists()
+    assert "NOT_SET_ANYWHERE_42" in (status["unset"].error or "")
     assert generations(workspace)["servers"] == {"good": 1}
 
     # Failed servers are tried again on the next apply, even when their parameters did not change.
     save(workspace, config_text({**servers, "exits": edge(tag)}) + "\n# fixed\n")
     assert await reconciler.reload()
-    status = reconciler.status()["servers"]
-    assert status["exits"]["state"] == "ready" and status["missing"]["state"] == "failed"
+    status = reconciler.status().servers
+    assert status["exits"].state == "ready" and status["missing"].state == "failed"
     assert generations(workspace)["servers"] == {"exits": 2, "good": 1}
 
 
@@ -447,13 +451,14 @@ async def test_saving_again_unchanged_retries_a_failed_server(
     text = config_text({"late": tagged({"command": str(script)}, new_tag())})
     save(workspace, text)
     await eventually(
-        lambda: watching.status()["servers"].get("late", {}).get("state") == "failed", what="failure"
+        lambda: "late" in watching.status().servers and watching.status().servers["late"].state == "failed",
+        what="failure",
     )
 
     script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{params.EDGE_SERVER}" "$@"\n')
     script.chmod(0o755)
     save(workspace, text)  # the same contents, saved again
-    await eventually(lambda: watching.status()["servers"]["late"]["state"] == "ready", what="the retry")
+    await eventually(lambda: watching.status().servers["late"].state == "ready", what="the retry")
     assert (workspace / "mcptools" / "late" / "echo.py").is_file()
 
 
@@ -465,8 +470,8 @@ class FailingHooks(RecordingHooks):
 async def test_a_failing_hook_is_reported_and_does_not_stop_the_apply(
     workspace: Path, servers: MCPServers
 ) -> None:
-    reconciler = Reconciler(workspace, servers, FailingHooks())
-    await start(reconciler, workspace, config_text({"a": edge(new_tag())}))
-    status = reconciler.status()
-    assert status["hook_errors"] == {"rules_changed": "RuntimeError: rule engine unavailable"}
-    assert status["servers"]["a"]["state"] == "ready"
+    async with Reconciler(workspace, servers, FailingHooks()) as reconciler:
+        await start(reconciler, workspace, config_text({"a": edge(new_tag())}))
+        status = reconciler.status()
+    assert status.hook_errors == {"rules_changed": "RuntimeError: rule engine unavailable"}
+    assert status.servers["a"].state == "ready"

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ipybox.codeact.checks import RunCheck
+from ipybox.lifecycle import ServiceState
 from ipybox.mcp_client.pool import MCPServers
 from ipybox.reconcile.reconciler import Reconciler
 from tests.reconcile.test_reconciler import (
@@ -115,9 +116,10 @@ async def servers(workspace: Path) -> AsyncIterator[MCPServers]:
 @pytest.fixture
 async def checked(workspace: Path, servers: MCPServers) -> AsyncIterator[Reconciler]:
     """A reconciler that checks parsers by importing them in a fresh Python process."""
-    reconciler = Reconciler(workspace, servers, RecordingHooks(), run_check=python_check(workspace))
-    yield reconciler
-    await reconciler.close()  # a check still running in the background
+    async with Reconciler(
+        workspace, servers, RecordingHooks(), run_check=python_check(workspace)
+    ) as reconciler:
+        yield reconciler  # leaving cancels a check still running in the background
 
 
 async def test_parsers_are_generated_listed_and_kept_by_every_regeneration(
@@ -127,8 +129,8 @@ async def test_parsers_are_generated_listed_and_kept_by_every_regeneration(
     tag = new_tag()
     await start(checked, workspace, config_text({"a": edge(tag)}))
 
-    server = checked.status()["servers"]["a"]
-    assert server["state"] == "ready" and server["parsers"] == ["echo"] and server["parser_errors"] == []
+    server = checked.status().servers["a"]
+    assert server.state == "ready" and server.parsers == ["echo"] and server.parser_errors == []
     assert "def run_parsed(params: Params) -> ParseResult:" in module_source(workspace, "a", "echo")
     assert "run_parsed" not in module_source(workspace, "a", "add")
     assert "- echo: " in (index := (workspace / "mcptools" / "a" / "__init__.py").read_text())
@@ -139,7 +141,7 @@ async def test_parsers_are_generated_listed_and_kept_by_every_regeneration(
     assert await checked.reload()
     assert generations(workspace)["servers"]["a"] == 2
     assert "def run_parsed(" in module_source(workspace, "a", "echo")
-    assert checked.status()["servers"]["a"]["parsers"] == ["echo"]
+    assert checked.status().servers["a"].parsers == ["echo"]
 
 
 async def test_a_parser_that_does_not_work_is_reported_with_file_and_line_and_the_server_stays_ready(
@@ -152,10 +154,10 @@ async def test_a_parser_that_does_not_work_is_reported_with_file_and_line_and_th
     write_parser(workspace, "a", "get_env", WORDS)  # `get_env` is no module of the edge server either
     await start(checked, workspace, config_text({"a": edge(new_tag())}))
 
-    server = checked.status()["servers"]["a"]
-    assert server["state"] == "ready" and server["error"] is None
-    assert server["parsers"] == ["add", "echo", "getenv"]
-    errors = server["parser_errors"]
+    server = checked.status().servers["a"]
+    assert server.state == "ready" and server.error is None
+    assert server.parsers == ["add", "echo", "getenv"]
+    errors = server.parser_errors
     assert "mcpparse/a/echo.py:3:9: NameError: name 'undefined_limit' is not defined" in errors
     assert any(line.startswith("mcpparse/a/add.py:5:35: SyntaxError: ") for line in errors), errors
     assert (
@@ -174,13 +176,13 @@ async def test_a_parser_that_does_not_work_is_reported_with_file_and_line_and_th
 async def test_without_a_check_runner_parsers_are_checked_by_ast_only(
     workspace: Path, servers: MCPServers
 ) -> None:
-    reconciler = Reconciler(workspace, servers, RecordingHooks())
     write_parser(workspace, "a", "echo", NAME_ERROR)
     write_parser(workspace, "a", "add", SYNTAX_ERROR)
-    await start(reconciler, workspace, config_text({"a": edge(new_tag())}))
-    server = reconciler.status()["servers"]["a"]
-    assert server["parsers"] == ["add", "echo"]
-    assert [line.split(": ")[0] for line in server["parser_errors"]] == ["mcpparse/a/add.py:5:35"]
+    async with Reconciler(workspace, servers, RecordingHooks()) as reconciler:
+        await start(reconciler, workspace, config_text({"a": edge(new_tag())}))
+        server = reconciler.status().servers["a"]
+    assert server.parsers == ["add", "echo"]
+    assert [line.split(": ")[0] for line in server.parser_errors] == ["mcpparse/a/add.py:5:35"]
 
 
 async def test_a_check_that_fails_or_takes_too_long_is_reported_and_never_fails_the_server(
@@ -194,19 +196,19 @@ async def test_a_check_that_fails_or_takes_too_long_is_reported_and_never_fails_
         return "Traceback: the kernel died"
 
     write_parser(workspace, "a", "echo", WORDS)
-    slow = Reconciler(workspace, servers, RecordingHooks(), run_check=hangs, check_timeout=0.2)
-    await start(slow, workspace, config_text({"a": edge(new_tag())}))
-    server = slow.status()["servers"]["a"]
-    assert server["state"] == "ready" and server["parsers"] == [] and server["checking"] == []
-    assert server["parser_errors"] == [
+    async with Reconciler(workspace, servers, RecordingHooks(), run_check=hangs, check_timeout=0.2) as slow:
+        await start(slow, workspace, config_text({"a": edge(new_tag())}))
+        server = slow.status().servers["a"]
+    assert server.state == "ready" and server.parsers == [] and server.checking == []
+    assert server.parser_errors == [
         "mcpparse/a/echo.py: disabled: importing it in a kernel took longer than 0.2 s, so run_parsed() is "
         "left out; it is checked again when the file changes"
     ]
     assert "run_parsed" not in module_source(workspace, "a", "echo")
 
-    broken = Reconciler(workspace, servers, RecordingHooks(), run_check=prints_nothing)
-    await start(broken, workspace, config_text({"a": edge(new_tag())}))
-    [line] = broken.status()["servers"]["a"]["parser_errors"]
+    async with Reconciler(workspace, servers, RecordingHooks(), run_check=prints_nothing) as broken:
+        await start(broken, workspace, config_text({"a": edge(new_tag())}))
+        [line] = broken.status().servers["a"].parser_errors
     assert line.startswith("mcpparse/a: not checked in a kernel: the check printed no report")
 
 
@@ -223,13 +225,13 @@ async def test_a_parser_saved_while_watching_regenerates_its_package_without_a_r
         write_parser(workspace, "a", "echo", NAME_ERROR)
 
         def regenerated() -> bool:
-            server = checked.status()["servers"]["a"]
-            return server["state"] == "ready" and generations(workspace)["servers"]["a"] > before["a"]
+            server = checked.status().servers["a"]
+            return server.state == "ready" and generations(workspace)["servers"]["a"] > before["a"]
 
         await eventually(regenerated, what="the package of 'a' regenerated for its new parser")
         assert "def run_parsed(" in module_source(workspace, "a", "echo")
         await checked.checked()
-        assert checked.status()["servers"]["a"]["parser_errors"] == [
+        assert checked.status().servers["a"].parser_errors == [
             "mcpparse/a/echo.py:3:9: NameError: name 'undefined_limit' is not defined"
         ]
 
@@ -238,7 +240,7 @@ async def test_a_parser_saved_while_watching_regenerates_its_package_without_a_r
         write_parser(workspace, "a", "echo", WORDS)
         await eventually(
             lambda: (
-                checked.status()["servers"]["a"]["parser_errors"] == []
+                checked.status().servers["a"].parser_errors == []
                 and generations(workspace)["servers"]["a"] > generation
             ),
             what="the fixed parser checked",
@@ -249,7 +251,7 @@ async def test_a_parser_saved_while_watching_regenerates_its_package_without_a_r
         await eventually(
             lambda: "run_parsed" not in module_source(workspace, "a", "echo"), what="run_parsed removed"
         )
-        await eventually(lambda: checked.status()["servers"]["a"]["parsers"] == [], what="no parsers listed")
+        await eventually(lambda: checked.status().servers["a"].parsers == [], what="no parsers listed")
 
         # Only 'a' was regenerated, from the tools it listed: no server was restarted.
         assert generations(workspace)["servers"]["b"] == before["b"]
@@ -262,11 +264,34 @@ async def test_a_parser_saved_while_watching_regenerates_its_package_without_a_r
         pycache.mkdir(exist_ok=True)
         (pycache / "echo.cpython-311.pyc").write_bytes(b"")
         write_parser(workspace, "b", "echo", WORDS)
-        await eventually(
-            lambda: checked.status()["servers"]["b"]["parsers"] == ["echo"], what="b's parser found"
-        )
+        await eventually(lambda: checked.status().servers["b"].parsers == ["echo"], what="b's parser found")
         assert generations(workspace)["servers"]["a"] == generation
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_closing_the_reconciler_cancels_a_parser_check_still_running_and_waits_until_it_ended(
+    workspace: Path, servers: MCPServers
+) -> None:
+    started = asyncio.Event()
+    ended: list[str] = []
+
+    async def hangs(code: str) -> str:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            ended.append("ended")
+        return ""
+
+    write_parser(workspace, "a", "echo", WORDS)
+    async with Reconciler(workspace, servers, RecordingHooks(), run_check=hangs) as reconciler:
+        save(workspace, config_text({"a": edge(new_tag())}))
+        await reconciler.apply(reconciler.load())
+        await asyncio.wait_for(started.wait(), 10)
+        assert reconciler.status().servers["a"].checking == ["echo"]
+        assert ended == []
+    assert ended == ["ended"], "the check ended before the reconciler said it closed"
+    assert reconciler.state is ServiceState.CLOSED

@@ -34,12 +34,12 @@ async def test_a_server_reports_its_steps_in_order_and_ends_ready_with_its_tool_
     workspace: Path, servers: MCPServers
 ) -> None:
     events: list[ProgressEvent] = []
-    reconciler = Reconciler(workspace, servers, RecordingHooks(), progress=events.append)
-    await start(reconciler, workspace, config_text({"edge": edge(new_tag())}))
+    async with Reconciler(workspace, servers, RecordingHooks(), progress=events.append) as reconciler:
+        await start(reconciler, workspace, config_text({"edge": edge(new_tag())}))
 
     assert steps(events, "server edge") == ["connecting", "listing tools", "generating", "ready"]
     last = events[-1]
-    tools = reconciler.status()["servers"]["edge"]["tools"]
+    tools = reconciler.status().servers["edge"].tools
     assert last.done and not last.failed and last.detail == f"{tools} tools"
     assert last.elapsed_s is not None and last.elapsed_s >= 0
     assert all(not event.done for event in events[:-1])
@@ -48,10 +48,10 @@ async def test_a_server_reports_its_steps_in_order_and_ends_ready_with_its_tool_
 async def test_a_server_with_parsers_reports_checking_them(workspace: Path, servers: MCPServers) -> None:
     write_parser(workspace, "edge", "echo", WORDS)
     events: list[ProgressEvent] = []
-    reconciler = Reconciler(
+    async with Reconciler(
         workspace, servers, RecordingHooks(), run_check=python_check(workspace), progress=events.append
-    )
-    await start(reconciler, workspace, config_text({"edge": edge(new_tag())}))
+    ) as reconciler:
+        await start(reconciler, workspace, config_text({"edge": edge(new_tag())}))
 
     assert steps(events, "server edge") == [
         "connecting",
@@ -68,14 +68,16 @@ async def test_a_server_that_cannot_start_ends_failed_with_the_reason_and_the_ot
     workspace: Path, servers: MCPServers
 ) -> None:
     events: list[ProgressEvent] = []
-    reconciler = Reconciler(workspace, servers, RecordingHooks(), progress=events.append)
     tag = new_tag()
-    await start(reconciler, workspace, config_text({"good": edge(tag), "bad": edge(tag, "--exit-at-once")}))
+    async with Reconciler(workspace, servers, RecordingHooks(), progress=events.append) as reconciler:
+        await start(
+            reconciler, workspace, config_text({"good": edge(tag), "bad": edge(tag, "--exit-at-once")})
+        )
 
     assert steps(events, "server bad") == ["connecting", "failed"]
     failed = [event for event in events if event.what == "server bad"][-1]
     assert failed.done and failed.failed
-    assert failed.detail == reconciler.status()["servers"]["bad"]["error"]
+    assert failed.detail == reconciler.status().servers["bad"].error
     assert steps(events, "server good") == ["connecting", "listing tools", "generating", "ready"]
 
 
@@ -90,6 +92,7 @@ async def test_a_listener_set_later_and_one_that_fails_do_not_change_what_is_app
         raise RuntimeError("a listener's bug")
 
     reconciler.progress = broken
-    await start(reconciler, workspace, config_text({"edge": edge(new_tag())}))
+    async with reconciler:
+        await start(reconciler, workspace, config_text({"edge": edge(new_tag())}))
     assert seen == ["connecting", "listing tools", "generating", "ready"]
-    assert reconciler.status()["servers"]["edge"]["state"] == "ready"
+    assert reconciler.status().servers["edge"].state == "ready"

@@ -54,6 +54,11 @@ async def test_a_started_tool_server_decides_by_the_workspace_approver_and_issue
     async with tools_service(config, restarted) as tools:
         server = tools.running_server()
         assert server.approver is tools.approver and server.unix_socket == config.root / "tools.sock"
+        # Constructed complete: the servers' `prepare` hook and environment are the workspace's from the start.
+        assert server.servers.prepare is tools.prepare and server.servers.dotenv_path == config.root / ".env"
+        assert server.servers.environ is not None and server.servers.environ["IPYBOX_WORKSPACE"] == str(
+            config.root
+        )
         token = tools.add_caller("kernel-1")
         assert server._caller_of(token) == "kernel-1"
         tools.remove_caller(token)
@@ -70,6 +75,8 @@ async def test_a_tool_server_that_stops_is_replaced_with_the_enabled_servers_and
         await first._http.stop()  # as if it crashed
         await until(lambda: tools.restarts == 1)
         assert restarted == [tools.server] and tools.server is not first
+        second = tools.running_server()
+        assert second.approver is tools.approver and second.servers.prepare is tools.prepare
         assert sorted(tools.running_server().servers.names) == sorted(config.enabled_servers())
         assert tools.failure is None
 

@@ -193,3 +193,52 @@ def test_the_published_approver_names_still_import() -> None:
 
     assert ToolCallRequest is ToolCall
     assert isinstance(Approver, type)
+
+
+def client_tasks() -> list[asyncio.Task[object]]:
+    """The approval clients' tasks still running in this loop (their group's host, reader and handlers)."""
+    return [task for task in asyncio.all_tasks() if task.get_name().startswith("ipybox-approval")]
+
+
+async def test_disconnecting_cancels_a_callback_still_deciding_and_waits_until_it_ended() -> None:
+    entered = asyncio.Event()
+    ended: list[str] = []
+
+    async def slow(request: ApprovalRequest) -> None:
+        entered.set()
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            ended.append(request.tool_args["message"])
+
+    async with ToolServer(servers=NEVER_STARTED, approval_required=True, approval_timeout=30) as server:
+        client = ApprovalClient(slow, address=server.address, token=server.token)
+        await client.connect()
+        pending = asyncio.create_task(call(server, "x"))
+        await asyncio.wait_for(entered.wait(), 5)
+        assert len(client_tasks()) == 3  # the group's host, the reader and the one handler
+        await client.disconnect()
+        assert ended == ["x"] and client_tasks() == []
+        with pytest.raises(ApprovalRejectedError):
+            await pending
+        assert server.servers.started("everything") is None
+
+
+async def test_a_client_refuses_a_second_connect_and_connects_again_after_disconnecting() -> None:
+    async def reject(request: ApprovalRequest) -> None:
+        await request.reject()
+
+    async with ToolServer(servers=NEVER_STARTED, approval_required=True, approval_timeout=5) as server:
+        client = ApprovalClient(reject, address=server.address, token=server.token)
+        await client.connect()
+        with pytest.raises(RuntimeError, match="connected already: disconnect"):
+            await client.connect()
+        await client.disconnect()
+        await client.disconnect()  # idempotent
+        await client.connect()
+        try:
+            with pytest.raises(ApprovalRejectedError):
+                await call(server, "again")
+        finally:
+            await client.disconnect()
+        assert client_tasks() == []

@@ -145,8 +145,9 @@ async def test_each_kernel_token_names_one_caller_and_dies_when_revoked() -> Non
         seen.append(call.caller)
         return Approved()
 
-    async with ToolServer(servers={"everything": params.everything()}) as server:
-        server.approver = FunctionApprover(approver)
+    async with ToolServer(
+        servers={"everything": params.everything()}, approver=FunctionApprover(approver)
+    ) as server:
         first, second = server.add_caller("a"), server.add_caller("b")
         assert len({first, second, server.kernel_env[TOKEN_ENV], server.token}) == 4
         for token in (first, second, server.kernel_env[TOKEN_ENV]):
@@ -174,19 +175,22 @@ async def test_a_call_for_an_unregistered_name_reaches_no_approver_and_starts_no
         asked.append(request.server_name)
         await request.accept()
 
-    async with ToolServer(
-        approval_required=True, lookup=lambda name: registry.servers(root).get(name)
-    ) as server:
-        before = set(process.descendants(os.getpid()))
+    def lookup(name: str) -> dict[str, Any] | None:
+        return registry.servers(root).get(name)
+
+    before = set(process.descendants(os.getpid()))
+    # Decided over the approval channel by an application, then by an approver given to the server.
+    async with ToolServer(approval_required=True, lookup=lookup) as server:
         async with ApprovalClient(approval_client, address=server.address, token=server.token):
             with pytest.raises(ToolRunnerError, match="no MCP server named 'evil'"):
                 await call(server, "evil", "run", {"command": "id"})
-        server.approver = FunctionApprover(approver)
+        assert server.servers.started("evil") is None
+    async with ToolServer(lookup=lookup, approver=FunctionApprover(approver)) as server:
         with pytest.raises(ToolRunnerError, match="no MCP server named 'evil'"):
             await call(server, "evil", "run", {"command": "id"})
-        assert asked == []
         assert server.servers.started("evil") is None
         assert set(process.descendants(os.getpid())) - before == set()
+    assert asked == []
 
 
 @pytest.mark.parametrize("via", ["approver", "approval_client"])
@@ -202,9 +206,11 @@ async def test_a_rejected_call_never_starts_its_server(tmp_path: Path, via: str)
         seen.append(request.annotations)
         await request.reject()
 
-    async with ToolServer(servers={"everything": marked(marker)}, approval_required=True) as server:
+    approver = FunctionApprover(reject) if via == "approver" else None
+    async with ToolServer(
+        servers={"everything": marked(marker)}, approval_required=True, approver=approver
+    ) as server:
         if via == "approver":
-            server.approver = FunctionApprover(reject)
             with pytest.raises(ApprovalRejectedError):
                 await call(server, "everything", "echo", {"message": "x"})
         else:
@@ -228,8 +234,9 @@ async def test_a_server_named_only_in_the_registry_is_not_started_before_a_decis
         asked.append(f"{call.server}.{call.tool}")
         return Rejected("unknown to me")
 
-    async with ToolServer(lookup=lambda name: registry.servers(root).get(name)) as server:
-        server.approver = FunctionApprover(reject)
+    async with ToolServer(
+        lookup=lambda name: registry.servers(root).get(name), approver=FunctionApprover(reject)
+    ) as server:
         with pytest.raises(ApprovalRejectedError, match="unknown to me"):
             await call(server, "planted", "echo", {"message": "x"})
         assert server.servers.started("planted") is None
@@ -245,8 +252,9 @@ async def test_an_accepted_call_starts_its_server_after_the_decision(tmp_path: P
         started_when_asked.append(marker.exists())
         return Approved()
 
-    async with ToolServer(servers={"everything": marked(marker)}) as server:
-        server.approver = FunctionApprover(accept)
+    async with ToolServer(
+        servers={"everything": marked(marker)}, approver=FunctionApprover(accept)
+    ) as server:
         assert await call(server, "everything", "echo", {"message": "x"}) == "Echo: x"
         assert marker.exists()
     assert started_when_asked == [False]
@@ -257,14 +265,13 @@ async def test_annotations_of_an_earlier_listing_decide_later_calls_without_star
 ) -> None:
     marker = tmp_path / "started"
     asked: list[tuple[dict[str, Any], bool]] = []
-    tools = ToolServer(servers={"everything": marked(marker)})
 
     async def approver(call: ToolCall) -> Approval:
         asked.append((dict(call.annotations), tools.servers.started("everything") is not None))
         return Approved() if call.annotations.get("readOnlyHint") else Rejected("not known to be read-only")
 
+    tools = ToolServer(servers={"everything": marked(marker)}, approver=FunctionApprover(approver))
     async with tools as server:
-        server.approver = FunctionApprover(approver)
         # The first call: no listing yet, so no annotations (treated as "none declared": rejected here).
         with pytest.raises(ApprovalRejectedError):
             await call(server, "everything", "echo", {"message": "x"})

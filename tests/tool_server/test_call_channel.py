@@ -470,3 +470,63 @@ def test_requests_start_with_their_token() -> None:
     finally:
         server.close()
         path.unlink(missing_ok=True)
+
+
+def channel_tasks() -> list[asyncio.Task[object]]:
+    """The call channel's background tasks in this loop: its group's host, the sweep, the watchers."""
+    names = ("ipybox-tool-call channel", "ipybox-call-channel-")
+    return [task for task in asyncio.all_tasks() if task.get_name().startswith(names)]
+
+
+async def test_a_kernel_closing_its_connection_during_a_long_call_cancels_the_call(tmp_path: Path) -> None:
+    cancelled = asyncio.Event()
+
+    async def run(request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            await asyncio.sleep(GUARD)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return {"result": "late"}
+
+    channel = CallChannel(TOKENS.get, {"run": run})
+    address = await channel.start(unix_socket=tmp_path / "calls.sock")
+    try:
+        _, writer = await asyncio.open_unix_connection(address.removeprefix("unix:"))
+        writer.write(request("token-a", echo="slow"))
+        await writer.drain()
+        for _ in range(GUARD * 10):  # watched after a second (the sweep's `_WATCH_AFTER`)
+            if any(task.get_name() == "ipybox-call-channel-watch" for task in channel_tasks()):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the long call was never watched")
+        writer.close()  # what `ToolRunner` does when its cell is interrupted during the call
+        await asyncio.wait_for(cancelled.wait(), GUARD)
+    finally:
+        await channel.stop()
+    assert channel_tasks() == []
+
+
+async def test_stopping_during_a_watched_call_ends_the_sweep_and_the_watcher_before_it_returns(
+    tmp_path: Path,
+) -> None:
+    served = await started(tmp_path, ChannelLimits())
+    reader, writer = await connect(served)
+    writer.write(request("token-a", echo="blocked", block=True))
+    await writer.drain()
+    for _ in range(GUARD * 10):
+        if any(task.get_name() == "ipybox-call-channel-watch" for task in channel_tasks()):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the long call was never watched")
+    assert {task.get_name() for task in channel_tasks()} == {
+        "ipybox-tool-call channel",
+        "ipybox-call-channel-sweep",
+        "ipybox-call-channel-watch",
+    }
+    await served.channel.stop()
+    assert channel_tasks() == []
+    assert await closes(reader) == b""  # the call's connection is closed, its answer never sent
+    writer.close()

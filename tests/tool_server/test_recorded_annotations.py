@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ipybox.approval import Approval, Approved, FunctionApprover, Rejected
+from ipybox.approval import Approval, Approved, Approver, FunctionApprover, Rejected
 from ipybox.in_kernel.tool_runner import ApprovalRejectedError, ToolRunner
 from ipybox.mcp_apigen.sources import generate_mcp_sources, wait_for_stopped_servers
 from ipybox.mcp_client.registry import (
@@ -252,12 +252,15 @@ def read_only(asked: list[tuple[str, dict[str, Any], bool]], marker: Path) -> Fu
     return FunctionApprover(approver)
 
 
-def tool_server(registry: ServerRegistry, root: Path, servers: dict[str, Any] | None = None) -> ToolServer:
-    """A tool server wired to the registry as `CodeExecutor` wires it."""
+def tool_server(
+    registry: ServerRegistry, root: Path, approver: Approver, servers: dict[str, Any] | None = None
+) -> ToolServer:
+    """A tool server wired to the registry as `CodeExecutor` wires it, every call decided by `approver`."""
     return ToolServer(
         servers=registry.servers(root) if servers is None else servers,
         lookup=lambda name: registry.servers(root).get(name),
         annotations_lookup=lambda name, p: registry.recorded_annotations(root, name, p),
+        approver=approver,
     )
 
 
@@ -270,8 +273,7 @@ async def test_annotations_recorded_at_generation_decide_the_first_calls_before_
     await wait_for_stopped_servers()
     marker.unlink()  # generation ran the server; from here on, the marker says whether a call started it
     asked: list[tuple[str, dict[str, Any], bool]] = []
-    async with tool_server(registry, root) as server:
-        server.approver = read_only(asked, marker)
+    async with tool_server(registry, root, read_only(asked, marker)) as server:
         with pytest.raises(ApprovalRejectedError, match="not declared read-only"):
             await call(server, "everything", "toggle-simulated-logging", {})
         assert not marker.exists()
@@ -289,11 +291,11 @@ async def test_a_server_found_in_the_registry_only_later_gets_its_recorded_annot
 ) -> None:
     marker = tmp_path / "started"
     asked: list[tuple[str, dict[str, Any], bool]] = []
-    async with tool_server(registry, root) as server:  # started before the sources are generated
+    # Started before the sources are generated.
+    async with tool_server(registry, root, read_only(asked, marker)) as server:
         await generate_mcp_sources("everything", marked(marker), root, registry=registry)
         await wait_for_stopped_servers()
         marker.unlink()
-        server.approver = read_only(asked, marker)
         assert await call(server, "everything", "echo", {"message": "x"}) == "Echo: x"
     assert asked[0][1].get("readOnlyHint") is True and asked[0][2] is False
 
@@ -305,8 +307,8 @@ async def test_a_server_given_with_other_parameters_than_recorded_gets_no_record
     marker = tmp_path / "started"
     registry.register(root, "edge", params.edge(), {"echo": {"readOnlyHint": True}})
     asked: list[tuple[str, dict[str, Any], bool]] = []
-    async with tool_server(registry, root, servers={"edge": marked(marker, params.edge())}) as server:
-        server.approver = read_only(asked, marker)
+    edge = {"edge": marked(marker, params.edge())}
+    async with tool_server(registry, root, read_only(asked, marker), servers=edge) as server:
         with pytest.raises(ApprovalRejectedError):
             await call(server, "edge", "echo", {"text": "x"})
     assert asked == [("echo", {}, False)]
@@ -325,8 +327,7 @@ async def test_a_listing_in_this_process_takes_precedence_over_recorded_annotati
         seen.append(dict(call.annotations))
         return Approved()
 
-    async with tool_server(registry, root) as server:
-        server.approver = FunctionApprover(accept)
+    async with tool_server(registry, root, FunctionApprover(accept)) as server:
         await call(server, "everything", "echo", {"message": "x"})  # starts the server: it lists its tools
         await server.reset()
         await call(server, "everything", "echo", {"message": "y"})
@@ -344,8 +345,9 @@ async def test_a_failing_annotations_lookup_leaves_the_call_without_hints_and_st
 
     asked: list[tuple[str, dict[str, Any], bool]] = []
     servers = {"edge": marked(marker, params.edge())}  # never started: needs nothing installed
-    async with ToolServer(servers=servers, annotations_lookup=broken) as server:
-        server.approver = read_only(asked, marker)
+    async with ToolServer(
+        servers=servers, annotations_lookup=broken, approver=read_only(asked, marker)
+    ) as server:
         with (
             caplog.at_level(logging.ERROR, logger="ipybox.mcp_client.pool"),
             pytest.raises(ApprovalRejectedError),
