@@ -16,14 +16,16 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from ipybox.kernels.gateway import GatewayEndpoint
 from ipybox.kernels.kernel_connection import GatewayError, GatewayUnreachableError, KernelConnection
 from ipybox.kernels.warm_up import warm_up as warm_up_kernel
+from ipybox.lifecycle import Service
 
 logger = logging.getLogger(__name__)
 
@@ -90,8 +92,10 @@ class KernelPool:
         self.version = 0
         self.versions: dict[str, int] = {}
         self._idle: dict[str, KernelConnection] = {}  # in the order they became ready
-        self._starting: set[asyncio.Task[None]] = set()
-        self._background: set[asyncio.Task[None]] = set()
+        # Kernel starts under way (each one's outcome, which a claim waiting for it reads), and the pool's
+        # background work: all of it runs in the task group of `_tasks`, which `stop()` closes.
+        self._starting: set[asyncio.Future[None]] = set()
+        self._tasks = Service("kernel pool")
         self._http: aiohttp.ClientSession | None = None
         self._deaths_in_a_row = 0
         self._failures_in_a_row = 0
@@ -112,6 +116,7 @@ class KernelPool:
         )
         headers = {"Authorization": f"token {self.endpoint.token}"} if self.endpoint.token else {}
         self._http = aiohttp.ClientSession(connector=connector, headers=headers)
+        await self._tasks.start()
         self.refill()
 
     def refill(self) -> None:
@@ -163,9 +168,7 @@ class KernelPool:
         wait for it to shut down)."""
         self.callers.pop(kernel_id, None)
         self.versions.pop(kernel_id, None)
-        task = asyncio.create_task(self._delete(kernel_id), name="ipybox-pool-delete")
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._spawn(self._delete(kernel_id), "ipybox-pool-delete")
 
     async def recycle(self, version: int | None = None) -> None:
         """Replace the idle kernels (after the kernel environment or the sandbox changed); with `version`,
@@ -187,10 +190,9 @@ class KernelPool:
         if self._refill_timer is not None:
             self._refill_timer.cancel()
             self._refill_timer = None
-        tasks = [*self._starting, *self._background]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.aclose()  # cancels the starts and the background work, and waits for them
+        for start in list(self._starting):
+            start.cancel()  # a claim waiting for it fails with PoolStoppedError
         idle, self._idle = self._idle, {}
         await asyncio.gather(*(kernel.shutdown(delete=False) for kernel in idle.values()))
         if http is not None:
@@ -205,13 +207,46 @@ class KernelPool:
         self._refill_timer = None
         self.refill()
 
-    def _start_one(self) -> asyncio.Task[None]:
-        task = asyncio.create_task(self._add(), name="ipybox-pool-kernel")
-        self._starting.add(task)
-        task.add_done_callback(self._started)
-        return task
+    def _start_one(self) -> asyncio.Future[None]:
+        outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._starting.add(outcome)
+        outcome.add_done_callback(self._started)
 
-    def _started(self, task: asyncio.Task[None]) -> None:
+        async def start() -> None:
+            # The start's failure is its outcome's (a claim raises it), never the pool's group's.
+            try:
+                await self._add()
+            except asyncio.CancelledError:
+                outcome.cancel()
+                raise
+            except Exception as e:
+                if not outcome.done():
+                    outcome.set_exception(e)
+                return
+            if not outcome.done():
+                outcome.set_result(None)
+
+        try:
+            self._tasks.spawn(start(), name="ipybox-pool-kernel")
+        except RuntimeError:  # stopped meanwhile
+            outcome.cancel()
+        return outcome
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Run `work` in the pool's group; its failure is logged, never the group's (no other work ends)."""
+
+        async def logged() -> None:
+            try:
+                await work
+            except Exception as e:
+                logger.warning("background work of the kernel pool failed (%s): %s", name, e)
+
+        try:
+            self._tasks.spawn(logged(), name=name)
+        except RuntimeError:  # the pool is stopping: nothing more runs
+            work.close()
+
+    def _started(self, task: asyncio.Future[None]) -> None:
         self._starting.discard(task)
         if task.cancelled():
             return
@@ -259,9 +294,7 @@ class KernelPool:
         self._idle[kernel.kernel_id] = kernel
         kernel.on_death(self._idle_died)
         if self.warm_up and not self._claims_waiting:
-            task = asyncio.create_task(self._warm_up(kernel), name="ipybox-pool-warm-up")
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._spawn(self._warm_up(kernel), "ipybox-pool-warm-up")
 
     async def _warm_up(self, kernel: KernelConnection) -> None:
         """Warm an idle kernel up until it is claimed (or dies: `_idle_died` replaces it)."""
@@ -274,9 +307,7 @@ class KernelPool:
         self.callers.pop(kernel.kernel_id, None)
         self.versions.pop(kernel.kernel_id, None)
         # Its connection is closed for good: it ends its own tasks (a connection owns a task group).
-        closing = asyncio.create_task(kernel.shutdown(delete=False), name="ipybox-pool-close-dead")
-        self._background.add(closing)
-        closing.add_done_callback(self._background.discard)
+        self._spawn(kernel.shutdown(delete=False), "ipybox-pool-close-dead")
         if self._http is None or kernel.death_cause != "process":
             # The connection closed without the gateway saying the kernel died: the gateway exited (its
             # restart brings a new pool) or deleted the kernel; the next claim starts one if needed.
