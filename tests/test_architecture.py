@@ -191,7 +191,17 @@ def test_the_in_kernel_import_check_sees_relative_and_third_party_imports() -> N
 
 # Packages where every background task belongs to a task group that outlives it (`ipybox.lifecycle`,
 # docs/design.md "Threading and cancellation"); a package joins once its last bare task is gone.
-STRUCTURED = ("supervisor", "reconcile", "approval", "tool_server", "mcp_client", "mcp_server", "executor", "cli", "kernels")
+STRUCTURED = (
+    "supervisor",
+    "reconcile",
+    "approval",
+    "tool_server",
+    "mcp_client",
+    "mcp_server",
+    "executor",
+    "cli",
+    "kernels",
+)
 
 
 def bare_tasks(source: str) -> Iterator[tuple[int, str]]:
