@@ -28,12 +28,18 @@ async def http(gateway: KernelGateway) -> AsyncIterator[aiohttp.ClientSession]:
         yield http
 
 
-def tasks_named(prefix: str) -> list[asyncio.Task[object]]:
-    return [task for task in asyncio.all_tasks() if task.get_name().startswith(prefix)]
+@pytest.fixture
+async def before() -> set[asyncio.Task[object]]:
+    """The tasks running when the test starts: other tests of this worker may hold kernels of their own."""
+    return set(asyncio.all_tasks())
+
+
+def tasks_named(prefix: str, before: set[asyncio.Task[object]]) -> list[asyncio.Task[object]]:
+    return [task for task in asyncio.all_tasks() - before if task.get_name().startswith(prefix)]
 
 
 async def test_a_caller_cancelled_while_a_kernel_connection_closes_sees_its_cancellation(
-    gateway: KernelGateway, http: aiohttp.ClientSession
+    gateway: KernelGateway, http: aiohttp.ClientSession, before: set[asyncio.Task[object]]
 ) -> None:
     kernel = await KernelConnection.open(http, gateway.endpoint, ready_timeout=60)
     try:
@@ -54,33 +60,33 @@ async def test_a_caller_cancelled_while_a_kernel_connection_closes_sees_its_canc
             await connection.shutdown(delete=False)  # a later shutdown finishes what the cancelled one began
         assert len(cancelled_at) >= 3  # several awaits of the shutdown were hit, not just its first
         # Of all the connections to this kernel, only the open one still reads, writes and has a task group.
-        assert len(tasks_named(f"ipybox-kernel-{kernel.kernel_id[:8]}")) == 1
-        assert tasks_named("ipybox-kernel connection") == [kernel._tasks._host]
+        assert len(tasks_named(f"ipybox-kernel-{kernel.kernel_id[:8]}", before)) == 1
+        assert tasks_named("ipybox-kernel connection", before) == [kernel._tasks._host]
     finally:
         await kernel.shutdown()
 
 
 async def test_a_connection_whose_kernel_went_away_keeps_no_reader_or_writer(
-    gateway: KernelGateway, http: aiohttp.ClientSession
+    gateway: KernelGateway, http: aiohttp.ClientSession, before: set[asyncio.Task[object]]
 ) -> None:
     kernel = await KernelConnection.open(http, gateway.endpoint, ready_timeout=60)
-    assert tasks_named(f"ipybox-kernel-{kernel.kernel_id[:8]}")  # reading and writing while it lives
+    assert tasks_named(f"ipybox-kernel-{kernel.kernel_id[:8]}", before)  # reading and writing while it lives
     async with http.delete(f"{gateway.endpoint.url}/api/kernels/{kernel.kernel_id}") as response:
         assert response.status == 204
     async with asyncio.timeout(10):
         while not kernel.dead:
             await asyncio.sleep(0.01)
-        while tasks_named(f"ipybox-kernel-{kernel.kernel_id[:8]}"):
+        while tasks_named(f"ipybox-kernel-{kernel.kernel_id[:8]}", before):
             await asyncio.sleep(0.01)
     await kernel.shutdown(delete=False)
 
 
 async def test_a_caller_cancelled_while_a_client_disconnects_sees_its_cancellation_and_nothing_is_left(
-    gateway: KernelGateway,
+    gateway: KernelGateway, before: set[asyncio.Task[object]]
 ) -> None:
     client = KernelClient(gateway.endpoint, spare_kernel=True)
     await client.connect()
-    assert tasks_named("ipybox-spare-kernel")  # the spare is still starting
+    assert tasks_named("ipybox-spare-kernel", before)  # the spare is still starting
     disconnecting = asyncio.create_task(client.disconnect())
     await asyncio.sleep(0)  # now waiting for the spare's start to be cancelled (it deletes its kernel)
     disconnecting.cancel()
@@ -93,7 +99,7 @@ async def test_a_caller_cancelled_while_a_client_disconnects_sees_its_cancellati
         "ipybox-kernel-",
         "ipybox-kernel connection",
     ):
-        assert tasks_named(prefix) == [], prefix
+        assert tasks_named(prefix, before) == [], prefix
     assert client._http is None
     async with client:
         assert (await client.execute("print(6 * 7)")).text == "42"
