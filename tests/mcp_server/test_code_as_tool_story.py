@@ -159,6 +159,7 @@ async def test_an_agent_registers_searches_calls_parses_saves_and_reuses_a_code_
         parser.write_text(PARSER)
         config = workspace / "ipybox.toml"
         before = supervisor.status().reconciler.servers["words"].generation
+        kernels_before = supervisor.kernel_generation
         replace(config, config.read_bytes().replace(b'"story" }', b'"story", STORY_STEP = "5" }', 1))
         assert b"STORY_STEP" in config.read_bytes()
 
@@ -168,9 +169,11 @@ async def test_an_agent_registers_searches_calls_parses_saves_and_reuses_a_code_
                 server.state == "ready"
                 and (server.generation or 0) > (before or 0)
                 and server.parsers == ["echo"]
+                # The [kernel] env edit recycles the kernels too: a cell sent before that ends with them.
+                and supervisor.kernel_generation > kernels_before
             )
 
-        await until(regenerated, "words to be regenerated with its parser")
+        await until(regenerated, "words to be regenerated with its parser and the kernels recycled")
         status = supervisor.status().reconciler.servers["words"]
         assert status.parser_errors == []
         module = (workspace / "mcptools" / "words" / "echo.py").read_text()
