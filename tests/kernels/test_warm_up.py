@@ -144,12 +144,15 @@ async def test_the_pool_hands_out_warm_kernels_and_a_claim_that_waits_gets_its_k
         # finds no kernel, starts one itself and gets it as soon as it answers, without a warm-up.
         assert pool.idle == 0 and not pool._starting
         cold = await pool.claim()
+        # A claim right after another (resets back to back) starts the replacement at once: the next
+        # claim waits on that head start.
+        assert pool.idle == 0 and len(pool._starting) == 1
         for kernel_id in (warm, cold):
             claimed.append(await KernelConnection.attach(http, gateway.endpoint, kernel_id))
         (warm_seen, _), (cold_seen, _) = [await look(kernel) for kernel in claimed]
         assert warm_seen["pydantic"] and warm_seen["runner"] and warm_seen["names"] == []
         assert not cold_seen["pydantic"]
-        # The delayed refill then starts the one kernel the pool lacks, no more.
+        # The delayed refill of the first claim then starts no second kernel.
         await asyncio.sleep(REFILL_DELAY + 0.1)
         assert pool.idle + len(pool._starting) == 1
         await warm_pool(pool)
