@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -472,10 +472,11 @@ def test_requests_start_with_their_token() -> None:
         path.unlink(missing_ok=True)
 
 
-def channel_tasks() -> list[asyncio.Task[object]]:
-    """The call channel's background tasks in this loop: its group's host, the sweep, the watchers."""
+def channel_tasks(others: Collection[asyncio.Task[object]] = ()) -> list[asyncio.Task[object]]:
+    """The call channel's background tasks in this loop: its group's host, the sweep, the watchers; but
+    `others` (those of channels the worker's other tests hold open on the shared loop)."""
     names = ("ipybox-tool-call channel", "ipybox-call-channel-")
-    return [task for task in asyncio.all_tasks() if task.get_name().startswith(names)]
+    return [task for task in asyncio.all_tasks() if task.get_name().startswith(names) and task not in others]
 
 
 async def test_a_kernel_closing_its_connection_during_a_long_call_cancels_the_call(tmp_path: Path) -> None:
@@ -489,6 +490,7 @@ async def test_a_kernel_closing_its_connection_during_a_long_call_cancels_the_ca
             raise
         return {"result": "late"}
 
+    others = channel_tasks()
     channel = CallChannel(TOKENS.get, {"run": run})
     address = await channel.start(unix_socket=tmp_path / "calls.sock")
     try:
@@ -496,7 +498,7 @@ async def test_a_kernel_closing_its_connection_during_a_long_call_cancels_the_ca
         writer.write(request("token-a", echo="slow"))
         await writer.drain()
         for _ in range(GUARD * 10):  # watched after a second (the sweep's `_WATCH_AFTER`)
-            if any(task.get_name() == "ipybox-call-channel-watch" for task in channel_tasks()):
+            if any(task.get_name() == "ipybox-call-channel-watch" for task in channel_tasks(others)):
                 break
             await asyncio.sleep(0.1)
         else:
@@ -505,28 +507,29 @@ async def test_a_kernel_closing_its_connection_during_a_long_call_cancels_the_ca
         await asyncio.wait_for(cancelled.wait(), GUARD)
     finally:
         await channel.stop()
-    assert channel_tasks() == []
+    assert channel_tasks(others) == []
 
 
 async def test_stopping_during_a_watched_call_ends_the_sweep_and_the_watcher_before_it_returns(
     tmp_path: Path,
 ) -> None:
+    others = channel_tasks()
     served = await started(tmp_path, ChannelLimits())
     reader, writer = await connect(served)
     writer.write(request("token-a", echo="blocked", block=True))
     await writer.drain()
     for _ in range(GUARD * 10):
-        if any(task.get_name() == "ipybox-call-channel-watch" for task in channel_tasks()):
+        if any(task.get_name() == "ipybox-call-channel-watch" for task in channel_tasks(others)):
             break
         await asyncio.sleep(0.1)
     else:
         raise AssertionError("the long call was never watched")
-    assert {task.get_name() for task in channel_tasks()} == {
+    assert {task.get_name() for task in channel_tasks(others)} == {
         "ipybox-tool-call channel",
         "ipybox-call-channel-sweep",
         "ipybox-call-channel-watch",
     }
     await served.channel.stop()
-    assert channel_tasks() == []
+    assert channel_tasks(others) == []
     assert await closes(reader) == b""  # the call's connection is closed, its answer never sent
     writer.close()
