@@ -22,6 +22,7 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     │   ├── GatewayError                 ipybox.kernels.kernel_connection    RuntimeError
     │   │   ├── GatewayUnreachableError  ipybox.kernels.kernel_connection    RuntimeError
     │   │   ├── KernelStartError         ipybox.kernels.kernel_connection    RuntimeError
+    │   │   │   └── KernelSetupError     ipybox.kernels.remote_setup         RuntimeError
     │   │   └── PoolStoppedError         ipybox.kernels.pool                 RuntimeError
     │   ├── KernelDied                   ipybox.kernels.kernel_connection
     │   ├── ExecutionTimeoutError        ipybox.kernels.kernel_client        TimeoutError
@@ -45,6 +46,8 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     ├── CodeActionError                  ipybox.codeact.actions              ValueError
     ├── CheckOutputError                 ipybox.codeact.checks               ValueError
     ├── ShellSyntaxError                 ipybox.rules.shell_commands         ValueError
+    ├── ModuleRefusedError               ipybox.tool_server.module_sources   ValueError
+    ├── CertificateError                 ipybox.tool_server.tls              ValueError
     ├── ApprovalFailedError              ipybox.errors
     │   ├── ApprovalRejected             ipybox.approval.channel
     │   └── ApprovalMessageError         ipybox.approval.wire                ValueError

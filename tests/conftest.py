@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ipybox import CodeExecutor, generate_mcp_sources
+from tests.remote.eg import EnterpriseGateway
 from tests.servers import params
 from tests.servers.processes import tagged
 
@@ -130,3 +131,15 @@ async def tool_executor(
         working_dir=tools_workspace, mcp_servers=tool_servers, approval_timeout=5, spare_kernel=False
     ) as ex:
         yield ex
+
+
+@pytest.fixture(scope="session")
+def enterprise_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnterpriseGateway]:
+    """A running Enterprise Gateway whose only kernelspec (`.kernel_name`, its default) runs kernels that
+    cannot see the host's files and reach the host only over TCP."""
+    gateway = EnterpriseGateway(tmp_path_factory.mktemp("enterprise-gateway"))
+    gateway.start()
+    try:
+        yield gateway
+    finally:
+        gateway.stop()

@@ -176,6 +176,10 @@ PUBLIC: list[tuple[str, dict[str, str]]] = [
         },
     ),
     ("ipybox.tool_server.tool_server", {"ToolServer": "ipybox.tool_server.tool_server"}),
+    (
+        "ipybox.executor.options",
+        {"EmbeddedOptions": "ipybox.executor.options", "ExternalGateway": "ipybox.executor.options"},
+    ),
     ("ipybox.approval.approval_client", {"ApprovalClient": "ipybox.approval.approval_client"}),
     ("ipybox.mcp_apigen", {"generate_mcp_sources": "ipybox.mcp_apigen.sources"}),
     (

@@ -37,6 +37,21 @@ register(
                     ),  # issue 33
                 ),
             ),
+            Job(
+                "tls_calls.py",
+                (Side.OURS,),
+                runs=200,
+                metrics=(  # issue 34: remote kernels call over TCP+TLS, local ones over the Unix socket
+                    Metric("calls.unix.echo", "everything.echo, Unix socket (separate client process)"),
+                    Metric("calls.tls.echo", "everything.echo, TCP+TLS, pinned certificate"),
+                    Metric("calls.unix.noop", "no-op request (shell approval, ApproveAll), Unix socket"),
+                    Metric("calls.tls.noop", "no-op request, TCP+TLS"),
+                    Metric("calls.unix.connect", "no-op request on a new connection, Unix socket"),
+                    Metric(
+                        "calls.tls.connect", "no-op request on a new connection, TCP+TLS (handshake, pin)"
+                    ),
+                ),
+            ),
         ),
     )
 )

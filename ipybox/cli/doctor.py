@@ -181,3 +181,36 @@ def _defaults(kind: str, limits: ResourceLimits, missing: dict[str, str]) -> Che
         + no_tmp
     )
     return Check(name, False, detail, False)
+
+
+def kernels_report(directory: Path | None) -> dict[str, Any] | None:
+    """Where the kernels of the workspace `ipybox doctor` checks run: `None` without a workspace or on
+    this machine; for `[kernel.gateway]`, the gateway, whether it answers with the kernel spec (asked now),
+    what isolates its kernels and the limits their start requests ask for."""
+    if directory is None:
+        directory = Path.cwd() if (Path.cwd() / CONFIG_FILE).is_file() else None
+    if directory is None:
+        return None
+    try:
+        config = load_config(directory.resolve() / CONFIG_FILE)
+    except ConfigError:
+        return None  # reported by `executables_report`
+    if config.kernel.gateway is None:
+        return None
+    import asyncio
+
+    from ipybox.executor.remote_kernels import remote_gateway_of, remote_limits_env
+
+    try:
+        remote = remote_gateway_of(config)
+        problem = asyncio.run(remote.check())
+    except ValueError as e:  # a token placeholder that is not set
+        problem = str(e)
+    return {
+        "gateway": config.kernel.gateway.url,
+        "kernelspec": config.kernel.gateway.kernelspec,
+        "answers": problem is None,
+        "problem": problem,
+        "isolation": "the gateway's cluster: ipybox's sandbox applies to kernels on this machine only",
+        "requested_limits": remote_limits_env(config.kernel.limits),
+    }

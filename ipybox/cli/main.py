@@ -172,13 +172,14 @@ def _for(stream: TextIO, text: str) -> str:
 def _doctor(as_json: bool, directory: Path | None = None) -> int:
     import json
 
-    from ipybox.cli.doctor import executables_report, limits_report
+    from ipybox.cli.doctor import executables_report, kernels_report, limits_report
     from ipybox.sandbox.doctor import THREAT_MODEL, run_checks, sandbox_ready
 
     checks = run_checks()
     ready = sandbox_ready(checks)
     limits = limits_report()  # reported, but the exit status says whether sandbox=True works
     workspace, warnings = executables_report(directory)  # warnings: they don't change the exit status
+    remote = kernels_report(directory)
     if as_json:
         threats = [{"what": what, "how": how} for what, how in THREAT_MODEL]
         report = {
@@ -188,6 +189,7 @@ def _doctor(as_json: bool, directory: Path | None = None) -> int:
             "threat_model": threats,
             "workspace": str(workspace) if workspace is not None else None,
             "workspace_warnings": warnings,
+            "remote_kernels": remote,
         }
         print(json.dumps(report, indent=2))
     else:
@@ -201,6 +203,17 @@ def _doctor(as_json: bool, directory: Path | None = None) -> int:
             print(f"\nCode the host runs from {workspace} that kernels could still change:")
             # Paths in the workspace, which kernels may have named: escaped.
             print("\n".join(f"  warning: {printable(line)}" for line in warnings) or "  none found")
+        if remote is not None:
+            answers = "answers" if remote["answers"] else f"does NOT answer: {remote['problem']}"
+            requested = ", ".join(f"{k}={v}" for k, v in remote["requested_limits"].items()) or "none"
+            print(
+                printable(
+                    f"\nKernels run on the gateway at {remote['gateway']} (kernel spec {remote['kernelspec']}): "
+                    f"it {answers}.\n  isolation: {remote['isolation']}\n  limits asked of its kernel "
+                    f"template: {requested}",
+                    lines=True,
+                )
+            )
     return 0 if ready else 1
 
 

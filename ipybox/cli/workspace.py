@@ -308,13 +308,19 @@ def _print_endpoints(status: WorkspaceStatus, log: Path, console_login: str | No
     state = read_state(Path(status.workspace))
     _say(f"ipybox is up in {status.workspace} (pid {status.pid})")
     _say(f"  control:  unix:{state.control_socket}  (token in {Path(status.state_dir) / 'state.json'})")
-    _say(f"  gateway:  unix:{state.gateway_socket}")
+    if state.gateway_url is not None:
+        _say(f"  gateway:  {state.gateway_url}  (remote: kernels run there; {status.gateway.kernelspec})")
+    else:
+        _say(f"  gateway:  unix:{state.gateway_socket}")
     if state.mcp_url:
         _say(f"  mcp:      {state.mcp_url}  (streamable HTTP; bearer token in state.json)")
     if status.console is not None:
         link = console_login or status.console
         _say(f"  console:  {link}  (one-time login link; `ipybox console` prints a new one)")
-    _say(f"  kernels:  warm pool of {status.pool.size}, sandbox {'on' if status.sandbox else 'off'}")
+    if status.gateway.url is not None:
+        _say(f"  kernels:  warm pool of {status.pool.size}, isolated by {status.gateway.isolation}")
+    else:
+        _say(f"  kernels:  warm pool of {status.pool.size}, sandbox {'on' if status.sandbox else 'off'}")
     servers = status.reconciler.servers
     if servers:
         _say(f"  servers:  {', '.join(sorted(servers))}")
@@ -359,7 +365,21 @@ def status(workspace: Path, as_json: bool) -> int:
         print(json.dumps({"running": True, **info.model_dump(mode="json")}, indent=2))
         return 0
     _say(f"ipybox is running in {info.workspace} (pid {info.pid}, up {info.uptime_s:g} s)")
-    _say(f"  gateway: {'running' if info.gateway.running else 'DOWN'}, restarts: {info.restarts}")
+    gateway = info.gateway
+    state = "running" if gateway.running else "DOWN"
+    if gateway.problem and not gateway.running:
+        state += f" ({gateway.problem})"
+    if gateway.url is not None:
+        _say(
+            f"  gateway: remote, {gateway.url} (kernel spec {gateway.kernelspec}): {state}, restarts: {info.restarts}"
+        )
+        _say(f"  isolation: {gateway.isolation}")
+        requested = ", ".join(f"{k}={v}" for k, v in gateway.requested_limits.items()) or "none"
+        _say(
+            f"  limits: requested of the gateway's kernel template: {requested} (enforced there, not by ipybox)"
+        )
+    else:
+        _say(f"  gateway: {state}, restarts: {info.restarts}")
     pool = info.pool
     _say(f"  kernels: {pool.idle} idle of {pool.size}, {pool.leased} leased ({info.leases} leases)")
     if info.kernels is not None:

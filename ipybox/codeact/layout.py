@@ -72,3 +72,14 @@ def action_tool_name(category: str, name: str) -> str:
 def action_module(category: str, name: str) -> str:
     """The package of a saved action (`gentools.github.commits_of_top_repos`)."""
     return f"{GENTOOLS}.{category}.{name}"
+
+
+def module_roots(mcptools_dir: Path) -> dict[str, Path]:
+    """The generated packages kernels import, by top-level package name: `mcptools` (whatever its
+    directory is called), `gentools` and `mcpparse` next to it. A remote kernel imports them from the tool
+    server (`ipybox.in_kernel.remote_modules`), which serves these directories and nothing else."""
+    return {
+        mcptools_dir.name: mcptools_dir,
+        GENTOOLS: gentools_dir(mcptools_dir),
+        MCPPARSE: parsers_dir(mcptools_dir),
+    }

@@ -149,14 +149,49 @@ def _check_across_tables(config: WorkspaceConfig) -> None:
     """What one table says about another, reported at the key that can't hold (as a `ValidationError`, so it
     is placed like the rest)."""
     limits = config.kernel.limits
+    if config.kernel.gateway is not None:
+        _check_remote_kernels(config)
     if limits.tmp is not None and "tmp" in limits.model_fields_set and not config.sandbox.enabled:
-        reason = (
+        _refuse(
+            ("kernel", "limits", "tmp"),
+            limits.tmp,
             "[kernel.limits] tmp sizes the private /tmp of sandboxed kernels, and [sandbox] enabled = false: "
-            'unsandboxed kernels share the host\'s /tmp. Remove tmp, or set it to "unlimited"'
+            'unsandboxed kernels share the host\'s /tmp. Remove tmp, or set it to "unlimited"',
         )
-        error: Any = {"type": "value_error", "loc": ("kernel", "limits", "tmp"), "input": limits.tmp}
-        error["ctx"] = {"error": ValueError(reason)}
-        raise ValidationError.from_exception_data(WorkspaceConfig.__name__, [error])
+
+
+# What a remote gateway can be asked to enforce (as `KERNEL_*_LIMIT`, which Enterprise Gateway's kernel
+# templates turn into the pod's or container's limits); the other limits are this machine's mechanisms.
+REMOTE_LIMITS = ("memory", "cpus")
+
+
+def _check_remote_kernels(config: WorkspaceConfig) -> None:
+    """Kernels of a `[kernel.gateway]` are not this machine's: what only applies to local kernels, written
+    out, is refused rather than silently not applied."""
+    if config.sandbox.enabled and "enabled" in config.sandbox.model_fields_set:
+        _refuse(
+            ("sandbox", "enabled"),
+            True,
+            "[sandbox] sandboxes kernels on this machine, and [kernel.gateway] runs them on the gateway's "
+            "cluster, which isolates them (its pod security and network policies): remove enabled, or "
+            "[kernel.gateway]",
+        )
+    limits = config.kernel.limits
+    for name in sorted(limits.model_fields_set - {"enforce", *REMOTE_LIMITS}):
+        value = getattr(limits, name)
+        if value is not None:
+            _refuse(
+                ("kernel", "limits", name),
+                value,
+                f"[kernel.limits] {name} is enforced on this machine only; kernels of [kernel.gateway] can "
+                f"be given {' and '.join(REMOTE_LIMITS)} (their gateway's kernel template applies them): "
+                f"remove {name}",
+            )
+
+
+def _refuse(loc: tuple[str, ...], value: Any, reason: str) -> None:
+    error: Any = {"type": "value_error", "loc": loc, "input": value, "ctx": {"error": ValueError(reason)}}
+    raise ValidationError.from_exception_data(WorkspaceConfig.__name__, [error])
 
 
 def _unknown_keys(keys: list[str], data: Mapping[str, Any]) -> ValidationError:

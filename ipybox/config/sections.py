@@ -19,6 +19,10 @@ memory = "4GiB"
 processes = 256
 open_files = 4096
 tmp = "1GiB"                  # sandboxed kernels' private /tmp
+[kernel.gateway]              # kernels from a Jupyter Enterprise Gateway elsewhere (default: local)
+url = "https://eg.example.com:8888"
+token = "${EG_TOKEN}"
+kernelspec = "python3"
 
 [sandbox]
 enabled = true
@@ -31,15 +35,20 @@ allowedDomains = []
 mcp = true
 host = "127.0.0.1"
 port = 0
+[endpoints.calls]             # with [kernel.gateway]: where remote kernels send tool calls (TLS)
+bind = "0.0.0.0:7450"
+advertise = "ipybox-tools.ipybox.svc:7450"
 ```
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, TypeAdapter, ValidationInfo, field_validator
 
+from ipybox.config.addresses import is_wildcard, split_host_port
 from ipybox.limits import WorkspaceLimits
 from ipybox.mcp_client.params import ServerSandbox
 from ipybox.safefs import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_OUTPUT_FILE_BYTES
@@ -68,6 +77,98 @@ class WorkspaceSection(_Table):
     mcptools_dir: str = Field(default="mcptools", min_length=1)
     images_dir: str = Field(default="images", min_length=1)
     state_dir: str = Field(default=".ipybox", min_length=1)
+
+
+class GatewaySection(_Table):
+    """`[kernel.gateway]`: the workspace's kernels (and its warm pool) come from a Jupyter Enterprise Gateway
+    (or any gateway with the kernel gateway's REST and websocket API) instead of a local one. The tool
+    server, approvals, the reconciler, the console and the MCP endpoints stay on this machine; kernels reach
+    them over `[endpoints.calls]` (TLS). `[sandbox]` and most of `[kernel.limits]` apply to local kernels
+    only: a remote kernel is isolated by its cluster (see `docs/scale-out.md`).
+
+    Attributes:
+        url: The gateway's base URL, `http://` or `https://`.
+        token: Its auth token (sent as `Authorization: token ...`); `${VAR}` placeholders are filled from
+            the environment or `.env` when kernels start. Empty: none.
+        kernelspec: The kernel spec kernels are started from; its Python must have ipybox installed (the
+            in-kernel part: tool calls, generated-module imports).
+        ca_file: A CA bundle (PEM) the gateway's certificate is checked against, for a private CA (relative
+            to the workspace). Default: the system's.
+        start_timeout: Seconds a remote kernel may take to answer after it was asked for (a pod is
+            scheduled, an image pulled).
+    """
+
+    url: str
+    token: str = ""
+    kernelspec: str = Field(default="python3", min_length=1)
+    ca_file: str | None = Field(default=None, min_length=1)
+    start_timeout: float = Field(default=300, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"not a gateway URL: {url!r}; write its base URL, e.g. 'https://eg.example.com:8888'"
+            )
+        if parts.query or parts.fragment:
+            raise ValueError(f"the gateway URL takes no query or fragment: {url!r}")
+        return url.rstrip("/")
+
+
+class CallsSection(_Table):
+    """`[endpoints.calls]`: where kernels of a `[kernel.gateway]` send their tool calls: the call channel,
+    over TLS, on TCP. Local kernels keep the workspace's Unix socket. Only used with `[kernel.gateway]`.
+
+    Attributes:
+        bind: `host:port` the channel listens on. Loopback by default; anything else is reachable from the
+            network, so it is served over TLS only (there is no plain-TCP mode) and each kernel still needs
+            its own token.
+        advertise: `host:port` (or `host`: the bound port) remote kernels dial, when it differs from
+            `bind` (inside a cluster: the Service's name); required with a wildcard `bind` (`0.0.0.0`,
+            `::`). Default: `bind`'s host and its bound port.
+        cert: Your certificate (PEM) for the channel, relative to the workspace; with `key`. Default: a
+            self-signed certificate ipybox generates in the state directory, which kernels pin.
+        key: The private key (PEM) of `cert`.
+    """
+
+    bind: str = "127.0.0.1:0"
+    # Checked when left out too: a wildcard bind needs it.
+    advertise: str | None = Field(default=None, validate_default=True)
+    cert: str | None = Field(default=None, min_length=1)
+    # Checked when left out too: a cert without its key is the mistake to report.
+    key: str | None = Field(default=None, min_length=1, validate_default=True)
+
+    @field_validator("bind")
+    @classmethod
+    def _bind(cls, value: str) -> str:
+        if split_host_port(value, "bind")[1] is None:
+            raise ValueError(
+                f"bind takes 'host:port' (port 0: a free one), e.g. '0.0.0.0:7450', not {value!r}"
+            )
+        return value
+
+    @field_validator("advertise")
+    @classmethod
+    def _advertise(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            split_host_port(value, "advertise")
+            return value
+        bind = info.data.get("bind")
+        if isinstance(bind, str) and is_wildcard(split_host_port(bind, "bind")[0]):
+            raise ValueError(
+                f"bind = {bind!r} listens on every interface, which is no address to dial: set advertise to "
+                "the 'host:port' kernels reach it at (inside a cluster: the Service's name)"
+            )
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _pair(cls, key: str | None, info: ValidationInfo) -> str | None:
+        if (key is None) != (info.data.get("cert") is None):
+            raise ValueError("cert and key go together: give both (your own certificate) or neither")
+        return key
 
 
 class KernelSection(_Table):
@@ -102,6 +203,8 @@ class KernelSection(_Table):
             more is written, and the output says so. Default 256 MiB.
         max_image_bytes: The largest image saved as a file, whether code displayed it or a tool returned
             it; a larger one is not saved, and the output says so. Default 32 MiB.
+        gateway: `[kernel.gateway]`: run the kernels on a Jupyter Enterprise Gateway elsewhere
+            (`GatewaySection`). Default: a kernel gateway of the workspace's own, on this machine.
     """
 
     env: dict[str, str] = Field(default_factory=dict)
@@ -114,6 +217,7 @@ class KernelSection(_Table):
     recycle_rss: ByteSize | None = Field(default=None, gt=0)
     max_output_file_bytes: ByteSize = Field(default=ByteSize(DEFAULT_MAX_OUTPUT_FILE_BYTES), gt=0)
     max_image_bytes: ByteSize = Field(default=ByteSize(DEFAULT_MAX_IMAGE_BYTES), gt=0)
+    gateway: GatewaySection | None = None
 
     @field_validator("max_idle", "recycle_rss", "max_output_file_bytes", "max_image_bytes", mode="before")
     @classmethod
@@ -172,7 +276,9 @@ class SandboxSection(ServerSandbox):
 
 class EndpointsSection(_Table):
     """`[endpoints]`: where `ipybox up` serves the workspace to agents. Endpoints bind to loopback only:
-    a remote agent reaches them through a tunnel or proxy of its own.
+    a remote agent reaches them through a tunnel or proxy of its own. The one exception is the call channel
+    remote kernels dial (`[endpoints.calls]`), which may bind elsewhere because it is TLS and per-kernel
+    tokens only.
 
     Attributes:
         mcp: Serve the workspace as an MCP server over streamable HTTP.
@@ -188,6 +294,7 @@ class EndpointsSection(_Table):
             and the kernel of a handshake-era session over HTTP.
         max_kernels: How many kernel handles one MCP client may hold at once (`kernel="new"`, or a call
             without a handle over HTTP, opens one; `close_kernel` closes one).
+        calls: `[endpoints.calls]`: where kernels of a `[kernel.gateway]` send tool calls (`CallsSection`).
     """
 
     mcp: bool = True
@@ -198,6 +305,7 @@ class EndpointsSection(_Table):
     console_port: int = Field(default=0, ge=0, le=65535)
     kernel_idle: float = Field(default=1800, gt=0)
     max_kernels: int = Field(default=8, ge=1)
+    calls: CallsSection = Field(default_factory=CallsSection)
 
     @field_validator("host")
     @classmethod

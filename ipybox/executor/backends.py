@@ -29,9 +29,10 @@ from ipybox.approval.channel import Answers, ApprovalChannel
 from ipybox.approval.request import ApprovalRequest
 from ipybox.config.executables import LiveKernels, ServerCodeGuard, protect
 from ipybox.errors import IpyboxError
+from ipybox.executor.external_kernels import ExternalKernels, request_env
 from ipybox.executor.kernel_setup import StartedKernels, embedded_kernel_setup, start_kernel_gateway
 from ipybox.executor.options import EmbeddedOptions, ExternalGateway, WorkspaceOptions
-from ipybox.kernels.gateway import GatewayEndpoint, KernelGateway
+from ipybox.kernels.gateway import KernelGateway
 from ipybox.kernels.kernel_client import KernelClient
 from ipybox.mcp_client.params import ServerParams
 from ipybox.mcp_client.pool import MCPServers
@@ -120,6 +121,8 @@ class EmbeddedBackend:
         self._hooks: ExecutorHooks | None = None
         self._working_dir = options.working_dir
         self._mcptools_dir = options.tools.mcptools_dir or self._working_dir / "mcptools"
+        # Kernels of a gateway given by URL: set up over the tool server's TLS listener before use.
+        self._external: ExternalKernels | None = None
 
     @property
     def working_dir(self) -> Path:
@@ -135,6 +138,9 @@ class EmbeddedBackend:
 
                 config = o.kernel.sandbox.config
                 policy = SandboxPolicy.from_file(config) if config else SandboxPolicy()
+            if isinstance(o.gateway, ExternalGateway):
+                self._external = ExternalKernels(o.gateway, self._mcptools_dir.absolute())
+                await self._external.check()  # before anything starts: one clear error
             policy, prepare = self._guard_servers(policy)
             self.tool_server = self._create_tool_server(hooks, prepare)
             await self.tool_server.start()
@@ -152,9 +158,13 @@ class EmbeddedBackend:
             address, token = self.tool_server.calls_address, self.tool_server.call_token
             kernel_env: dict[str, str] | None = None
             if isinstance(o.gateway, ExternalGateway):
-                endpoint = GatewayEndpoint(o.gateway.url.rstrip("/"), o.gateway.token)
-                # A gateway of someone else's: each kernel's environment goes with its start request.
-                kernel_env = setup.kernel_env(address, token)
+                assert self._external is not None  # made above
+                endpoint = self._external.endpoint
+                # A gateway of someone else's, whose kernels may share no file with this machine: they
+                # get the environment, the call token and where to call with their set-up; the start
+                # request carries only what the gateway's kernel templates read.
+                self._external.bind(self.tool_server, setup)
+                kernel_env = request_env(o.kernel.env) or None
             else:
                 self._kernels = await start_kernel_gateway(
                     setup,
@@ -181,9 +191,11 @@ class EmbeddedBackend:
                 gateway_log=self.gateway.log_path if self.gateway is not None else None,
                 # A cell whose gateway died says how it died (an external gateway's is not known).
                 gateway_loss=self._gateway_loss if self.gateway is not None else None,
-                # The spare imports what a tool call needs before it is taken; only on ipybox's own
-                # gateway, whose kernels are ipybox's (an external one's may be any kernel).
-                warm_up=self.gateway is not None,
+                # The spare imports what a tool call needs before it is taken: ipybox's own kernels, and
+                # an external gateway's once set up (which needs ipybox in them).
+                warm_up=True,
+                kernel_name=o.gateway.kernelspec if isinstance(o.gateway, ExternalGateway) else None,
+                set_up=self._external.set_up if self._external is not None else None,
             )
             await self.client.connect()
         except BaseException:
@@ -247,7 +259,11 @@ class EmbeddedBackend:
         approval = ApprovalChannel(
             True, o.approval.timeout, handler=hooks.on_approval, pause=hooks.pause_timer
         )
+        external = self._external
         return ToolServer(
+            # Kernels of an external gateway call over TLS and import the generated packages from here.
+            remote=external.remote_calls() if external is not None else None,
+            module_roots=external.tool_server_roots() if external is not None else None,
             host=o.tools.server_host,
             port=o.tools.server_port,
             log_level=o.log_level,
@@ -264,6 +280,7 @@ class EmbeddedBackend:
         client, self.client = self.client, None
         kernels, self._kernels = self._kernels, None
         tool_server, self.tool_server = self.tool_server, None
+        external, self._external = self._external, None
         self.gateway = self.proxy = None
         try:
             if client is not None:
@@ -274,8 +291,12 @@ class EmbeddedBackend:
                 if kernels is not None:
                     await kernels.stop()
             finally:
-                if tool_server is not None:
-                    await tool_server.stop()
+                try:
+                    if tool_server is not None:
+                        await tool_server.stop()
+                finally:
+                    if external is not None:
+                        external.close()  # the certificate directory it made
 
     async def reset(self) -> None:
         client, tool_server = self._running()
@@ -301,6 +322,7 @@ class EmbeddedBackend:
             max_image_bytes=own.max_image_bytes,
             kernel_name=own.kernel_name,
             kernel_env=own.kernel_env,
+            set_up=own.set_up,  # an external gateway's kernel is set up as the executor's own are
             spare_kernel=False,
             ready_timeout=self.options.kernel.init_timeout,
             gateway_log=own.gateway_log,

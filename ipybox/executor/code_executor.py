@@ -159,8 +159,14 @@ class CodeExecutor:
             (DEBUG, INFO, WARNING, ERROR, CRITICAL). The `ipybox` logger's level is the application's to
             set (`logging.getLogger("ipybox").setLevel(...)`): a library call never changes it.
         working_dir: The kernel's working directory (default: the current directory).
-        kernel_gateway_url: Use this running gateway (e.g. Jupyter Enterprise Gateway) instead of an
-            embedded one. Kernel env variables must then be named `KERNEL_*` or whitelisted by that gateway.
+        kernel_gateway_url: Use this running gateway (e.g. Jupyter Enterprise Gateway, kernels on other
+            machines) instead of an embedded one. Its kernels need share no file with this machine: each is
+            set up right after it starts (tool calls over TLS to this executor's tool server, the generated
+            packages imported from it, `kernel_env`), so their Python needs ipybox installed. Only
+            `KERNEL_*` variables of `kernel_env` go with the kernel start request (for the gateway's kernel
+            templates). More settings (kernel spec, CA file, where tool calls are listened for):
+            `options=EmbeddedOptions(gateway=ExternalGateway(...))`. Checked at `start()`: a gateway that
+            does not answer, refuses the token or lacks the kernel spec is one `GatewayStartError`.
         kernel_gateway_token: Auth token of the gateway at `kernel_gateway_url`.
         max_output_chars: Output kept in memory per execution; a larger output is shortened to its head and
             tail, with the complete text saved in a file under `output_dir` (see `CodeExecutionResult`).

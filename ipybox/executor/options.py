@@ -21,7 +21,8 @@ async with CodeExecutor(options=options) as executor:
 Combinations that can't work are either impossible to write (a sandbox policy file without a sandbox, a
 host for a gateway given by URL) or refused when the options are made, with one `ValueError` that names
 the settings involved and what to do: a sandbox (or `limits`, or shell approval) with an external
-gateway, a sandbox with the tool server on a TCP port, `require_shell_escape` without shell approval.
+gateway, a sandbox with the tool server on a TCP port, `require_shell_escape` without shell approval, an
+external gateway's call-channel certificate without its key.
 Nothing here starts a process or reads a file. `CodeExecutor`'s keyword arguments (ipybox 0.9.2's and
 later ones) are a thin layer that builds these ([arguments][ipybox.executor.arguments]).
 """
@@ -128,11 +129,69 @@ class EmbeddedGateway:
 
 @dataclass(frozen=True)
 class ExternalGateway:
-    """A kernel gateway you run (e.g. Jupyter Enterprise Gateway), at `url` with `token`. It starts kernels
-    its own way: kernel variables must be named `KERNEL_*` or whitelisted there."""
+    """A kernel gateway you run (e.g. Jupyter Enterprise Gateway, kernels on other machines), at `url`
+    with `token`.
+
+    Its kernels need not share a file with this machine: right after one answers, the executor sets it up
+    (`ipybox.kernels.remote_setup`): it pins the tool server's certificate, gets the tool server's call
+    token and `KernelOptions.env`, and imports the generated `mcptools` / `gentools` / `mcpparse` from the
+    tool server. So the kernel spec's Python must have ipybox installed (the host's version); a kernel
+    that can't be set up is deleted and `start()` (or `reset()`) fails saying so. The kernels reach the
+    tool server over TCP with TLS, at `calls_advertise` (default: `calls_bind`'s host and bound port);
+    the start request carries only the `KERNEL_*` variables of `KernelOptions.env` (which a gateway
+    passes on to its kernel templates), never the call token.
+
+    Attributes:
+        url: The gateway's base URL (`http://` or `https://`).
+        token: Its auth token (empty: none).
+        kernelspec: The kernel spec kernels start from (`None`: the gateway's default); checked at start.
+        ca_file: A CA bundle the gateway's `https://` certificate is checked against (default: the
+            system's CAs).
+        calls_bind: `HOST:PORT` where the tool server listens for the kernels' calls (port 0: a free one);
+            default loopback only, for a gateway on this machine. Beyond loopback it listens with TLS only.
+        calls_advertise: `HOST` or `HOST:PORT` the kernels dial, when it differs from `calls_bind` (a
+            cluster's Service name, a forwarded port); required when `calls_bind` is a wildcard (`0.0.0.0`).
+        calls_cert: A certificate (PEM) for the call channel; with `calls_key`. Default: a self-signed one
+            the executor makes for the advertised host, kept in a private directory removed at `stop()`.
+            Kernels pin whichever it is.
+        calls_key: `calls_cert`'s private key (PEM, unencrypted).
+
+    Raises:
+        ValueError: `calls_cert` without `calls_key` or the other way round, or an address that is not
+            `HOST:PORT` (`calls_bind` must name a port).
+    """
 
     url: str
     token: str = ""
+    kernelspec: str | None = None
+    ca_file: Path | None = None
+    calls_bind: str = "127.0.0.1:0"
+    calls_advertise: str | None = None
+    calls_cert: Path | None = None
+    calls_key: Path | None = None
+
+    def __post_init__(self) -> None:
+        # Here, not at the top: it loads `cryptography`, which `from ipybox import CodeExecutor` need not.
+        from ipybox.tool_server.remote_calls import split_host_port
+
+        if (self.calls_cert is None) != (self.calls_key is None):
+            raise ValueError(
+                "calls_cert and calls_key go together (the call channel's certificate and its key): pass "
+                "both, or neither for a certificate the executor makes"
+            )
+        if self.kernelspec is not None and not self.kernelspec.strip():
+            raise ValueError("kernelspec names a kernel spec of the gateway: pass its name, or None")
+        _, port = split_host_port(self.calls_bind, "calls_bind")
+        if port is None:
+            raise ValueError(
+                f"calls_bind must name a port (HOST:PORT, 0 for a free one), not {self.calls_bind!r}"
+            )
+        if self.calls_advertise is not None:
+            split_host_port(self.calls_advertise, "calls_advertise")
+        for name in ("ca_file", "calls_cert", "calls_key"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, Path(value))
 
 
 @dataclass(frozen=True)

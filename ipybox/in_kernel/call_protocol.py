@@ -11,10 +11,29 @@ channel can charge a large request to its caller before reading it all) and an `
 - `shell`: `{"kind": "shell" | "shell_magic", "cmd": str}` (and `"magic": str` for a cell magic other than
   `%%bash`/`%%sh`): may this shell command run in the kernel? Decided as a call of server
   `SHELL_SERVER`, tool `kind`. Answered `{"approved": true}`.
+- `source`: `{"module": "mcptools.x.y"}`: the source of a generated module, for kernels that do not share the
+  host's files (`ipybox.in_kernel.remote_modules`). Answered `{"source": {"code": str, "package": bool,
+  "origin": str}, "generation": str}`, or `{"source": null, "generation": str}` when there is no such
+  module. `origin` is the file's path on the host (`<dir>/__init__.py` for a package); a directory without
+  `__init__.py` is a namespace package: `package` true, `code` empty and `origin` the directory.
+  `generation` is the `generation` answer as of (or before) the read. Only modules under the roots the
+  tool server serves (`mcptools`, `gentools`, `mcpparse`); a name or file it does not serve is answered
+  `module_refused`. With `"staged": str` (the host path of a code action's staging directory,
+  `<gentools>/<category>/.<name>.tmp-<pid>_<hex>`, where a save writes the action before its check),
+  `module` is relative to that directory (`""` for its `__init__.py`, `"api"`, ...) and `origin` is under
+  it: the check of a save in a kernel without the host's files imports the staged package this way
+  (`ipybox.in_kernel.import_check`). Any other directory is answered `module_refused`.
+- `generation`: `{}`: answered `{"generation": str}`, a marker that changes whenever a served file changes.
 
 Any request may be answered `{"error": {"type": ErrorKind, "message": str}}` instead. After the kinds in
 `CLOSING` the channel closes the connection; `idle_timeout` also promises that nothing sent after the
 last answer was run (the one error after which the kernel sends its request again).
+
+A kernel finds the channel in its environment: `SERVER_ENV` (`IPYBOX_TOOL_SERVER`) is its address,
+`unix:PATH` or `tcp://127.0.0.1:PORT` on the host, `tls://HOST:PORT` for a kernel on another machine;
+`TOKEN_ENV` (`IPYBOX_TOOL_TOKEN`) its call token; and for a `tls://` address `CERT_ENV`
+(`IPYBOX_TOOL_CERT`) the PEM of the one certificate the channel must present: the kernel pins it (trusts
+it alone, checks no host name, compares its SHA-256) and sends nothing to a channel presenting another.
 
 Standard library only: it runs inside kernels (see `ipybox.in_kernel`).
 """
@@ -25,10 +44,13 @@ import enum
 from typing import Any, Final
 
 __all__ = [
+    "CERT_ENV",
     "CLOSING",
+    "OP_GENERATION",
     "OP_RESET",
     "OP_RUN",
     "OP_SHELL",
+    "OP_SOURCE",
     "SERVER_ENV",
     "SHELL_KINDS",
     "SHELL_SERVER",
@@ -39,13 +61,18 @@ __all__ = [
 ]
 
 SERVER_ENV: Final = "IPYBOX_TOOL_SERVER"
-"""Where a kernel finds the call channel: `unix:/path/to.calls.sock` or `tcp://127.0.0.1:PORT`."""
+"""Where a kernel finds the call channel: `unix:/path/to.calls.sock`, `tcp://127.0.0.1:PORT` or
+`tls://HOST:PORT`."""
 TOKEN_ENV: Final = "IPYBOX_TOOL_TOKEN"
 """The kernel's call token."""
+CERT_ENV: Final = "IPYBOX_TOOL_CERT"
+"""For a `tls://HOST:PORT` address: the PEM of the certificate the kernel pins (the call channel's own)."""
 
 OP_RUN: Final = "run"
 OP_RESET: Final = "reset"
 OP_SHELL: Final = "shell"
+OP_SOURCE: Final = "source"
+OP_GENERATION: Final = "generation"
 
 SHELL_SERVER: Final = "ipybox"
 """The server name of a kernel's question about a shell command (`ipybox.shell`, `ipybox.shell_magic`),
@@ -73,6 +100,11 @@ class ErrorKind(enum.StrEnum):
     RESULT_TOO_LARGE = "result_too_large"
     SERVER_MEMORY_LIMIT = "server_memory_limit"
     SERVER_ERROR = "server_error"
+    MODULE_REFUSED = "module_refused"
+    """A `source` request for a module this tool server does not serve: it serves none, the name is not a
+    dotted identifier under one of its roots, the `staged` directory is not a code action's staging
+    directory, or the file is not one it serves (a symlink leaving its root, not a regular file, too large,
+    not UTF-8)."""
     INTERNAL_ERROR = "internal_error"
     """A bug in the tool server: reported, never taken for a decision."""
 

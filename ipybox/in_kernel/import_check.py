@@ -4,9 +4,12 @@ the one line it prints (`MARKER` + JSON). See `ipybox.codeact.checks` for the ho
 `main()` imports each module; for a module that fails it reports where: a `SyntaxError`'s own position,
 else the innermost traceback frame in a file under `root` (the workspace), else the innermost frame.
 Staged packages (a saved action before it is accepted) are imported under their final name from the
-directory they were written to, without being on the import path. With `describe`, it also reports what
-an action's `api.py` offers (`run()`'s docstring and signature, the JSON Schemas of `Params` and of the
-result model), for its MCP tool.
+directory they were written to, without being on the import path. In a kernel that does not share the
+host's files (the directory does not exist here, and `ipybox.in_kernel.remote` installed its import
+hook), the hook serves them from the host's directory (`remote_modules.RemoteModules.stage`): `__file__`
+and tracebacks show the host's paths, so problems are located as in a local kernel. With `describe`, it
+also reports what an action's `api.py` offers (`run()`'s docstring and signature, the JSON Schemas of
+`Params` and of the result model), for its MCP tool.
 
 The report is advice about code the kernel ran, not a security boundary: code that can run at import time
 can also print a report of its own. The host validates it as untrusted data.
@@ -17,6 +20,7 @@ Standard library only (pydantic models are used by duck typing: `model_json_sche
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import json
@@ -74,7 +78,9 @@ def main(
 
 def _register(name: str, directory: str) -> None:
     init = os.path.join(directory, "__init__.py")
-    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[directory])
+    spec = _remote_spec(name, directory)
+    if spec is None:
+        spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[directory])
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {init}")
     module = importlib.util.module_from_spec(spec)
@@ -84,6 +90,21 @@ def _register(name: str, directory: str) -> None:
     except BaseException:
         sys.modules.pop(name, None)
         raise
+
+
+def _remote_spec(name: str, directory: str) -> importlib.machinery.ModuleSpec | None:
+    """The staged package's spec from the tool server, when the directory is the host's only."""
+    if os.path.isdir(directory):
+        return None
+    from ipybox.in_kernel import remote_modules  # only here: a local kernel's check never needs it
+
+    hook = remote_modules.installed()
+    if hook is None or not hook.serves(name):
+        return None
+    spec = hook.stage(name, directory)
+    if spec is None:
+        raise ImportError(f"cannot load {os.path.join(directory, '__init__.py')}: not on the host", name=name)
+    return spec
 
 
 def _problem(

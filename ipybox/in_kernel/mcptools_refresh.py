@@ -30,7 +30,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -125,14 +125,28 @@ class MCPToolsRefresher:
 
     def _forget(self, server_name: str) -> None:
         # A regenerated package imports its parsers again: an edited parser is read from disk too.
-        for package in (self.package, PARSERS_PACKAGE):
-            prefix = f"{package}.{server_name}"
-            for module_name in [m for m in sys.modules if m == prefix or m.startswith(prefix + ".")]:
-                del sys.modules[module_name]
-            # `from mcptools import time` takes the parent's attribute when there is one, without importing.
-            parent = sys.modules.get(package)
-            if parent is not None and server_name in vars(parent):
-                delattr(parent, server_name)
+        forget_modules([f"{package}.{server_name}" for package in (self.package, PARSERS_PACKAGE)])
+
+
+def forget_modules(names: Iterable[str]) -> list[str]:
+    """Drop the modules `names` and their submodules from `sys.modules`, and each name from its parent
+    package's attributes, so the next import of any of them loads it anew.
+
+    Returns:
+        The module names dropped from `sys.modules` (sorted).
+    """
+    dropped: list[str] = []
+    for name in names:
+        prefix = name + "."
+        for module_name in [m for m in sys.modules if m == name or m.startswith(prefix)]:
+            del sys.modules[module_name]
+            dropped.append(module_name)
+        # `from mcptools import time` takes the parent's attribute when there is one, without importing.
+        parent_name, _, child = name.rpartition(".")
+        parent = sys.modules.get(parent_name) if parent_name else None
+        if parent is not None and child in vars(parent):
+            delattr(parent, child)
+    return sorted(dropped)
 
 
 def install(ip: Shell, mcptools_dir: str | Path) -> MCPToolsRefresher:

@@ -14,6 +14,13 @@ was run. Any other loss of the connection during a call is an error, never a res
 have run. When the channel refuses a request while it is still being sent (`request_too_large`), its
 error line is read after the failed send and raised as that error.
 
+A kernel on another machine (a remote gateway's) dials `tls://HOST:PORT` and pins the channel's
+certificate, whose PEM it is given in `IPYBOX_TOOL_CERT`: it trusts that certificate alone (no CA, no host
+name check: the name it dials inside a cluster need not be the certificate's), and then compares the
+SHA-256 of the certificate the channel presented with the pinned one's, so that a certificate merely
+signed by the pinned one's key is refused too. Only then is the token sent. `ssl` is imported for a
+`tls://` address only.
+
 `reset` is the kernel's session reset: in a workspace it stops the MCP servers this kernel used that no
 other kernel uses (shared servers keep running, other kernels' calls are not interrupted); with an
 embedded tool server, whose only caller is this kernel, every started server.
@@ -27,9 +34,10 @@ import os
 import select
 import socket
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ipybox.in_kernel.call_protocol import (
+    CERT_ENV,
     CLOSING,
     OP_RESET,
     OP_RUN,
@@ -42,7 +50,11 @@ from ipybox.in_kernel.call_protocol import (
     error_kind,
 )
 
+if TYPE_CHECKING:
+    import ssl  # imported at run time for `tls://` addresses only
+
 __all__ = [
+    "CERT_ENV",
     "SERVER_ENV",
     "SHELL_KINDS",
     "TOKEN_ENV",
@@ -51,10 +63,15 @@ __all__ = [
     "ToolRunner",
     "ToolRunnerError",
     "approve_shell",
+    "request_op",
 ]
 
 # Below the allocator's mmap threshold: every recv() allocates a buffer of this size.
 _CHUNK = 64 * 1024
+# Seconds a `tls://` connect and handshake may take (a remote host that drops packets must not hang the
+# cell); the call itself has no timeout, as on a Unix socket.
+_TLS_CONNECT_TIMEOUT = 30.0
+_PEM_BEGIN, _PEM_END = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"
 
 
 class ToolRunnerError(Exception):
@@ -79,27 +96,47 @@ _ERRORS: dict[ErrorKind | None, type[ToolRunnerError]] = {
 class _Connection:
     """One connection to the tool server's call channel: a socket and a buffered reader on it."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, timeout: float | None = None, cert: str | None = None) -> None:
         self.address = address
+        self.cert = cert
+        self.tls = address.startswith("tls://")
         if address.startswith("unix:"):
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             target: Any = address[len("unix:") :]
-        elif address.startswith("tcp://"):
+        elif address.startswith(("tcp://", "tls://")):
             host, _, port = address[len("tcp://") :].rstrip("/").rpartition(":")
+            if not host or not port.isdigit():
+                raise ToolRunnerError(f"unsupported tool server address {address!r} (expected a HOST:PORT)")
+            if self.tls:
+                if not cert:
+                    raise ToolRunnerError(
+                        f"the tool server is at {address}, but {CERT_ENV} is not set: a kernel sends calls "
+                        "over TLS only to the certificate it pins, and has none (ipybox sets it when it "
+                        "prepares a remote kernel)"
+                    )
+                pin = _pinned_context(cert)
             self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             target = (host.strip("[]"), int(port))
         else:
             raise ToolRunnerError(
-                f"unsupported tool server address {address!r} (expected 'unix:PATH' or 'tcp://HOST:PORT')"
+                f"unsupported tool server address {address!r} "
+                "(expected 'unix:PATH', 'tcp://HOST:PORT' or 'tls://HOST:PORT')"
             )
         try:
             # Tool calls may wait on a human approval, so there is no socket timeout: the server enforces
-            # the approval timeout and always answers.
+            # the approval timeout and always answers. `timeout` bounds the connect only (`request_op`).
+            self.sock.settimeout(_TLS_CONNECT_TIMEOUT if self.tls and timeout is None else timeout)
             self.sock.connect(target)
+            if self.tls:
+                self.sock = _pinned_tls(self.sock, *pin, address)
+            self.sock.settimeout(None)
         except OSError as e:
             self.sock.close()
             raise ToolRunnerError(f"cannot reach the ipybox tool server at {address}: {e}") from None
+        except BaseException:
+            self.sock.close()
+            raise
 
     def exchange(self, line: bytes) -> bytes:
         """Send one request line and return the answer line (without a newline if the server hung up)."""
@@ -107,9 +144,9 @@ class _Connection:
             self.sock.sendall(line)
         except OSError:
             # The channel may have refused the request mid-send and closed: its error line was sent first.
+            # (Over TLS, a failed send may leave the session unusable: then it is a lost connection.)
             try:
-                readable, _, _ = select.select([self.sock], [], [], 0)
-                refusal = self.sock.recv(_CHUNK) if readable else b""
+                refusal = self.sock.recv(_CHUNK) if self._readable() else b""
             except OSError:
                 refusal = b""
             if refusal.endswith(b"\n"):
@@ -127,6 +164,31 @@ class _Connection:
 
     def stale(self) -> bool:
         """Whether the server closed this idle connection (it is readable with nothing asked)."""
+        if not self._readable():
+            return False
+        if not self.tls:
+            return True
+        # The socket may hold TLS records that carry no data (session tickets, a key update): only data (the
+        # channel's `idle_timeout` line) or the end of the stream means the channel closed it.
+        import ssl  # loaded already: this connection is a TLS one
+
+        sock = self.sock
+        previous = sock.gettimeout()
+        sock.settimeout(0)
+        try:
+            sock.recv(1)  # data or b"" (closed): stale either way; the connection is dropped
+        except ssl.SSLWantReadError:
+            return False
+        except OSError:
+            pass
+        finally:
+            sock.settimeout(previous)
+        return True
+
+    def _readable(self) -> bool:
+        """Whether a read would not block. A TLS socket may hold decrypted bytes the OS no longer sees."""
+        if self.tls and self.sock.pending() > 0:  # type: ignore[attr-defined]  # an ssl.SSLSocket
+            return True
         readable, _, _ = select.select([self.sock], [], [], 0)
         return bool(readable)
 
@@ -154,10 +216,13 @@ class ToolRunner:
         host: With `port`: the loopback host of the tool server's call channel (ipybox 0.9 compatibility).
         port: The port of the tool server's call channel
             ([ToolServer.calls_address][ipybox.tool_server.tool_server.ToolServer.calls_address]).
-        address: Call channel address (`unix:/path` or `tcp://127.0.0.1:PORT`); defaults to the
-            `IPYBOX_TOOL_SERVER` environment variable set by ipybox in the kernel.
+        address: Call channel address (`unix:/path`, `tcp://127.0.0.1:PORT`, or `tls://HOST:PORT` for a
+            remote kernel); defaults to the `IPYBOX_TOOL_SERVER` environment variable set by ipybox.
         token: A call token (`ToolServer.call_token` or one from `ToolServer.add_caller`); defaults to
             `IPYBOX_TOOL_TOKEN`.
+        cert: For a `tls://` address: the PEM of the certificate the channel must present
+            ([ToolServer.remote_certificate_pem][ipybox.tool_server.tool_server.ToolServer.remote_certificate_pem]);
+            defaults to `IPYBOX_TOOL_CERT`.
         package: The absolute path of the directory the calling module's package was generated into
             (generated modules pass their own): the host finds `server_name` among the servers generated
             there, so the package works from wherever it is. A location, never parameters: the host uses it
@@ -180,6 +245,7 @@ class ToolRunner:
         address: str | None = None,
         token: str | None = None,
         package: str | None = None,
+        cert: str | None = None,
     ) -> None:
         self.server_name = server_name
         self.package = package
@@ -187,6 +253,7 @@ class ToolRunner:
             address = f"tcp://{'127.0.0.1' if host in (None, 'localhost') else host}:{port}"
         self._address = address
         self._token = token
+        self._cert = cert
 
     def run_sync(self, tool_name: str, tool_args: dict[str, Any]) -> dict[str, Any] | str | None:
         """Run a tool and return its result: structured content as a dict, else text.
@@ -222,7 +289,7 @@ class ToolRunner:
         """Async variant of [reset_sync][ipybox.in_kernel.tool_runner.ToolRunner.reset_sync]."""
         await asyncio.to_thread(self.reset_sync)
 
-    def _request(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _request(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         address = self._address or os.environ.get(SERVER_ENV)
         if not address:
             raise ToolRunnerError(
@@ -235,7 +302,8 @@ class ToolRunner:
             line = json.dumps(request, separators=(",", ":")).encode() + b"\n"
         except (TypeError, ValueError) as e:
             raise ToolRunnerError(f"tool arguments must be JSON-serializable: {e}") from None
-        answer = _exchange(address, line)
+        cert = (self._cert or os.environ.get(CERT_ENV)) if address.startswith("tls://") else None
+        answer = _exchange(address, line, timeout, cert)
         if "error" in answer:
             error = answer["error"]
             raise _ERRORS.get(error_kind(answer), ToolRunnerError)(error.get("message", "tool call failed"))
@@ -272,24 +340,54 @@ def approve_shell(
         raise ToolRunnerError(f"unexpected answer from the tool server to a shell approval: {answer!r}")
 
 
-def _exchange(address: str, line: bytes) -> dict[str, Any]:
-    answer = _exchange_once(address, line)
+def request_op(
+    op: str,
+    fields: dict[str, Any] | None = None,
+    *,
+    timeout: float | None = None,
+    address: str | None = None,
+    token: str | None = None,
+) -> dict[str, Any]:
+    """Send one request of `op` (with `fields`) on this thread's connection and return its answer.
+
+    For the quick ops that serve modules to kernels without the host's files (`source`, `generation`):
+    `timeout` bounds the connect and the wait for the answer (a call channel that went away is an error
+    after `timeout` seconds, not a hang); the connection is closed after a timeout, since its answer may
+    still come.
+
+    Raises:
+        ToolRunnerError: The channel answered an error (its message), or could not be reached in time.
+    """
+    request = {"op": op, **(fields or {})}
+    return ToolRunner("", address=address, token=token)._request(request, timeout)
+
+
+def _exchange(
+    address: str, line: bytes, timeout: float | None = None, cert: str | None = None
+) -> dict[str, Any]:
+    answer = _exchange_once(address, line, timeout, cert)
     if error_kind(answer) is ErrorKind.IDLE_TIMEOUT:
         # The channel closed this idle connection as the request crossed it, and ran none of it.
-        answer = _exchange_once(address, line)
+        answer = _exchange_once(address, line, timeout, cert)
     return answer
 
 
-def _exchange_once(address: str, line: bytes) -> dict[str, Any]:
+def _exchange_once(
+    address: str, line: bytes, timeout: float | None = None, cert: str | None = None
+) -> dict[str, Any]:
     conn = _local.conn
-    if conn is not None and (conn.address != address or conn.stale()):
+    if conn is not None and (conn.address != address or conn.cert != cert or conn.stale()):
         # A restarted tool server closed it while idle: reconnecting is safe, nothing was sent yet.
         conn.close()
         conn = _local.conn = None
     if conn is None:
-        conn = _local.conn = _Connection(address)
+        conn = _local.conn = _Connection(address, timeout, cert)
     try:
+        if timeout is not None:
+            conn.sock.settimeout(timeout)
         reply = conn.exchange(line)
+        if timeout is not None:
+            conn.sock.settimeout(None)  # the next tool call may wait on an approval
     except BaseException as e:
         # Interrupted (KeyboardInterrupt) or broken mid-call: the answer may still arrive later and
         # must not be read as the answer to the next call.
@@ -310,3 +408,69 @@ def _exchange_once(address: str, line: bytes) -> dict[str, Any]:
         conn.close()
         _local.conn = None
     return answer
+
+
+# -- pinning the channel's certificate (`tls://` addresses)
+
+_contexts: dict[str, tuple[ssl.SSLContext, bytes]] = {}  # pinned PEM -> (its ssl.SSLContext, its SHA-256)
+
+
+def _pinned_tls(sock: socket.socket, context: ssl.SSLContext, pinned: bytes, address: str) -> socket.socket:
+    """`sock`, connected, as a TLS client (`context`) of the channel, which presented exactly the
+    certificate whose SHA-256 is `pinned`.
+
+    Raises:
+        ToolRunnerError: The channel presented another certificate.
+        OSError: The handshake failed otherwise (the caller reports the channel unreachable).
+    """
+    import hashlib
+    import ssl  # at run time (the module imports it for type checking only)
+
+    try:
+        tls = context.wrap_socket(sock)
+    except ssl.SSLCertVerificationError as e:
+        raise ToolRunnerError(
+            f"the ipybox tool server at {address} did not present the certificate this kernel pins "
+            f"({CERT_ENV}): {e.verify_message}; nothing was sent to it"
+        ) from None
+    der = tls.getpeercert(binary_form=True) or b""
+    if hashlib.sha256(der).digest() != pinned:
+        # Trusted by the context (e.g. signed by the pinned certificate's key) but not the one pinned.
+        tls.close()
+        raise ToolRunnerError(
+            f"the ipybox tool server at {address} presented a certificate other than the one this kernel "
+            f"pins ({CERT_ENV}: SHA-256 {pinned.hex()[:16]}..., presented {hashlib.sha256(der).hexdigest()[:16]}"
+            "...); nothing was sent to it"
+        )
+    return tls
+
+
+def _pinned_context(pem: str) -> tuple[ssl.SSLContext, bytes]:
+    """The client context that trusts the certificate `pem` alone, and that certificate's SHA-256.
+
+    Raises:
+        ToolRunnerError: `pem` holds no certificate.
+    """
+    cached = _contexts.get(pem)
+    if cached is not None:
+        return cached
+    import hashlib
+    import ssl
+
+    start, end = pem.find(_PEM_BEGIN), pem.find(_PEM_END)
+    try:
+        if start < 0 or end < start:
+            raise ValueError("no '-----BEGIN CERTIFICATE-----' block")
+        first = pem[start : end + len(_PEM_END)]  # the pinned certificate; a chain after it is not pinned
+        pinned = hashlib.sha256(ssl.PEM_cert_to_DER_cert(first)).digest()
+        context = ssl.create_default_context(cadata=first)
+    except (ValueError, ssl.SSLError) as e:
+        raise ToolRunnerError(f"{CERT_ENV} does not hold a PEM certificate: {e}") from None
+    # The name dialed inside a cluster need not be the certificate's: the pin is the check.
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_REQUIRED
+    # A CA-issued certificate is trusted alone, without its CA (OpenSSL wants a self-signed root else).
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    _contexts[pem] = context, pinned
+    return context, pinned

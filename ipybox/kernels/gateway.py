@@ -10,13 +10,14 @@ import os
 import secrets
 import shutil
 import signal
+import ssl
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import IO, TYPE_CHECKING, Any, Self
 
 from ipybox import process
 from ipybox.errors import KernelError
@@ -24,6 +25,9 @@ from ipybox.kernels.gateway_main import READY_PREFIX
 from ipybox.kernels.kernelspec import KERNEL_NAME, KernelSpec
 from ipybox.lifecycle import Service
 from ipybox.limits import Limiter, ResourceLimits
+
+if TYPE_CHECKING:
+    import aiohttp
 
 logger = logging.getLogger(__name__)
 
@@ -48,15 +52,30 @@ class GatewayEndpoint:
         url: Base URL, e.g. `http://127.0.0.1:8888`. For a Unix socket, `http://localhost` with `unix_socket`.
         token: The gateway's auth token (sent as `Authorization: token ...`); empty for none.
         unix_socket: Path of the gateway's Unix socket, if it listens on one.
+        ca_file: A CA bundle to check an `https://` gateway's certificate against (default: the system's).
     """
 
     url: str
     token: str = ""
     unix_socket: Path | None = None
+    ca_file: Path | None = None
 
     @property
     def ws_url(self) -> str:
         return "ws" + self.url.removeprefix("http")
+
+    def session(self, **options: Any) -> aiohttp.ClientSession:
+        """An HTTP session to the gateway: over its Unix socket, or TCP (TLS checked against `ca_file` when
+        given, else the system's CAs), with its token. `options` go to `aiohttp.ClientSession`."""
+        import aiohttp
+
+        connector: aiohttp.BaseConnector | None = None
+        if self.unix_socket is not None:
+            connector = aiohttp.UnixConnector(path=str(self.unix_socket))
+        elif self.ca_file is not None:
+            connector = aiohttp.TCPConnector(ssl=ssl.create_default_context(cafile=str(self.ca_file)))
+        headers = {"Authorization": f"token {self.token}"} if self.token else {}
+        return aiohttp.ClientSession(connector=connector, headers=headers, **options)
 
 
 def describe_exit(returncode: int) -> str:

@@ -152,6 +152,9 @@ class KernelClient:
         warm_up: Warm the spare kernel up once it answers (`ipybox.kernels.warm_up`: what the first tool
             call in it needs is imported), for kernels of ipybox's own kernel spec. Taking the spare stops
             its warm-up after the step in progress.
+        set_up: Called with each kernel this client opens (the first, the spare, a replacement) once it
+            answers, before it is used or warmed up (a remote kernel's set-up: `ipybox.kernels.remote_setup`).
+            A kernel whose set-up raises is deleted, and the error is raised (fail closed).
 
     Example:
         ```python
@@ -181,6 +184,7 @@ class KernelClient:
         gateway_log: Path | None = None,
         gateway_loss: Callable[[], Awaitable[str | None]] | None = None,
         warm_up: bool = False,
+        set_up: Callable[[KernelConnection], Awaitable[None]] | None = None,
     ) -> None:
         if isinstance(gateway, str):
             gateway = GatewayEndpoint(f"http://{gateway}:{port}", token)
@@ -199,6 +203,7 @@ class KernelClient:
         self.gateway_log = gateway_log
         self.gateway_loss = gateway_loss
         self.warm_up = warm_up
+        self.set_up = set_up
         self._spare_deaths = 0  # spares that died while idle since one was last taken into use
         self._http: aiohttp.ClientSession | None = None
         self._kernel: KernelConnection | None = None
@@ -242,15 +247,10 @@ class KernelClient:
             KernelStartError: The kernel died while starting.
             TimeoutError: It was alive but did not answer in time (the message names `kernel_init_timeout`).
         """
-        import aiohttp
 
         if self._http is not None:
             raise RuntimeError("already connected")
-        connector: aiohttp.BaseConnector | None = None
-        if self.endpoint.unix_socket is not None:
-            connector = aiohttp.UnixConnector(path=str(self.endpoint.unix_socket))
-        headers = {"Authorization": f"token {self.endpoint.token}"} if self.endpoint.token else {}
-        self._http = aiohttp.ClientSession(connector=connector, headers=headers)
+        self._http = self.endpoint.session()
         self._tasks = Service("kernel client")
         try:
             await self._tasks.start()
@@ -302,13 +302,23 @@ class KernelClient:
                 self._http = None
 
     async def _open_kernel(self, ready_timeout: float | None) -> KernelConnection:
-        """A new kernel that answered within `ready_timeout` seconds (`None`: no limit).
+        """A new kernel that answered within `ready_timeout` seconds (`None`: no limit), set up by `set_up`.
 
         Raises:
             GatewayUnreachableError: The gateway does not accept connections.
-            KernelStartError: The kernel died while starting.
+            KernelStartError: The kernel died while starting (or, from `set_up`, could not be set up).
             TimeoutError: It was alive but did not answer within `ready_timeout`.
         """
+        kernel = await self._start_kernel(ready_timeout)
+        if self.set_up is not None:
+            try:
+                await self.set_up(kernel)
+            except BaseException:
+                await kernel.shutdown()  # never used half set up (fail closed)
+                raise
+        return kernel
+
+    async def _start_kernel(self, ready_timeout: float | None) -> KernelConnection:
         import aiohttp
 
         assert self._http is not None

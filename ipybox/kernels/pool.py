@@ -17,7 +17,7 @@ import contextlib
 import logging
 import math
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,10 @@ class KernelPool:
             starting.
         warm_up: Warm idle kernels up (see the module docstring), for kernels of ipybox's own kernel spec
             (the warm-up is Python).
+        kernel_name: The kernel spec to start kernels from (`None`: the gateway's default).
+        set_up: Called with each kernel that answers and its caller id, before it is pooled (a remote
+            kernel's set-up: `ipybox.kernels.remote_setup`). A kernel whose set-up raises is deleted, and
+            the start fails with that error.
 
     Attributes:
         version: The version of the gateway's kernel spec that kernels started now get (the caller's
@@ -85,8 +89,12 @@ class KernelPool:
         ready_timeout: float | None = None,
         gateway_log: Path | None = None,
         warm_up: bool = False,
+        kernel_name: str | None = None,
+        set_up: Callable[[KernelConnection, str], Awaitable[None]] | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.kernel_name = kernel_name
+        self.set_up = set_up
         self.size = size
         self.kernel_env = kernel_env
         self.ready_timeout = READY_TIMEOUT if ready_timeout is None else ready_timeout
@@ -107,6 +115,15 @@ class KernelPool:
         self._deaths_in_a_row = 0
         self._failures_in_a_row = 0
         self.failures = 0
+        # How a gateway's restart shows to the pool (a remote gateway's watcher reads them): idle kernels
+        # whose connection closed without the kernel dying, and starts that found the gateway unreachable.
+        self.connection_losses = 0
+        self.unreachable_starts = 0
+
+    @property
+    def gateway_trouble(self) -> int:
+        """`connection_losses` + `unreachable_starts`: grows when the gateway went away under the pool."""
+        return self.connection_losses + self.unreachable_starts
 
     @property
     def idle(self) -> int:
@@ -118,11 +135,7 @@ class KernelPool:
         return list(self._idle)
 
     async def start(self) -> None:
-        connector = (
-            aiohttp.UnixConnector(path=str(self.endpoint.unix_socket)) if self.endpoint.unix_socket else None
-        )
-        headers = {"Authorization": f"token {self.endpoint.token}"} if self.endpoint.token else {}
-        self._http = aiohttp.ClientSession(connector=connector, headers=headers)
+        self._http = self.endpoint.session()
         await self._tasks.start()
         self.refill()
 
@@ -284,12 +297,20 @@ class KernelPool:
             kernel = await KernelConnection.open(
                 http,
                 self.endpoint,
+                kernel_name=self.kernel_name,
                 env=self.kernel_env(caller),
                 ready_timeout=self.ready_timeout,
                 gateway_log=self.gateway_log,
             )
+            if self.set_up is not None:
+                try:
+                    await self.set_up(kernel, caller)
+                except BaseException:
+                    await kernel.shutdown()  # never handed out half set up (fail closed)
+                    raise
         except GatewayUnreachableError as e:
             self.failures += 1
+            self.unreachable_starts += 1
             logger.warning("could not start a kernel for the pool (the gateway exited?): %s", e)
             raise
         except Exception as e:
@@ -324,6 +345,7 @@ class KernelPool:
         if self._http is None or kernel.death_cause != "process":
             # The connection closed without the gateway saying the kernel died: the gateway exited (its
             # restart brings a new pool) or deleted the kernel; the next claim starts one if needed.
+            self.connection_losses += 1
             return
         self._deaths_in_a_row += 1
         logger.warning("an idle kernel of the pool died (its process exited): replacing it")

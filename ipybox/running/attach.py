@@ -68,9 +68,14 @@ class WorkspaceSession:
         self.state = read_state(workspace)
         self.control = ControlClient(self.state)
         self.lease: LeaseId | None = None
-        endpoint = GatewayEndpoint(
-            "http://localhost", self.state.gateway_token, unix_socket=Path(self.state.gateway_socket)
-        )
+        state = self.state
+        if state.gateway_url is not None:  # a remote gateway ([kernel.gateway]): its kernels are there
+            ca_file = Path(state.gateway_ca_file) if state.gateway_ca_file else None
+            endpoint = GatewayEndpoint(state.gateway_url, state.gateway_token, ca_file=ca_file)
+        else:
+            endpoint = GatewayEndpoint(
+                "http://localhost", state.gateway_token, unix_socket=Path(state.gateway_socket)
+            )
         self.kernel_client = LeasedKernelClient(
             endpoint,
             images_dir=images_dir,

@@ -71,8 +71,10 @@ class SupervisorState(BaseModel):
     started_at: str
     control_socket: str
     control_token: str
-    gateway_socket: str
+    gateway_socket: str  # "" for a remote gateway
     gateway_token: str
+    gateway_url: str | None = None  # a remote gateway's ([kernel.gateway]): applications attach there
+    gateway_ca_file: str | None = None
     log_file: str
     mcp_url: str | None = None
     mcp_token: str | None = None

@@ -47,8 +47,26 @@ class _Model(BaseModel):
 
 
 class GatewayStatus(_Model):
+    """Where the kernels run: the workspace's own kernel gateway (`pid`), or a remote gateway (`url`,
+    `[kernel.gateway]`).
+
+    Attributes:
+        running: Whether it runs (a remote one: answered the last check).
+        pid: The local gateway's process.
+        url: The remote gateway's URL; `None` for kernels on this machine.
+        kernelspec: The kernel spec remote kernels start from.
+        isolation: What isolates remote kernels (not ipybox's sandbox).
+        requested_limits: The `KERNEL_*` limits each remote kernel's start request asks its template for.
+        problem: Why it is not running or answering, while it is not.
+    """
+
     running: bool
     pid: int | None = None
+    url: str | None = None
+    kernelspec: str | None = None
+    isolation: str | None = None
+    requested_limits: dict[str, str] = {}
+    problem: str | None = None
 
 
 class ToolServerStatus(_Model):

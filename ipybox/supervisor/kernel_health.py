@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ipybox.config.sections import KernelSection
 from ipybox.kernels.gateway import KernelGateway
 from ipybox.kernels.pool import KernelPool
+from ipybox.kernels.remote_gateway import RemoteGateway
 from ipybox.limits import format_bytes
 from ipybox.running.status import KernelId, KernelsStatus, KernelStatus, KernelUsage, LeaseId
 from ipybox.supervisor.leases import LeaseTable
@@ -80,7 +81,11 @@ def check_interval(max_idle: float | None) -> float:
 class HealthTarget(Protocol):
     """What `KernelHealth` reads and asks of the supervisor."""
 
-    gateway: KernelGateway | None
+    @property
+    def gateway(self) -> KernelGateway | RemoteGateway | None:
+        """The gateway the kernels are on (`None` while there is none)."""
+        ...
+
     pool: KernelPool | None
     leases: LeaseTable
 
@@ -290,17 +295,11 @@ class KernelHealth:
         if gateway is None or not gateway.running:
             return "the kernel gateway is not running"
         endpoint = gateway.endpoint
-        connector = aiohttp.UnixConnector(path=str(endpoint.unix_socket)) if endpoint.unix_socket else None
-        headers = {"Authorization": f"token {endpoint.token}"} if endpoint.token else {}
         path = "/api/kernels" + (f"/{kernel_id}" if kernel_id is not None else "")
         started = time.monotonic()
         try:
             async with (
-                aiohttp.ClientSession(
-                    connector=connector,
-                    headers=headers,
-                    timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT),
-                ) as http,
+                endpoint.session(timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT)) as http,
                 http.get(f"{endpoint.url}{path}") as response,
             ):
                 if response.status != 200:

@@ -34,15 +34,28 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from ipybox.codeact.layout import module_roots
 from ipybox.config import CONFIG_FILE, WorkspaceConfig
 from ipybox.config.executables import LiveKernels, ServerCodeGuard
 from ipybox.config.sections import KernelSection
 from ipybox.executor.kernel_setup import start_kernel_gateway, workspace_kernel_setup
+from ipybox.executor.remote_kernels import remote_gateway_of, remote_start_env
+from ipybox.in_kernel.call_protocol import SERVER_ENV
+from ipybox.in_kernel.mcptools_refresh import MCPTOOLS_DIR_ENV
 from ipybox.in_kernel.tool_runner import TOKEN_ENV
+from ipybox.in_kernel.working_dir import CWD_RESET_ENV
 from ipybox.kernels.gateway import KernelGateway, describe_exit
 from ipybox.kernels.kernel_client import KernelClient
-from ipybox.kernels.kernel_connection import GatewayError, GatewayUnreachableError, log_tail
+from ipybox.kernels.kernel_connection import (
+    GatewayError,
+    GatewayUnreachableError,
+    KernelConnection,
+    log_tail,
+)
 from ipybox.kernels.pool import KernelPool, PoolStoppedError
+from ipybox.kernels.remote_gateway import RemoteGateway
+from ipybox.kernels.remote_setup import RemoteKernelSetup
+from ipybox.kernels.remote_setup import set_up as set_up_remote_kernel
 from ipybox.lifecycle import Service, ServiceState, task_scope
 from ipybox.mcp_client.params import ServerParams
 from ipybox.running.status import CallerId, CallerToken, KernelId, KernelLeased, LeaseId
@@ -55,6 +68,8 @@ logger = logging.getLogger("ipybox.supervisor")
 
 # Claims a lease makes across gateway restarts before it gives up (each waits for one restart).
 _LEASE_ATTEMPTS = 3
+REMOTE_CHECK_INTERVAL = 2.0
+"""Seconds between two checks that a remote gateway (`[kernel.gateway]`) still answers."""
 # Seconds code run by `run_in_fresh_kernel` (a check of agent-written modules) may run.
 _CHECK_TIMEOUT = 60
 # Why the asks of a kernel that checks agent-written code are refused (nobody is asked: a person would be
@@ -107,7 +122,7 @@ class KernelsService(Service):
         self.settings = settings
         self.forget_session = forget_session
         self.on_new_gateway = on_new_gateway
-        self.gateway: KernelGateway | None = None
+        self.gateway: KernelGateway | RemoteGateway | None = None
         self.pool: KernelPool | None = None
         self.proxy: DomainProxy | None = None
         self.health = KernelHealth(self)  # kernels' usage for the status; the idle kernel reaper
@@ -118,6 +133,10 @@ class KernelsService(Service):
         # The sandbox policy each version of the gateway's kernel spec confines kernels by (`None`:
         # unsandboxed), newest last: it changes when what the host executes does (`protect_servers`).
         self._spec_policies: list[SandboxPolicy | None] = []
+        # Kernels of a remote gateway: what each is told when it is set up, and the call token of each
+        # kernel still starting (by caller id).
+        self._remote_setup: RemoteKernelSetup | None = None
+        self._remote_tokens: dict[str, str] = {}
         self.guard = ServerCodeGuard(
             workspace,
             self._known_servers,
@@ -141,6 +160,9 @@ class KernelsService(Service):
     # -- starting, stopping, recycling
 
     async def _start(self) -> None:
+        if self.config().kernel.gateway is not None:
+            await self._start_remote()
+            return
         # The same builder as `CodeExecutor`'s embedded gateway; what differs is described by the setup.
         setup = workspace_kernel_setup(self.config(), self.workspace, self.state_dir)
         kernels = await start_kernel_gateway(
@@ -166,6 +188,54 @@ class KernelsService(Service):
         self._spec_policies.append(setup.sandbox)
         self.pool.version = len(self._spec_policies) - 1
         await self.pool.start()
+
+    async def _start_remote(self) -> None:
+        """Kernels of `[kernel.gateway]`: no gateway process here; each kernel is set up over the call
+        channel's TLS listener before it is pooled (`ipybox.kernels.remote_setup`)."""
+        config = self.config()
+        remote = remote_gateway_of(config)
+        await remote.start()
+        setup = workspace_kernel_setup(config, self.workspace, self.state_dir)
+        address = self.tools.remote_address()
+        env = setup.kernel_env(address)
+        # Host paths mean nothing there: generated packages come over the channel, cells start where the
+        # kernel does.
+        for name in (MCPTOOLS_DIR_ENV, CWD_RESET_ENV, SERVER_ENV):
+            env.pop(name, None)
+        self._remote_setup = RemoteKernelSetup(
+            calls_address=address,
+            certificate_pem=self.tools.remote_certificate_pem(),
+            module_roots={
+                name: str(path)
+                for name, path in module_roots(config.resolve(config.workspace.mcptools_dir)).items()
+            },
+            env=env,
+            shell_approval=config.kernel.approve_shell,
+        )
+        self.gateway = remote
+        self.pool = KernelPool(
+            remote.endpoint,
+            config.kernel.warm_pool,
+            self._remote_kernel_env,
+            ready_timeout=config.kernel.gateway.start_timeout if config.kernel.gateway else None,
+            warm_up=True,
+            kernel_name=remote.kernel_name,
+            set_up=self._set_up_remote,
+        )
+        self._spec_policies.append(None)  # the cluster isolates them, not a policy of ours
+        self.pool.version = len(self._spec_policies) - 1
+        await self.pool.start()
+
+    def _remote_kernel_env(self, caller: str) -> dict[str, str]:
+        # The token goes to the kernel in its set-up, never in the start request (which the gateway may
+        # log or write into a pod spec); the request carries what the gateway's templates read.
+        self._remote_tokens[caller] = self._kernel_env(caller)[TOKEN_ENV]
+        return remote_start_env(self.config().kernel.limits)
+
+    async def _set_up_remote(self, kernel: KernelConnection, caller: str) -> None:
+        token = self._remote_tokens.pop(caller)
+        assert self._remote_setup is not None  # set before the pool starts
+        await set_up_remote_kernel(kernel, self._remote_setup, token)
 
     async def _stop(self, *, end_leases: bool = False, lost: str | None = None) -> None:
         # Leases outlive a recycle: their applications get fresh kernels under the same lease.
@@ -199,6 +269,9 @@ class KernelsService(Service):
             gateway = self.gateway
             if gateway is None:
                 await asyncio.sleep(0.5)
+                continue
+            if isinstance(gateway, RemoteGateway):
+                await self._watch_remote(gateway)
                 continue
             code = await gateway_exit(gateway)
             if gateway is not self.gateway:  # replaced on purpose (a recycle)
@@ -282,9 +355,53 @@ class KernelsService(Service):
                 raise failure
         raise AssertionError("unreachable")
 
-    async def _gateway_replaced(self, gateway: KernelGateway) -> bool:
+    async def _watch_remote(self, remote: RemoteGateway) -> None:
+        """Until `remote` stops answering and then answers again, when its kernels are gone (a restarted
+        gateway ends its kernels): then, as for a local gateway that exited, a new pool, and the leases'
+        next kernels come with why the previous ones went."""
+        pool = self.pool
+        trouble = pool.gateway_trouble if pool is not None else 0
+        while (problem := await remote.check()) is None:
+            if pool is not None and pool.gateway_trouble > trouble:
+                # Answering, but the pool lost a kernel's connection or found the gateway unreachable
+                # meanwhile: a restart quicker than the checks.
+                problem = f"the gateway at {remote.url} dropped its kernels' connections (restarted?)"
+                break
+            await asyncio.sleep(REMOTE_CHECK_INTERVAL)
+            if remote is not self.gateway:
+                return
+        self.failure_reason = problem
+        logger.error(
+            "the gateway at %s: %s: waiting for it to answer (its kernels are lost)", remote.url, problem
+        )
+        started = time.monotonic()
+        await remote.wait_until_answering(REMOTE_CHECK_INTERVAL)
+        if remote is not self.gateway:
+            return
+        async with self.lock:
+            await self._stop(lost=problem)
+            try:
+                await self._start()
+            except Exception as e:
+                self.failure_reason = f"{problem}, and starting kernels there again failed: {e}"
+                logger.error("could not start kernels on the gateway at %s again: %s", remote.url, e)
+                await asyncio.sleep(REMOTE_CHECK_INTERVAL)
+                return
+            self.on_new_gateway()
+            self.generation += 1
+        self.failure_reason = None
+        self.restarts += 1
+        logger.info(
+            "the gateway at %s answers again after %.1f s: new pool", remote.url, time.monotonic() - started
+        )
+
+    async def _gateway_replaced(self, gateway: KernelGateway | RemoteGateway) -> bool:
         """Whether `gateway` exited (or was replaced) and is being restarted; waits up to a second for a
         gateway that just refused connections to be seen exiting, and for `_watch_gateway` to take over."""
+        if isinstance(gateway, RemoteGateway):
+            # Not this machine's to restart: a claim fails now, with what the watcher saw, rather than
+            # waiting for it to come back.
+            return gateway is not self.gateway and not self._stopping
         if gateway.running and gateway is self.gateway:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(gateway_exit(gateway), 1.0)
@@ -387,6 +504,8 @@ class KernelsService(Service):
             gateway, pool = self.gateway, self.pool
             if gateway is None or pool is None or self.tools.server is None or not self._spec_policies:
                 return
+            if isinstance(gateway, RemoteGateway):
+                return  # its kernels see nothing of this machine's (they import over the channel)
             setup = workspace_kernel_setup(self.config(), self.workspace, self.state_dir)
             if setup.sandbox is None or setup.sandbox == self._spec_policies[-1]:
                 return

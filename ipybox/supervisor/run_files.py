@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ipybox.kernels.gateway import KernelGateway
+from ipybox.kernels.remote_gateway import RemoteGateway
 from ipybox.mcp_apigen.package import remove_stale_work_dirs
 from ipybox.running.state import StatePaths, SupervisorState, record_run_dirs, remove_leftovers, write_state
 from ipybox.supervisor.mcp_endpoint import MCPEndpoint
@@ -34,17 +35,25 @@ class RunFiles:
         self.control_token = control_token
         self.run_dir: Path | None = None  # the supervisor's private directory, once made
 
-    def write_state(self, gateway: KernelGateway | None, mcp: MCPEndpoint | None, *, ready: bool) -> None:
-        if gateway is None or gateway.unix_socket is None or self.run_dir is None:
+    def write_state(
+        self, gateway: KernelGateway | RemoteGateway | None, mcp: MCPEndpoint | None, *, ready: bool
+    ) -> None:
+        if gateway is None or self.run_dir is None:
             raise RuntimeError("state.json is written once the run directory and the kernel gateway exist")
+        remote = isinstance(gateway, RemoteGateway)
+        if not remote and gateway.unix_socket is None:
+            raise RuntimeError("the workspace's kernel gateway listens on a Unix socket")
+        ca_file = gateway.endpoint.ca_file if remote else None
         state = SupervisorState(
             pid=os.getpid(),
             workspace=str(self.workspace),
             started_at=self.started_at.isoformat(),
             control_socket=str(self.run_dir / "control.sock"),
             control_token=self.control_token,
-            gateway_socket=str(gateway.unix_socket),
+            gateway_socket=str(gateway.unix_socket) if not remote else "",
             gateway_token=gateway.token,
+            gateway_url=gateway.endpoint.url if remote else None,
+            gateway_ca_file=str(ca_file) if ca_file is not None else None,
             log_file=str(self.paths.log),
             mcp_url=mcp.url if mcp is not None else None,
             mcp_token=mcp.token if mcp is not None and mcp.url else None,
@@ -53,7 +62,7 @@ class RunFiles:
         write_state(self.paths, state)
         self.record_dirs(gateway)  # a new gateway has a new runtime directory
 
-    def record_dirs(self, gateway: KernelGateway | None) -> None:
+    def record_dirs(self, gateway: KernelGateway | RemoteGateway | None) -> None:
         gateway_dir = gateway.runtime_dir if gateway is not None else None
         dirs = [d for d in (self.run_dir, gateway_dir) if d is not None]
         record_run_dirs(self.paths, dirs)

@@ -22,6 +22,14 @@ def check_sandboxed(config: WorkspaceConfig) -> None:
     Raises:
         ConfigError: It doesn't; placed at what turned the sandbox off, and saying how to change it.
     """
+    if config.kernel.gateway is not None:
+        source, line, column = setting_source(config, ("kernel", "gateway"))
+        reason = (
+            "--sandbox was given, but [kernel.gateway] runs kernels on a remote gateway, which ipybox does "
+            "not sandbox (its cluster isolates them): leave out --sandbox, or remove [kernel.gateway]"
+        )
+        path = config.path if config.path is not None else config.root / CONFIG_FILE
+        raise ConfigError(path, [ConfigProblem(source, line, column, reason)])
     if config.sandbox.enabled:
         return
     source, line, column = setting_source(config, ("sandbox", "enabled"))

@@ -43,6 +43,7 @@ from ipybox.config.sections import KernelSection
 from ipybox.console.endpoint import ConsoleEndpoint
 from ipybox.kernels.gateway import KernelGateway
 from ipybox.kernels.pool import KernelPool
+from ipybox.kernels.remote_gateway import RemoteGateway
 from ipybox.lifecycle import Service, handling_signals
 from ipybox.mcp_client.params import ServerParams
 from ipybox.progress import Progress, ProgressHub
@@ -176,7 +177,10 @@ class Supervisor(Service):
         )  # fmt: skip
         with self._report.part("gateway") as gateway:
             await parts.enter_async_context(self.kernels)
-            gateway.append(f"pid {self.gateway.pid if self.gateway is not None else '?'}")
+            if isinstance(self.gateway, RemoteGateway):
+                gateway.append(f"at {self.gateway.url}")
+            else:
+                gateway.append(f"pid {self.gateway.pid if self.gateway is not None else '?'}")
         await parts.enter_async_context(self.reconciler)  # closed before the kernels (its checks use them)
         async with self._report.pool_while(self.spawn, lambda: self.pool, self.config.kernel.warm_pool):
             await self._start_endpoints(parts)
@@ -244,7 +248,7 @@ class Supervisor(Service):
     # -- the parts, as the status, the tests and the CLI read them
 
     @property
-    def gateway(self) -> KernelGateway | None:
+    def gateway(self) -> KernelGateway | RemoteGateway | None:
         return self.kernels.gateway
 
     @property

@@ -25,10 +25,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from ipybox.approval.rule_approver import WorkspaceApprover
+from ipybox.codeact.layout import module_roots
 from ipybox.config import WorkspaceConfig
+from ipybox.config.addresses import split_host_port
 from ipybox.lifecycle import Service
 from ipybox.mcp_client.params import ServerParams
 from ipybox.mcp_client.pool import MCPServers
+from ipybox.tool_server.remote_calls import RemoteCalls
+from ipybox.tool_server.tls import load_certificate, workspace_certificate
 from ipybox.tool_server.tool_server import ToolServer
 
 logger = logging.getLogger("ipybox.supervisor")
@@ -115,18 +119,42 @@ class ToolsService(Service):
             dotenv_path=self.workspace / ".env",
             prepare=self.prepare,
         )
+        remote = config.kernel.gateway is not None
         server = ToolServer(
             servers=servers,
             unix_socket=self.socket,
             media_dir=config.resolve(config.workspace.images_dir),
             max_image_bytes=config.kernel.max_image_bytes,
             approver=self.approver,
+            # Kernels of a remote gateway share no files: they call over TLS and import from here.
+            module_roots=module_roots(config.resolve(config.workspace.mcptools_dir)) if remote else None,
+            remote=self._remote_calls(config) if remote else None,
         )
         if restart:  # the servers the reconciler registered on the one that died
             for name in config.enabled_servers():
                 server.servers.register(name, config.server_params(name))
         await server.start()
         return server
+
+    def _remote_calls(self, config: WorkspaceConfig) -> RemoteCalls:
+        """Where remote kernels' calls are listened for (`[endpoints.calls]`), with the user's certificate
+        or the workspace's own (in the state directory, made for the advertised host)."""
+        calls = config.endpoints.calls
+        if calls.cert is not None and calls.key is not None:
+            certificate = load_certificate(config.resolve(calls.cert), config.resolve(calls.key))
+        else:
+            host = split_host_port(calls.advertise or calls.bind, "[endpoints.calls]")[0]
+            tls_dir = config.resolve(config.workspace.state_dir) / "tls"
+            certificate = workspace_certificate(tls_dir, host)
+        return RemoteCalls(certificate=certificate, bind=calls.bind, advertise=calls.advertise)
+
+    def remote_address(self) -> str:
+        """Where kernels of a remote gateway send their tool calls (`tls://HOST:PORT`)."""
+        return self.running_server().remote_address
+
+    def remote_certificate_pem(self) -> str:
+        """The certificate kernels of a remote gateway pin."""
+        return self.running_server().remote_certificate_pem
 
     async def _watch(self) -> None:
         while True:

@@ -29,6 +29,9 @@ from ipybox.codeact.layout import action_tool_name, gentools_dir
 from ipybox.config import CONFIG_FILE, WorkspaceConfig
 from ipybox.config.loading import MAX_NESTING
 from ipybox.config.positions import KeyPath, Position, key_positions, too_deep
+from ipybox.executor.remote_kernels import remote_limits_env
+from ipybox.kernels.gateway import KernelGateway
+from ipybox.kernels.remote_gateway import RemoteGateway
 from ipybox.progress import Progress, ProgressEvent, ProgressHub, server_part
 from ipybox.reconcile.reconciler import Reconciler
 from ipybox.running.status import (
@@ -77,10 +80,8 @@ def workspace_status(sources: StatusSources, positions: ConfigPositions) -> Work
         pid=os.getpid(),
         started_at=s.started_at.isoformat(),
         uptime_s=round((datetime.now(UTC) - s.started_at).total_seconds(), 1),
-        sandbox=s.config.sandbox.enabled,
-        gateway=GatewayStatus(
-            running=gateway is not None and gateway.running, pid=gateway.pid if gateway is not None else None
-        ),
+        sandbox=s.config.sandbox.enabled and s.config.kernel.gateway is None,
+        gateway=gateway_status(s.config, gateway, kernels),
         tool_server=ToolServerStatus(running=tools is not None and tools.server is not None),
         pool=PoolStatus(
             size=s.config.kernel.warm_pool,
@@ -225,3 +226,27 @@ def _parses(source: str) -> bool:
     except tomllib.TOMLDecodeError:
         return False
     return True
+
+
+def gateway_status(
+    config: WorkspaceConfig, gateway: KernelGateway | RemoteGateway | None, kernels: KernelsService | None
+) -> GatewayStatus:
+    """Where the kernels run, as the status shows it: the workspace's own gateway process, or a remote
+    gateway, with what isolates its kernels and which limits it was asked for (never shown as enforced:
+    its kernel templates apply them, not ipybox)."""
+    running = gateway is not None and gateway.running
+    problem = kernels.failure_reason if kernels is not None else None
+    remote = config.kernel.gateway
+    if remote is None:
+        return GatewayStatus(
+            running=running, pid=gateway.pid if gateway is not None else None, problem=problem
+        )
+    requested = remote_limits_env(config.kernel.limits)
+    return GatewayStatus(
+        running=running,
+        url=remote.url,
+        kernelspec=remote.kernelspec,
+        isolation="the gateway's cluster (ipybox's [sandbox] applies to kernels on this machine only)",
+        requested_limits=requested,
+        problem=problem,
+    )

@@ -20,6 +20,9 @@ Requests, answered in order on each connection (kernels use one connection per t
   other than `%%bash`/`%%sh`): may this shell command run in the kernel? Decided like a tool call of
   `ipybox.<kind>` (`shell_call` reads it), answered `{"approved": true}` or an approval error; nothing
   runs on the host.
+- `{"op": "source", "module": str}` (and `"staged": str`, a code action's staging directory, for the
+  check of a save) and `{"op": "generation"}`: the generated packages' sources and their generation, for
+  kernels that do not share the host's files (see `ToolServer`'s `module_roots`).
 
 One caller's misbehaviour costs that caller only ([ChannelLimits][ipybox.tool_server.call_channel.ChannelLimits]
 has the numbers). Measured on a `ToolServer` before these limits: 21,000 idle connections from one kernel
@@ -54,6 +57,13 @@ four 200 MiB request lines without a newline grew its RSS from 86 to 885 MiB, 64
   cancelled (the MCP server gets `notifications/cancelled`) instead of holding the server until its
   `call_timeout`.
 
+Remote kernels (a gateway's, sharing no file with the host) reach the channel on a second listener,
+TCP with TLS ([listen_tls][ipybox.tool_server.call_channel.CallChannel.listen_tls]): the same protocol,
+tokens and limits. A connection there counts (as not yet identified) from its `accept()`, before its
+handshake, which must end within `first_request_timeout`: connections that never complete one are capped
+and closed like silent ones. A handshake that fails (a plain-TCP client, a client refusing the
+certificate) closes that connection only, logged at debug level.
+
 Background work (the sweep, and the watcher of each long call) runs in the task group of a `Service`
 (`ipybox.lifecycle`) that `start()` makes and `stop()` closes, waiting until each of those tasks ended. The
 connections' tasks are the stream server's (`asyncio.start_server` makes one per connection); `stop()`
@@ -69,6 +79,7 @@ import logging
 import os
 import re
 import resource
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -76,10 +87,13 @@ from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_json
 
+from ipybox.asgi_server import ListenError
 from ipybox.in_kernel.call_protocol import OP_RUN, SHELL_KINDS, SHELL_SERVER, ErrorKind, error
 from ipybox.lifecycle import Service, cancel_and_wait
 from ipybox.mcp_client.registry import MAX_ROOT_CHARS
 from ipybox.rules.calls import ToolCall
+from ipybox.tool_server.remote_calls import format_address
+from ipybox.tool_server.tls import ChannelCertificate
 
 __all__ = [
     "SHELL_KINDS",
@@ -107,6 +121,8 @@ _SMALL = 64 * 1024
 _HEAD = 512
 # Seconds a call runs before its connection is watched for the kernel going away.
 _WATCH_AFTER = 1.0
+# Seconds a closed TLS connection may wait for the peer's close_notify before it is aborted.
+_TLS_CLOSE_GRACE = 2.0
 _TOKEN_PREFIX = re.compile(rb'\s*\{\s*"token"\s*:\s*"([A-Za-z0-9_\-]{1,256})"')
 
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -191,6 +207,10 @@ def shell_call(request: dict[str, Any]) -> ToolCall:
     return ToolCall(SHELL_SERVER, kind, args, caller=caller if isinstance(caller, str) else "")
 
 
+def _peer(transport: asyncio.BaseTransport) -> object:
+    return transport.get_extra_info("peername")
+
+
 def _default_max_connections() -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
@@ -257,6 +277,7 @@ class _Connection:
     rest: bytes = b""  # read past the end of the last line (a pipelined next request)
     holds_large: bool = False
     forgotten: bool = False
+    handshaking: bool = False  # a TLS connection before its handshake ended: no line can be sent to it
     task: asyncio.Task[None] | None = None
     watcher: asyncio.Future[None] | None = None  # watches for a close during a long call
     # Read by the sweep (`CallChannel._sweep`), so a call costs no timer of its own:
@@ -266,7 +287,8 @@ class _Connection:
 
 
 class CallChannel:
-    """Serves tool-call requests from kernels on a Unix socket or a loopback TCP port.
+    """Serves tool-call requests from kernels on a Unix socket or a loopback TCP port, and on a TCP port
+    with TLS for remote kernels (`listen_tls`).
 
     Args:
         authenticate: The identity a token stands for, or `None` for a token that is not valid.
@@ -289,7 +311,9 @@ class CallChannel:
         self._unidentified: dict[_Connection, None] = {}  # oldest first
         self._callers: dict[str, _Caller] = {}
         self._unix_socket: Path | None = None
+        self._tls_server: asyncio.Server | None = None
         self.address: str | None = None
+        self.tls_address: str | None = None
 
     def open_connections(self) -> dict[str | None, int]:
         """Open connections by caller (`None`: not identified yet)."""
@@ -315,14 +339,56 @@ class CallChannel:
         self._tasks.spawn(self._sweep(), name="ipybox-call-channel-sweep")
         return self.address
 
+    async def listen_tls(
+        self,
+        bind_host: str,
+        bind_port: int,
+        certificate: ChannelCertificate,
+        *,
+        advertise_host: str | None = None,
+        advertise_port: int | None = None,
+    ) -> str:
+        """Listen on TCP with TLS too (TLS 1.2 at least, presenting `certificate`), for remote kernels; on
+        `bind_host:bind_port` (port 0: a free one). Returns the address kernels dial,
+        `tls://ADVERTISE_HOST:PORT` (default: the bind host, the bound port), also `tls_address`.
+        `stop()` closes it with the rest.
+
+        Raises:
+            RuntimeError: The channel is not started, or listens on TLS already.
+            CertificateError: The certificate's files cannot be loaded.
+            ListenError: It cannot listen there (naming the address and the system's reason).
+        """
+        if self._tasks is None:
+            raise RuntimeError("start() the call channel before listen_tls()")
+        if self._tls_server is not None:
+            raise RuntimeError(f"the call channel listens on TLS already, at {self.tls_address}")
+        context = certificate.server_context()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._serve(reader, writer, tls=context)
+
+        try:
+            # The handshake happens in `_serve`, after the connection is counted (see the module's docstring).
+            self._tls_server = await asyncio.start_server(serve, bind_host, bind_port, limit=_CHUNK)
+        except OSError as e:
+            raise ListenError(
+                f"the tool server's call channel cannot listen for remote kernels on "
+                f"{format_address('tls', bind_host, bind_port).removeprefix('tls://')}: {e.strerror or e}"
+            ) from None
+        port = self._tls_server.sockets[0].getsockname()[1]
+        self.tls_address = format_address("tls", advertise_host or bind_host, advertise_port or port)
+        return self.tls_address
+
     async def stop(self) -> None:
         """Stop listening, close every connection and end the calls still running on them."""
         if self._tasks is not None:
             # The sweep and the watchers (a caller cancelled meanwhile sees its cancellation).
             await self._tasks.aclose()
             self._tasks = None
-        if self._server is not None:
-            self._server.close()
+        servers = [server for server in (self._server, self._tls_server) if server is not None]
+        if servers:
+            for server in servers:
+                server.close()
             tasks = []
             for conn in list(self._connections):
                 conn.writer.transport.abort()  # unsent answers are dropped: nobody is there to read them
@@ -330,22 +396,30 @@ class CallChannel:
                     conn.task.cancel()
                     tasks.append(conn.task)
             await asyncio.gather(*tasks, return_exceptions=True)
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+            for server in servers:
+                with contextlib.suppress(Exception):
+                    await server.wait_closed()
         if self._unix_socket is not None:
             self._unix_socket.unlink(missing_ok=True)
         self._server, self._unix_socket, self.address = None, None, None
+        self._tls_server, self.tls_address = None, None
 
     # -- a connection's life
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tls: ssl.SSLContext | None = None
+    ) -> None:
         loop = asyncio.get_running_loop()
         conn = _Connection(reader, writer, loop.time() + self.limits.first_request_timeout)
+        conn.handshaking = tls is not None
+        tcp = writer.transport  # under TLS, once upgraded
         if not self._admit(conn):
             self._end(conn, self._too_many("the ipybox tool server has too many open connections"))
             return
         conn.task = asyncio.current_task()
         try:
+            if tls is not None and not await self._handshake(conn, tls):
+                return
             while (line := await self._read_request(conn)) is not None:
                 # A call still running after a moment is watched (by the sweep): if its kernel goes away
                 # (the cell was interrupted), the call is cancelled instead of holding its server until
@@ -369,8 +443,10 @@ class CallChannel:
                     break
         except _Refused as refused:
             self._end(conn, refused.answer)
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
-            pass  # the kernel went away (restarted, interrupted mid-call) or never read: nothing to answer
+        except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError, TimeoutError):
+            # The kernel went away (restarted, interrupted mid-call) or never read, or sent a broken TLS
+            # record: nothing to answer.
+            pass
         except asyncio.CancelledError:
             # `stop()`. Not re-raised: nothing awaits this task, and Python 3.11's stream server logs a
             # cancelled connection task as an "unhandled exception".
@@ -378,6 +454,31 @@ class CallChannel:
         finally:
             self._forget(conn)
             writer.close()
+            if tls is not None:
+                # A TLS close waits for the peer's close_notify (asyncio: up to 30 s), holding the socket
+                # after the connection stopped counting: a peer that never answers it is cut off sooner.
+                # (The TCP transport's abort: the TLS one's does nothing once closed twice, Python 3.11.)
+                loop.call_later(_TLS_CLOSE_GRACE, tcp.abort)
+
+    async def _handshake(self, conn: _Connection, tls: ssl.SSLContext) -> bool:
+        """Upgrade `conn` to TLS; `False` when its handshake failed or timed out (the peer is no kernel of
+        ours: a plain-TCP client, a scanner, one pinning another certificate). Called before anything was
+        read from it, so its first bytes are the TLS client's hello, not a line."""
+        tcp = conn.writer.transport
+        try:
+            await conn.writer.start_tls(tls, ssl_handshake_timeout=self.limits.first_request_timeout)
+        except (OSError, TimeoutError, EOFError) as e:
+            logger.debug("TLS handshake with %s failed, closing the connection: %r", _peer(tcp), e)
+            return False
+        except AttributeError:
+            # CPython 3.11 (to 3.13): a peer that closes the connection right after its handshake makes
+            # `start_tls` fail on the TLS transport already gone, leaving the writer without one. Give it
+            # back the (closed) TCP one, which its `close()` and finalizer expect.
+            conn.writer._transport = tcp  # type: ignore[attr-defined]  # not public
+            logger.debug("%s closed the connection right after its TLS handshake", _peer(tcp))
+            return False
+        conn.handshaking = False
+        return True
 
     async def _sweep(self) -> None:
         """Every moment, for all connections: end the reads past their deadline (idle, or no request
@@ -409,7 +510,7 @@ class CallChannel:
         """Cancel the connection's task (and the call it runs) when the kernel closes the connection."""
         try:
             data = await conn.reader.read(_CHUNK)
-        except ConnectionError:
+        except (ConnectionError, ssl.SSLError):
             data = b""
         except Exception:
             # Never the group's failure, which would end the sweep (and every other watcher) with it.
@@ -499,9 +600,11 @@ class CallChannel:
 
     @staticmethod
     def _end(conn: _Connection, answer: dict[str, Any]) -> None:
-        # The line fits any socket buffer: written without waiting, sent before the close.
-        with contextlib.suppress(Exception):
-            conn.writer.write(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
+        # The line fits any socket buffer: written without waiting, sent before the close. Not to a TLS
+        # connection before its handshake ended: it would reach the peer as a broken handshake anyway.
+        if not conn.handshaking:
+            with contextlib.suppress(Exception):
+                conn.writer.write(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
         conn.writer.close()
 
     @staticmethod

@@ -8,7 +8,11 @@ fast path). Applications use its HTTP endpoints (every one requires `Authorizati
   reset, for the application or operator.
 - `WS /approval`: where an [ApprovalClient][ipybox.approval.approval_client.ApprovalClient] connects.
 
-Both listen on Unix sockets in a private directory by default (or on loopback TCP ports).
+Both listen on Unix sockets in a private directory by default (or on loopback TCP ports). Kernels on
+other machines (a remote gateway's) reach the call channel on a TCP port with TLS, opened only when
+`remote` ([RemoteCalls][ipybox.tool_server.remote_calls.RemoteCalls]) says where and with which
+certificate: `remote_address` is what they dial, `remote_certificate_pem` what they pin. Nothing else
+listens beyond loopback, and the call channel has no plain-TCP listener beyond it.
 
 A kernel's `{"op": "reset"}` on the call channel resets that caller's session only
 ([MCPServers.reset_caller][ipybox.mcp_client.pool.MCPServers.reset_caller]): the servers it used that no
@@ -16,6 +20,12 @@ other caller uses stop, servers shared with other kernels keep running, and no o
 call is interrupted. A tool server whose only caller is its own `call_token` (an embedded, single-kernel
 `CodeExecutor`, no `add_caller`) stops all started servers, as before: that caller is the only user.
 What one caller may hold of the call channel (connections, request size, idle time) is `call_limits`.
+
+Kernels that do not share the host's files (a remote gateway's) import the generated packages from the
+tool server: `module_roots` names the directories it serves (`mcptools`, `gentools`, `mcpparse`), and the
+call channel's `source` and `generation` ops read them
+([ModuleSources][ipybox.tool_server.module_sources.ModuleSources]); without roots, `source` is refused.
+Any kernel with a valid call token may read them: local kernels read the same files from disk.
 
 Two kinds of credentials, never interchangeable: the application's `token` opens the HTTP endpoints
 only, and never reaches a kernel; call tokens (`call_token`, the one `kernel_env` hands to kernels, and
@@ -39,6 +49,7 @@ reported to the kernel as an internal error, never taken for a decision.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import shutil
@@ -59,7 +70,17 @@ from starlette.websockets import WebSocket
 from ipybox.approval.approver import Approval, ApproveAll, Approved, Approver, NoOneToAsk, Rejected, TimedOut
 from ipybox.approval.channel import ApprovalChannel
 from ipybox.asgi_server import BearerAuth, EmbeddedServer
-from ipybox.in_kernel.call_protocol import OP_RESET, OP_RUN, OP_SHELL, SERVER_ENV, TOKEN_ENV, ErrorKind, error
+from ipybox.in_kernel.call_protocol import (
+    OP_GENERATION,
+    OP_RESET,
+    OP_RUN,
+    OP_SHELL,
+    OP_SOURCE,
+    SERVER_ENV,
+    TOKEN_ENV,
+    ErrorKind,
+    error,
+)
 from ipybox.mcp_client import (
     CallTimeoutError,
     MCPServerError,
@@ -72,6 +93,8 @@ from ipybox.mcp_client.pool import AnnotationsLookup, MCPServers, UnknownServerE
 from ipybox.rules.calls import ToolCall
 from ipybox.safefs import DEFAULT_MAX_IMAGE_BYTES
 from ipybox.tool_server.call_channel import CallChannel, ChannelLimits, run_call, run_package, shell_call
+from ipybox.tool_server.module_sources import ModuleRefusedError, ModuleSource, ModuleSources
+from ipybox.tool_server.remote_calls import RemoteCalls
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +137,10 @@ class ToolServer:
         approver: What decides every call (default: `approval` when it requires approval, else
             `ApproveAll()`); a workspace passes its rules.
         shell_approver: What decides the shell commands kernels ask about (default: `approver`).
+        module_roots: The generated packages served to kernels without the host's files, by top-level
+            package name (`{"mcptools": ws / "mcptools", "gentools": ..., "mcpparse": ...}`); default none.
+        remote: Also listen for remote kernels' calls on TCP with TLS, where and with the certificate it
+            says (default: no such listener).
 
     Everything is given to the constructor: nothing is set on a tool server afterwards.
 
@@ -160,6 +187,8 @@ class ToolServer:
         approval: ApprovalChannel | None = None,
         approver: Approver | None = None,
         shell_approver: Approver | None = None,
+        module_roots: Mapping[str, Path] | None = None,
+        remote: RemoteCalls | None = None,
     ) -> None:
         if isinstance(servers, MCPServers):
             _left_out(
@@ -180,6 +209,8 @@ class ToolServer:
                 approval_required=(approval_required, False),
                 approval_timeout=(approval_timeout, 60),
             )
+        if remote is not None and not isinstance(remote, RemoteCalls):
+            raise TypeError(f"remote must be a RemoteCalls, not {type(remote).__name__}")
         if host == "localhost":
             host = "127.0.0.1"
         if port is not None and host not in ("127.0.0.1", "::1"):
@@ -215,8 +246,18 @@ class ToolServer:
         self.shell_approver: Approver | None = shell_approver
         self._callers: dict[str, str] = {}
         self._private_dir: Path | None = None
+        self.remote = remote
+        self.module_sources = ModuleSources(module_roots or {})
         self.calls = CallChannel(
-            self._caller_of, {OP_RUN: self._run, OP_RESET: self._reset_op, OP_SHELL: self._shell}, call_limits
+            self._caller_of,
+            {
+                OP_RUN: self._run,
+                OP_RESET: self._reset_op,
+                OP_SHELL: self._shell,
+                OP_SOURCE: self._source,
+                OP_GENERATION: self._generation,
+            },
+            call_limits,
         )
         self._http = EmbeddedServer(self.app(), "ipybox-tool-server", debug=self.log_level == "DEBUG")
 
@@ -246,6 +287,34 @@ class ToolServer:
         return self.calls.address
 
     @property
+    def remote_address(self) -> str:
+        """Where remote kernels send tool calls: `tls://ADVERTISED_HOST:PORT`.
+
+        Raises:
+            RuntimeError: No `remote` was given, or the server is not running.
+        """
+        if self.remote is None:
+            raise RuntimeError(
+                "this tool server listens for remote kernels only with remote=RemoteCalls(...)"
+            )
+        if self.calls.tls_address is None:
+            raise RuntimeError("the tool server is not running")
+        return self.calls.tls_address
+
+    @property
+    def remote_certificate_pem(self) -> str:
+        """The certificate remote kernels pin (PEM, for their `IPYBOX_TOOL_CERT`).
+
+        Raises:
+            RuntimeError: No `remote` was given.
+        """
+        if self.remote is None:
+            raise RuntimeError(
+                "this tool server listens for remote kernels only with remote=RemoteCalls(...)"
+            )
+        return self.remote.certificate.cert_pem
+
+    @property
     def kernel_env(self) -> dict[str, str]:
         """Environment variables that point a kernel's `ToolRunner` at this server, with `call_token`
         (which works on the call channel only, never on the HTTP endpoints)."""
@@ -264,6 +333,9 @@ class ToolServer:
 
         Raises:
             RuntimeError: The server is already running.
+            ListenError: The remote kernels' TLS listener cannot listen where `remote` says (nothing else
+                stays open then).
+            CertificateError: Its certificate's files can no longer be loaded.
         """
         if self._http.running:
             raise RuntimeError("the tool server is already running")
@@ -278,6 +350,18 @@ class ToolServer:
             await self._http.start(host=self.host, port=self.port)
             self.port = self._http.port
             await self.calls.start(host=self.host)
+        if self.remote is not None:
+            try:
+                await self.calls.listen_tls(
+                    self.remote.bind_host,
+                    self.remote.bind_port,
+                    self.remote.certificate,
+                    advertise_host=self.remote.advertise_host,
+                    advertise_port=self.remote.advertise_port,
+                )
+            except BaseException:
+                await self.stop()
+                raise
 
     async def join(self) -> None:
         """Wait for the server to stop."""
@@ -399,6 +483,28 @@ class ToolServer:
         except UnknownServerError as e:  # unregistered while the call waited for its decision
             return error(ErrorKind.UNKNOWN_SERVER, str(e))
         return {"result": value}
+
+    async def _source(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A generated module's source, for a kernel's import hook; with the generation as of the read."""
+        sources, module, staged = self.module_sources, request.get("module"), request.get("staged")
+
+        def read() -> tuple[str, ModuleSource | None]:
+            # The generation first: never newer than the code read after it (at worst the kernel reloads
+            # once more, never keeps a stale module).
+            return sources.generation(), sources.source(module, staged)
+
+        try:
+            # Off the event loop: a slow disk must not hold every other kernel's calls.
+            generation, found = await asyncio.to_thread(read)
+        except ModuleRefusedError as e:
+            return error(ErrorKind.MODULE_REFUSED, str(e))
+        if found is None:
+            return {"source": None, "generation": generation}
+        source = {"code": found.code, "package": found.package, "origin": found.origin}
+        return {"source": source, "generation": generation}
+
+    async def _generation(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"generation": await asyncio.to_thread(self.module_sources.generation)}
 
     async def _reset_op(self, request: dict[str, Any]) -> dict[str, Any]:
         await self.reset_caller(request["caller"])

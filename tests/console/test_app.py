@@ -16,7 +16,7 @@ from ipybox.approval.links import PathLink
 from ipybox.console.app import ConsoleApp
 from ipybox.console.rendering import TEMPLATES_DIR
 from ipybox.rules import ToolCall, Verdict
-from ipybox.running.status import KernelsStatus
+from ipybox.running.status import GatewayStatus, KernelsStatus
 from tests.console.conftest import ORIGIN, PORT, csrf_of
 from tests.console.targets import WorkspaceTarget, status_of
 
@@ -346,6 +346,27 @@ async def test_the_overview_shows_servers_with_state_tools_error_and_where_in_th
         assert '<span id="overview-pending">1</span> pending ask' in page
         assert "http://127.0.0.1:8123/mcp" in page and "restarted 1×" in page
         assert '<span class="pill pill-on" id="sandbox-state">on</span>' in page
+
+
+async def test_the_overview_says_where_remote_kernels_run_and_what_isolates_them(
+    browser: httpx.AsyncClient, target: WorkspaceTarget
+) -> None:
+    gateway = GatewayStatus(
+        running=False,
+        url="https://eg.example:8888",
+        kernelspec="python3",
+        isolation="the gateway's cluster",
+        requested_limits={"KERNEL_MEMORY_LIMIT": "4294967296"},
+        problem="the gateway at https://eg.example:8888 does not answer",
+    )
+    target.workspace_status = status_of(gateway=gateway, sandbox=False)
+    page = html.unescape((await browser.get("/fragments/overview")).text)
+    text = " ".join(re.sub(r"<[^>]+>", "", page).split())
+    assert "the gateway at https://eg.example:8888 (kernel spec python3): not answering" in text
+    assert (
+        "the gateway's cluster; limits asked of its kernel template: KERNEL_MEMORY_LIMIT=4294967296" in text
+    )
+    assert 'id="sandbox-state"' not in page  # no local sandbox to show as on or off
 
 
 async def test_the_overview_shows_each_kernels_memory_cpu_and_the_limits(

@@ -56,7 +56,13 @@ def test_the_shell_question_names_are_one_definition_on_both_ends() -> None:
 )
 def test_no_end_spells_an_error_kind_or_an_op_as_a_string_literal(module: str) -> None:
     kinds = {kind.value for kind in ErrorKind}
-    ops = {call_protocol.OP_RUN, call_protocol.OP_RESET, call_protocol.OP_SHELL}
+    ops = {
+        call_protocol.OP_RUN,
+        call_protocol.OP_RESET,
+        call_protocol.OP_SHELL,
+        call_protocol.OP_SOURCE,
+        call_protocol.OP_GENERATION,
+    }
     tree = ast.parse((ROOT / module).read_text())
     literal_errors = [
         node.lineno

@@ -16,7 +16,7 @@ import pytest
 from ipybox import CodeExecutor
 from ipybox.kernels.gateway import GatewayEndpoint
 from ipybox.kernels.kernel_client import KernelClient
-from ipybox.kernels.kernel_connection import GatewayError
+from ipybox.kernels.kernel_connection import GatewayError, KernelConnection, KernelStartError
 
 pytestmark = pytest.mark.integration
 
@@ -109,6 +109,37 @@ async def test_executor_against_external_gateway(external_gateway: GatewayEndpoi
             await executor.execute("print(y)")
 
 
+async def test_a_kernel_whose_set_up_fails_is_deleted_and_the_error_raised(
+    external_gateway: GatewayEndpoint,
+) -> None:
+    set_up: list[str] = []
+
+    async def fail(kernel: KernelConnection) -> None:
+        set_up.append(kernel.kernel_id)
+        raise KernelStartError("set-up refused")
+
+    with pytest.raises(KernelStartError, match="set-up refused"):
+        async with KernelClient(external_gateway, spare_kernel=False, set_up=fail):
+            pass
+    assert len(set_up) == 1
+    async with (
+        aiohttp.ClientSession(headers={"Authorization": f"token {external_gateway.token}"}) as http,
+        http.get(f"{external_gateway.url}/api/kernels") as response,
+    ):
+        assert set_up[0] not in {kernel["id"] for kernel in await response.json()}
+
+
+async def test_every_kernel_of_the_client_is_set_up_before_use(external_gateway: GatewayEndpoint) -> None:
+    async def mark(kernel: KernelConnection) -> None:
+        reply = await kernel.request("execute_request", {"code": "SET_UP = True", "silent": True}, timeout=30)
+        assert reply["status"] == "ok"
+
+    async with KernelClient(external_gateway, spare_kernel=True, set_up=mark) as client:
+        assert (await client.execute("print(SET_UP)")).text == "True"
+        await client.reset()  # the spare
+        assert (await client.execute("print(SET_UP)")).text == "True"
+
+
 async def test_wrong_token_is_a_clear_error(external_gateway: GatewayEndpoint) -> None:
     bad = GatewayEndpoint(external_gateway.url, "wrong")
     with pytest.raises(GatewayError, match="HTTP 401"):
@@ -127,3 +158,30 @@ async def test_client_context_is_required() -> None:
     client = KernelClient(GatewayEndpoint("http://127.0.0.1:1"))
     with pytest.raises(RuntimeError, match="not connected"):
         await client.execute("1")
+
+
+async def test_a_gateway_kernel_without_ipybox_still_runs_code_and_says_why_tools_fail(
+    external_gateway: GatewayEndpoint, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from ipybox.executor.external_kernels import ExternalKernels
+    from ipybox.executor.options import ExternalGateway
+    from ipybox.kernels.remote_setup import RemoteKernelSetup
+
+    kernels = ExternalKernels(ExternalGateway(external_gateway.url, external_gateway.token), tmp_path)
+    kernels._setup = RemoteKernelSetup("tls://127.0.0.1:9", "pem")  # what bind() makes, unused here
+    kernels._token = "token"
+
+    async def without_ipybox(kernel: KernelConnection) -> None:
+        # The kernel's Python as an image without ipybox has it: the in-kernel part does not import.
+        reply = await kernel.request(
+            "execute_request",
+            {"code": "import sys\nsys.modules['ipybox.in_kernel.remote'] = None", "silent": True},
+            timeout=30,
+        )
+        assert reply["status"] == "ok"
+        await kernels.set_up(kernel)
+
+    with caplog.at_level("WARNING", logger="ipybox.executor.external_kernels"):
+        async with KernelClient(external_gateway, spare_kernel=False, set_up=without_ipybox) as client:
+            assert (await client.execute("print(6 * 7)")).text == "42"
+    assert "have no ipybox" in caplog.text
