@@ -220,6 +220,18 @@ async def test_a_plot_in_a_remote_kernel_comes_back_as_an_image_on_the_host(
     assert image.is_file() and image.read_bytes().startswith(b"\x89PNG")
 
 
+async def test_a_long_output_of_a_remote_kernel_is_saved_whole_on_the_host(
+    supervisor: Supervisor, tmp_path: Path
+) -> None:
+    async with CodeExecutor(
+        workspace=supervisor.workspace, output_dir=tmp_path / "outputs", max_output_chars=1000
+    ) as executor:
+        result = await executor.execute("for i in range(2000):\n    print(f'line {i:04d}')")
+    assert result.output_file is not None and result.output_file.is_relative_to(tmp_path / "outputs")
+    lines = result.output_file.read_text().splitlines()
+    assert lines[0] == "line 0000" and lines[-1] == "line 1999" and len(lines) == 2000
+
+
 async def test_the_other_workspace_on_the_same_gateway_cannot_be_reached_with_this_ones_token(
     supervisor: Supervisor, other: Supervisor, enterprise_gateway: EnterpriseGateway
 ) -> None:
