@@ -79,9 +79,14 @@ def tag_of(supervisor: Supervisor) -> str:
     return TAGS[0] if supervisor.workspace.name.startswith(TAGS[0]) else TAGS[1]
 
 
-@pytest.fixture
-async def attached(supervisor: Supervisor, tmp_path: Path) -> AsyncIterator[CodeExecutor]:
-    async with CodeExecutor(workspace=supervisor.workspace, images_dir=tmp_path / "images") as executor:
+@pytest.fixture(scope="module")
+async def attached(
+    supervisor: Supervisor, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[CodeExecutor]:
+    # One application per workspace for the module, as an agent holds one (kernel starts are most of the
+    # suite's time); the tests that need a fresh kernel reset it.
+    images = tmp_path_factory.mktemp("images")
+    async with CodeExecutor(workspace=supervisor.workspace, images_dir=images) as executor:
         yield executor
 
 
