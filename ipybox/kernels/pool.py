@@ -44,7 +44,8 @@ together) refill at once instead: there the replacement's head start is what the
 (measured: back-to-back resets took 620-990 ms with the delay, 480 ms without)."""
 
 IN_A_ROW = 1.0
-"""Seconds within which a claim counts as following the one before (see `REFILL_DELAY`)."""
+"""Seconds from one claim's kernel to the next one's within which that claim counts as following it (see
+`REFILL_DELAY`)."""
 
 # Idle kernels that may die in a row (with no claim in between), and kernel starts that may fail in a
 # row, and still be replaced right away; past that, the next claim starts the next kernel.
@@ -102,7 +103,7 @@ class KernelPool:
         self.warm_up = warm_up
         self._claims_waiting = 0  # claims waiting for a kernel start: that kernel is not warmed up
         self._refill_timer: asyncio.TimerHandle | None = None  # the refill after a claim
-        self._last_claim = -math.inf  # when the last claim took a kernel (the loop's clock)
+        self._last_claim = -math.inf  # when the last claim got its kernel (the loop's clock)
         self.callers: dict[str, str] = {}  # kernel id -> caller id of its tool token
         self.version = 0
         self.versions: dict[str, int] = {}
@@ -219,7 +220,9 @@ class KernelPool:
             await http.close()
 
     def _refill_after_claim(self) -> None:
-        """`refill()` in `REFILL_DELAY` seconds, or now for a claim in a row (see `REFILL_DELAY`)."""
+        """`refill()` in `REFILL_DELAY` seconds, or now for a claim in a row (see `REFILL_DELAY`): one whose
+        kernel came within `IN_A_ROW` of the last claim's. (Counting from when a claim was asked instead
+        made back-to-back resets slower: 837 ms against 499 in the same hour.)"""
         now = asyncio.get_running_loop().time()
         in_a_row, self._last_claim = now - self._last_claim < IN_A_ROW, now
         if in_a_row:
