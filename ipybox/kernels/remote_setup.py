@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ipybox.in_kernel.remote import PROTOCOL
 from ipybox.kernels.kernel_connection import KernelConnection, KernelStartError
+from ipybox.kernels.warm_up import silent_execution
 
 SETUP_TIMEOUT = 30.0
 """Seconds the set-up may take (it imports a few standard-library modules and ipybox's in-kernel part)."""
@@ -104,14 +105,7 @@ async def set_up(kernel: KernelConnection, setup: RemoteKernelSetup, token: str)
             image, the shell-approval guard not loading), or not within `SETUP_TIMEOUT`.
         KernelDied: It died meanwhile.
     """
-    content = {
-        "code": _INSTALL.format(payload=setup.payload(token)),
-        "silent": True,
-        "store_history": False,
-        "user_expressions": {},
-        "allow_stdin": False,
-        "stop_on_error": False,
-    }
+    content = silent_execution(_INSTALL.format(payload=setup.payload(token)))
     try:
         reply = await kernel.request("execute_request", content, timeout=SETUP_TIMEOUT)
     except TimeoutError:

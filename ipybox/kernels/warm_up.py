@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from ipybox.kernels.kernel_connection import KernelConnection, KernelDied
 
@@ -152,20 +153,22 @@ async def warm_up(
     return not kernel.dead
 
 
+def silent_execution(code: str) -> dict[str, Any]:
+    """The `execute_request` content of a silent execution of `code`: no execution count, no history, no
+    hooks. An error in it does not abort the requests queued behind it (the first cell of whoever took
+    the kernel)."""
+    return {
+        "code": code,
+        "silent": True,
+        "store_history": False,
+        "user_expressions": {},
+        "allow_stdin": False,
+        "stop_on_error": False,
+    }
+
+
 async def _run_silently(kernel: KernelConnection, code: str) -> None:
-    request = kernel.submit(
-        "execute_request",
-        {
-            "code": code,
-            "silent": True,
-            "store_history": False,
-            "user_expressions": {},
-            "allow_stdin": False,
-            # An error must not abort the requests queued behind this one (the first cell of whoever
-            # took the kernel); the steps swallow their own errors anyway.
-            "stop_on_error": False,
-        },
-    )
+    request = kernel.submit("execute_request", silent_execution(code))
     try:
         while not request.done:
             await request.next(None)

@@ -24,6 +24,7 @@ from ipybox import (
 from ipybox.executor.options import EmbeddedOptions, ExternalGateway, KernelOptions
 from ipybox.kernels.gateway import GatewayStartError
 from ipybox.mcp_apigen.sources import wait_for_stopped_servers
+from tests.remote.actions import API, IMPL
 from tests.remote.eg import EnterpriseGateway
 from tests.servers import params
 from tests.servers.processes import tagged
@@ -127,30 +128,6 @@ async def test_reset_gives_a_fresh_remote_kernel_that_still_imports_the_tool(
         await executor.execute("print(kept)")
     assert (await executor.execute(ECHO)).text == "hi"
     await eventually(lambda kernels: before not in kernels, enterprise_gateway)  # retired in the background
-
-
-API = '''"""Shout a text."""
-
-from pydantic import BaseModel
-
-
-class Params(BaseModel):
-    text: str
-
-
-def run(params: Params) -> str:
-    """Return `text` in capitals, through the edge server's echo."""
-    from gentools.loud.shout.impl import shout
-
-    return shout(params.text)
-'''
-
-IMPL = """from mcptools.edge import echo
-
-
-def shout(text: str) -> str:
-    return echo.run(echo.Params(text=text)).upper()
-"""
 
 
 async def test_a_code_action_is_saved_and_reused_from_a_remote_kernel(executor: CodeExecutor) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from ipybox import ApprovalRequest, CodeExecutionResult, CodeExecutor
 from ipybox.supervisor import Supervisor
+from tests.remote.actions import API, IMPL
 from tests.remote.eg import EnterpriseGateway
 from tests.servers.processes import TAG_ENV
 from tests.supervisor.workspaces import RULES, edge_server
@@ -176,30 +177,6 @@ async def test_a_server_added_by_an_edit_is_importable_at_the_next_cell_of_the_s
         raise AssertionError(f"server 'second' never became ready: {supervisor.status().reconciler}")
     result = await attached.execute("from mcptools.second import add\nprint(add.run(add.Params(a=x, b=1)))")
     assert result.text is not None and result.text.splitlines()[-1] == "total=42 operands=[41, 1]"
-
-
-API = '''"""Shout a text."""
-
-from pydantic import BaseModel
-
-
-class Params(BaseModel):
-    text: str
-
-
-def run(params: Params) -> str:
-    """Return `text` in capitals, through the edge server's echo."""
-    from gentools.loud.shout.impl import shout
-
-    return shout(params.text)
-'''
-
-IMPL = """from mcptools.edge import echo
-
-
-def shout(text: str) -> str:
-    return echo.run(echo.Params(text=text)).upper()
-"""
 
 
 async def test_a_code_action_is_saved_from_a_remote_kernel_and_reused_after_a_reset(
