@@ -3,7 +3,7 @@
 Used by tests/remote (its conftest starts one gateway per test process) and by the bench
 (bench/scenarios/remote_kernel_start.py); it needs only the standard library and `ipybox.process`.
 
-`EnterpriseGateway(root)`: Enterprise Gateway from `.cache/eg-venv` (`bash scripts/setup` installs it there, in
+`EnterpriseGateway(root)`: Enterprise Gateway from `.cache/eg-venv` (`bash scripts/setup --tests` installs it there, in
 a venv of its own, as a deployment runs it) on a free 127.0.0.1 port, with an auth token (in a 0600 config
 file, not on its command line), its own Jupyter runtime, data and config directories and HOME under `root`
 (never the user's), and a minimal environment. `start()` returns once `GET /api/kernelspecs` answers with
@@ -258,7 +258,7 @@ class EnterpriseGateway:
         """Start the gateway and wait until it answers.
 
         Raises:
-            GatewayNotInstalledError: `bash scripts/setup` has not installed it.
+            GatewayNotInstalledError: `bash scripts/setup --tests` has not installed it.
             RuntimeError: It exited or did not answer in time (with its log's end).
         """
         if self._process is not None:
@@ -266,7 +266,7 @@ class EnterpriseGateway:
         executable = EG_VENV / "bin" / "jupyter-enterprisegateway"
         if not executable.exists():
             raise GatewayNotInstalledError(
-                f"{executable} is missing: run `bash scripts/setup` (it installs Jupyter Enterprise Gateway "
+                f"{executable} is missing: run `bash scripts/setup --tests` (it installs Jupyter Enterprise Gateway "
                 f"into {EG_VENV})"
             )
         self._prepare()
