@@ -4,8 +4,10 @@ per session."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -143,3 +145,22 @@ def enterprise_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ent
         yield gateway
     finally:
         gateway.stop()
+
+
+@pytest.fixture(scope="session")
+def host_tcp_server() -> Iterator[int]:
+    """A loopback TCP port on the host that answers `host secret`: what a kernel may or may not reach."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.sendall(b"host secret\n")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()

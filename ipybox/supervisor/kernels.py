@@ -133,10 +133,8 @@ class KernelsService(Service):
         # The sandbox policy each version of the gateway's kernel spec confines kernels by (`None`:
         # unsandboxed), newest last: it changes when what the host executes does (`protect_servers`).
         self._spec_policies: list[SandboxPolicy | None] = []
-        # Kernels of a remote gateway: what each is told when it is set up, and the call token of each
-        # kernel still starting (by caller id).
+        # Kernels of a remote gateway: what each is told when it is set up.
         self._remote_setup: RemoteKernelSetup | None = None
-        self._remote_tokens: dict[str, str] = {}
         self.guard = ServerCodeGuard(
             workspace,
             self._known_servers,
@@ -227,15 +225,20 @@ class KernelsService(Service):
         await self.pool.start()
 
     def _remote_kernel_env(self, caller: str) -> dict[str, str]:
-        # The token goes to the kernel in its set-up, never in the start request (which the gateway may
-        # log or write into a pod spec); the request carries what the gateway's templates read.
-        self._remote_tokens[caller] = self._kernel_env(caller)[TOKEN_ENV]
+        # What the gateway's templates read; the call token goes to the kernel in its set-up, never in the
+        # start request (which the gateway may log or write into a pod spec).
         return remote_start_env(self.config().kernel.limits)
 
     async def _set_up_remote(self, kernel: KernelConnection, caller: str) -> None:
-        token = self._remote_tokens.pop(caller)
         assert self._remote_setup is not None  # set before the pool starts
-        await set_up_remote_kernel(kernel, self._remote_setup, token)
+        # The token is made for a kernel that answered, and revoked when its set-up fails (the pool
+        # deletes that kernel): no start leaves a working token behind.
+        token = self._kernel_env(caller)[TOKEN_ENV]
+        try:
+            await set_up_remote_kernel(kernel, self._remote_setup, token)
+        except BaseException:
+            self._revoke([CallerToken(token)])
+            raise
 
     async def _stop(self, *, end_leases: bool = False, lost: str | None = None) -> None:
         # Leases outlive a recycle: their applications get fresh kernels under the same lease.

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ipybox import process
+from ipybox.sandbox.bwrap import NAMESPACE_ARGS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EG_VENV = REPO_ROOT / ".cache" / "eg-venv"
@@ -149,15 +150,10 @@ def isolated_kernelspec(python: Path = PROJECT_PYTHON) -> KernelSpecFiles:
         )
     argv = [
         bwrap,
-        # Every namespace but the network: its own PIDs, IPC, UTS, mounts and user (no capabilities).
-        "--unshare-all",
+        # Every namespace but the network (ipybox's sandbox's own arguments): its own PIDs, IPC, UTS, mounts
+        # and user, no capabilities, no nested user namespaces.
+        *NAMESPACE_ARGS,
         "--share-net",
-        "--unshare-user",
-        "--disable-userns",
-        "--die-with-parent",
-        "--new-session",
-        "--cap-drop",
-        "ALL",
         *_system_args(),
         "--ro-bind",
         "{resource_dir}/passwd",

@@ -6,7 +6,6 @@ import http.server
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -43,24 +42,6 @@ class Sandboxed:
     async def run(self, code: str) -> str:
         result = await self.executor.execute(code, timeout=60)
         return (result.text or "").strip()
-
-
-@pytest.fixture(scope="session")
-def host_tcp_server() -> Iterator[int]:
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            conn.sendall(b"host secret\n")
-            conn.close()
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield server.getsockname()[1]
-    server.close()
 
 
 class _Echo(http.server.BaseHTTPRequestHandler):
