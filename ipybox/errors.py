@@ -13,6 +13,7 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     ├── ListenError                      ipybox.asgi_server                  OSError
     ├── RuleWriteError                   ipybox.config.rule_writer           ValueError
     ├── ServerWriteError                 ipybox.config.server_writer         ValueError
+    ├── LockFileError                    ipybox.config.tool_lock             ValueError
     ├── SandboxUnavailableError          ipybox.sandbox                      RuntimeError
     ├── SandboxPolicyError               ipybox.sandbox.policy               ValueError
     ├── LimitUnavailableError            ipybox.limits.enforcement           RuntimeError
@@ -39,6 +40,7 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     │   │   └── CallTimeoutError         ipybox.mcp_client.errors
     │   ├── ResultTooLargeError          ipybox.mcp_client.errors
     │   ├── ServerNotRunningError        ipybox.mcp_client.errors
+    │   ├── ToolChangedError             ipybox.mcp_client.errors
     │   └── ToolCallError                ipybox.mcp_client.errors
     ├── UnknownServerError               ipybox.mcp_client.pool              LookupError
     │   └── ForeignPackageRootError      ipybox.mcp_client.pool              LookupError

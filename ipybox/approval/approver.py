@@ -29,7 +29,7 @@ Implementations, each in its own module of this package:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ipybox.rules.calls import ToolCall
@@ -57,9 +57,18 @@ class Rejected:
 
     Attributes:
         reason: Why, for the error the calling code gets ("" when the one who refused gave no reason).
+        rule_id: The rule that refused it or asked about it (`Verdict.rule_id`), when one did.
+        tier: The admin tier of that rule (`Verdict.tier`), `None` for the workspace's.
+        explanation: That rule's `reason` (what it is for, written for the calling code), if it has one.
+
+    Two refusals are equal when their `reason`s are (which names the rule already): the rule's fields are
+    for the calling code to act on, and `Rejected("...")` written before they existed still compares.
     """
 
     reason: str = ""
+    rule_id: str | None = field(default=None, compare=False)
+    tier: str | None = field(default=None, compare=False)
+    explanation: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -64,6 +65,7 @@ from ipybox.approval.asks import PEOPLE, AskAnswer, AskBoard, PendingAsk
 from ipybox.approval.channel import ApprovalChannel, Settled
 from ipybox.approval.grants import SessionGrants
 from ipybox.approval.links import PathLink
+from ipybox.approval.quotas import CallQuotas
 from ipybox.lifecycle import task_scope
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
 from ipybox.rules.audit import DecidedBy, Scope
@@ -76,7 +78,7 @@ from ipybox.rules.shell_commands import (
     shell_calls,
 )
 
-__all__ = ["LARGE_ARGUMENTS", "LARGE_SHELL_COMMAND", "WorkspaceApprover"]
+__all__ = ["LARGE_ARGUMENTS", "LARGE_SHELL_COMMAND", "WorkspaceApprover", "explain_call", "for_shell"]
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +150,9 @@ class WorkspaceApprover:
             asked and shown with it everywhere ([links][ipybox.approval.links]; default: nothing).
         refusal_of: Why a caller's `ask`s are refused without asking anyone (its kernel checks
             agent-written code), or `None`.
+        pending_tool: Whether a tool differs from its pin in `ipybox.lock`: `"changed"`, `"new"` (on a
+            pinned server) or `None`; such a call the rules would allow is decided `[approval]
+            changed_tools` instead, until the change is accepted (default: no pins).
     """
 
     def __init__(
@@ -162,6 +167,7 @@ class WorkspaceApprover:
         console: Callable[[], str | None] = lambda: None,
         links: Callable[[ToolCall], Mapping[str, PathLink]] = lambda call: {},
         refusal_of: Callable[[str], str | None] = lambda caller: None,
+        pending_tool: Callable[[str, str], str | None] = lambda server, tool: None,
     ) -> None:
         self.policy = policy
         self.audit = audit
@@ -172,7 +178,9 @@ class WorkspaceApprover:
         self.console = console
         self.links = links
         self.refusal_of = refusal_of
+        self.pending_tool = pending_tool
         self.grants = SessionGrants()
+        self.quotas = CallQuotas()
         self._writing = asyncio.Lock()  # one `always` rule written at a time
         self._shell_policy: tuple[ApprovalPolicy, ApprovalPolicy] | None = None  # (policy, its shell view)
 
@@ -186,19 +194,49 @@ class WorkspaceApprover:
             verdict = await loop.run_in_executor(_large_decisions(), policy.decide, call)
         else:
             verdict = policy.decide(call)
-        source = _source(verdict.rule_id)
+        ruled = verdict  # the rule's own verdict: what a quota counts against
+        session = self.session_of(call.caller) if call.caller else None
+        trip = self.quotas.check(policy, call, verdict, session)
+        note = None  # why a rule's verdict was made stricter, for the calling code
+        if trip is not None:
+            verdict, note = trip.verdict, trip.note
+        quota = trip.text if trip is not None else None
+        pinned = self._pinned(policy, call, verdict)
+        if pinned is not None:
+            verdict, note = pinned
         if verdict.decision != "ask":
-            await asyncio.to_thread(self.audit.record, call, verdict)
-            return Approved() if verdict.decision == "allow" else Rejected(f"denied by {source}")
-        outcome, record = await self._ask(call, verdict, policy.ask_timeout)
-        await asyncio.to_thread(self._record, record)
+            if verdict.decision == "allow":
+                self.quotas.count(policy, call, ruled, session)  # before any await: no two take the last
+            await asyncio.to_thread(self.audit.record, call, verdict, quota=quota, code=call.code)
+            return Approved() if verdict.decision == "allow" else _denied(verdict, note)
+        outcome, record = await self._ask(call, verdict, policy.ask_timeout, hint=note)
+        if isinstance(outcome, Approved) and trip is None:
+            self.quotas.count(policy, call, ruled, session)
+        await asyncio.to_thread(self._record, dataclasses.replace(record, quota=quota))
         return outcome
+
+    def _pinned(self, policy: ApprovalPolicy, call: ToolCall, verdict: Verdict) -> tuple[Verdict, str] | None:
+        """`verdict` made `[approval] changed_tools`, and why, when it would let run a tool that differs
+        from its pin in `ipybox.lock` (an `ask` says why it asks; a `deny` stands: `None`)."""
+        if verdict.decision == "deny":
+            return None
+        state = self.pending_tool(call.server, call.tool)
+        if state is None:
+            return None
+        what = "changed since it was pinned" if state == "changed" else "new since its server was pinned"
+        note = (
+            f"{call.server}.{call.tool} is {what} in ipybox.lock: review the change and accept it "
+            f"(`ipybox lock accept`, or the console) for {_source(verdict.rule_id, verdict.tier)} to decide again"
+        )
+        decision = verdict.decision if verdict.decision == "ask" else policy.changed_tools
+        reason = f"{verdict.reason}, but {note}"
+        return Verdict(decision, verdict.rule_id, reason, verdict.tier, verdict.explanation), note
 
     async def _decide_shell(self, call: ToolCall) -> Approval:
         """A shell command line: every command it runs must be allowed (see the module's documentation)."""
         policy = self.policy
         if self._shell_policy is None or self._shell_policy[0] is not policy:
-            self._shell_policy = (policy, _for_shell(policy))
+            self._shell_policy = (policy, for_shell(policy))
         policy = self._shell_policy[1]
         try:
             if is_large(call.args, LARGE_SHELL_COMMAND):
@@ -213,10 +251,11 @@ class WorkspaceApprover:
         denied = next(((part, verdict) for part, verdict in decided if verdict.decision == "deny"), None)
         if denied is not None:
             part, verdict = denied
-            refusal = f"{_command(part)} is denied by {_source(verdict.rule_id)}"
+            why = f": {verdict.explanation}" if verdict.explanation else ""
+            refusal = f"{_command(part)} is denied by {_source(verdict.rule_id, verdict.tier)}{why}"
             final = [_Record(p, v) for p, v in decided if v.decision != "ask"]
             await asyncio.to_thread(self._record_shell, final, refusal)
-            return Rejected(refusal)
+            return _rejected(refusal, verdict)
         records: list[_Record] = []
         outcome: Approval = Approved()
         for part, verdict in decided:
@@ -232,18 +271,24 @@ class WorkspaceApprover:
         return outcome
 
     async def _ask(
-        self, call: ToolCall, verdict: Verdict, timeout: float | None, subject: str | None = None
+        self,
+        call: ToolCall,
+        verdict: Verdict,
+        timeout: float | None,
+        subject: str | None = None,
+        hint: str | None = None,
     ) -> tuple[Approval, _Record]:
         """Put a call a rule answers `ask` to whoever can answer (see the module's contracts): the outcome
         for the calling code (the rules' word on no answer is "deny") and the audit record of the decision.
-        `subject` names the command of a shell line in the messages."""
+        `subject` names the command of a shell line in the messages; `hint` says why the call is asked
+        about when a quota or a pin made an allow an ask (instead of suggesting an allow rule)."""
         source = _source(verdict.rule_id)
         on = f" on {subject}" if subject is not None else ""
         what = subject if subject is not None else f"the call {call.server}.{call.tool}"
         refusal = self.refusal_of(call.caller) if call.caller else None
         if refusal is not None:
             reason = f"{what} was refused: {source} asks, but {refusal}"
-            return Rejected(reason), _Record(call, verdict, timed_out=True, reason=reason)
+            return _rejected(reason, verdict), _Record(call, verdict, timed_out=True, reason=reason)
         session = self.session_of(call.caller) if call.caller else None
         grant = self.grants.lookup(session, call)
         if grant is not None:
@@ -252,12 +297,12 @@ class WorkspaceApprover:
             record = _Record(call, verdict, _answer(grant.accept), "session", "session", grant.by, reason)
             if grant.accept:
                 return Approved(), record
-            return Rejected(f"{what} was {verb} for this session by {grant.by}"), record
+            return _rejected(f"{what} was {verb} for this session by {grant.by}", verdict), record
         routes = tuple(self.policy.ask)
         channel = self.answerer(call.caller)
         asked_of = self._first_route(routes, channel)
         if asked_of is None:
-            reason = f"{source} asks, but {self._nobody(routes)}{on}; {_allow_rule_hint(call)}"
+            reason = f"{source} asks, but {self._nobody(routes)}{on}; {hint or _allow_rule_hint(call)}"
             if channel is not None:
                 await channel.refused(call, reason)
             return NoOneToAsk(reason), _Record(call, verdict, timed_out=True, reason=reason)
@@ -314,13 +359,15 @@ class WorkspaceApprover:
                     reason = f"{subject} was rejected by {answer.by}" + (f": {why}" if why else "")
                 else:
                     reason = f"{what} was {answer.describe()}"
-                return Rejected(reason), _Record(call, verdict, "deny", answer.route, answer.scope, answer.by)
+                return _rejected(reason, verdict), _Record(
+                    call, verdict, "deny", answer.route, answer.scope, answer.by
+                )
             case "timeout":
                 reason = f"no answer{on} within {timeout:g} s ({source} asks)"
-                return Rejected(reason), _Record(call, verdict, timed_out=True, reason=reason)
+                return _rejected(reason, verdict), _Record(call, verdict, timed_out=True, reason=reason)
             case _:  # withdrawn: the application asked left, and no person is there
                 why = app_reason[0] if app_reason else "the application left before answering"
-                reason = f"{source} asks, but {why}{on}; {_allow_rule_hint(call)}"
+                reason = f"{source} asks, but {why}{on}; {hint or _allow_rule_hint(call)}"
                 return NoOneToAsk(reason), _Record(call, verdict, timed_out=True, reason=reason)
 
     def _first_route(self, routes: tuple[AskRoute, ...], channel: ApprovalChannel | None) -> AskRoute | None:
@@ -462,8 +509,9 @@ class WorkspaceApprover:
         return "no such question is pending"
 
     def forget_session(self, session: str) -> None:
-        """The session (lease) ended: its `for this session` answers go with it."""
+        """The session (lease) ended: its `for this session` answers and its quota counts go with it."""
         self.grants.forget(session)
+        self.quotas.forget_session(session)
 
     def explain(self, call: ToolCall) -> list[tuple[ToolCall, Verdict]]:
         """What the rules in effect decide for `call` (one pair), or for a shell line (`server` "shell" or
@@ -472,11 +520,7 @@ class WorkspaceApprover:
         Raises:
             ValueError: A shell line that cannot be read.
         """
-        policy = self.policy
-        if call.server == SHELL_SERVER or is_shell_question(call):
-            question = call if is_shell_question(call) else ToolCall(KERNEL_SHELL_SERVER, "shell", call.args)
-            return _decide_parts(_for_shell(policy), question)
-        return [(call, policy.decide(call))]
+        return explain_call(self.policy, call)
 
     def _record(self, record: _Record) -> None:
         self.audit.record(
@@ -488,6 +532,8 @@ class WorkspaceApprover:
             decided_by=record.decided_by,
             scope=record.scope,
             by=record.by,
+            quota=record.quota,
+            code=record.call.code,
         )
 
     def _record_shell(self, records: list[_Record], refusal: str | None) -> None:
@@ -525,6 +571,7 @@ class _Record:
     by: str | None = None
     reason: str | None = None
     timed_out: bool = False
+    quota: str | None = None
 
 
 def _answer(accept: bool) -> Literal["allow", "deny"]:
@@ -535,7 +582,20 @@ def _allow_rule_hint(call: ToolCall) -> str:
     return f"add an allow rule for {call.server}.{call.tool} to ipybox.toml"
 
 
-def _for_shell(policy: ApprovalPolicy) -> ApprovalPolicy:
+def explain_call(policy: ApprovalPolicy, call: ToolCall) -> list[tuple[ToolCall, Verdict]]:
+    """What `policy` decides for `call` (one pair), or for a shell line (`server` "shell" or
+    `ipybox.shell`, `args` `{"cmd": ...}`), for each command it runs (shell rules as for kernels).
+
+    Raises:
+        ValueError: A shell line that cannot be read.
+    """
+    if call.server == SHELL_SERVER or is_shell_question(call):
+        question = call if is_shell_question(call) else ToolCall(KERNEL_SHELL_SERVER, "shell", call.args)
+        return _decide_parts(for_shell(policy), question)
+    return [(call, policy.decide(call))]
+
+
+def for_shell(policy: ApprovalPolicy) -> ApprovalPolicy:
     """`policy` with the allow rules that don't name the `shell` server matching no server (kept in their
     places, so that rules without an id keep their names)."""
     rules = [
@@ -546,9 +606,15 @@ def _for_shell(policy: ApprovalPolicy) -> ApprovalPolicy:
         for rule in policy.rules
     ]
     # Not validated again: the rules were, and the copies' examples would no longer hold.
+    # The admin tiers stay: they deny and ask only, so they need no shell view.
     return ApprovalPolicy.model_construct(
-        default=policy.default, ask_timeout=policy.ask_timeout, ask=policy.ask, rules=rules
-    )
+        default=policy.default,
+        ask_timeout=policy.ask_timeout,
+        ask=policy.ask,
+        lint=policy.lint,
+        changed_tools=policy.changed_tools,
+        rules=rules,
+    ).with_admin(policy.admin)
 
 
 def _decide_parts(policy: ApprovalPolicy, call: ToolCall) -> list[tuple[ToolCall, Verdict]]:
@@ -571,5 +637,29 @@ def _reason(outcome: Approval) -> str:
     return str(outcome)
 
 
-def _source(rule_id: str | None) -> str:
-    return f"rule {rule_id!r}" if rule_id is not None else "the default decision"
+def _source(rule_id: str | None, tier: str | None = None) -> str:
+    if rule_id is None:
+        return "the default decision"
+    return f"rule {rule_id!r}" + (f" of the {tier} admin policy" if tier is not None else "")
+
+
+def _rejected(reason: str, verdict: Verdict) -> Rejected:
+    """A refusal of a call `verdict`'s rule asked about (or denied), naming the rule for the calling code."""
+    if verdict.explanation and verdict.explanation not in reason:
+        reason = f"{reason} ({_source(verdict.rule_id, verdict.tier)}: {verdict.explanation})"
+    return Rejected(reason, verdict.rule_id, verdict.tier, verdict.explanation)
+
+
+def _denied(verdict: Verdict, note: str | None = None) -> Rejected:
+    """The refusal of a `deny` verdict: the rule, its tier and its `reason` for the calling code (and
+    `note`, when a quota or a pin made the rule's verdict a deny)."""
+    why = f": {verdict.explanation}" if verdict.explanation else ""
+    why += f" ({note})" if note else ""
+    if verdict.rule_id is None:
+        return Rejected(f"denied by {_source(None)}{why}")
+    return Rejected(
+        f"denied by {_source(verdict.rule_id, verdict.tier)}{why}",
+        verdict.rule_id,
+        verdict.tier,
+        verdict.explanation,
+    )

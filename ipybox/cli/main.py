@@ -18,7 +18,7 @@ import sys
 import traceback
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ipybox import __version__
 from ipybox.cli import servers
@@ -307,6 +307,12 @@ def _workspace_command(parser: argparse.ArgumentParser, args: argparse.Namespace
     if not directory.is_dir():
         parser.error(f"{args.dir}: no such directory")
     if args.command == "validate":
+        if args.live or args.json:
+            from ipybox.cli.validate_live import validate_live
+
+            if not args.live:
+                parser.error("--json is for `ipybox validate --live`")
+            return validate_live(directory, as_json=args.json)
         return workspace.validate(directory)
     # These need only the run state: a running workspace's file may be gone.
     only_running = ("status", "down", "approve", "console")
@@ -326,6 +332,64 @@ def _workspace_command(parser: argparse.ArgumentParser, args: argparse.Namespace
             return approve.console(directory, as_json=args.json)
         return approve.approve(directory)
     return workspace.logs(directory, follow=args.follow)
+
+
+def _policy_commands(commands: Any) -> None:
+    """`ipybox policy check|replay`, `ipybox lock accept`, `ipybox audit verify`."""
+    policy = commands.add_parser(
+        "policy", help="check a call against the approval policy, or replay the audit log"
+    )
+    policy_verbs = policy.add_subparsers(dest="verb", metavar="VERB", required=True)
+    check = policy_verbs.add_parser(
+        "check", help="the decision on one call ('server.tool {json args}', or 'shell {\"cmd\": ...}')"
+    )
+    check.add_argument("dir", type=Path, help="the workspace")
+    check.add_argument("call", help="the call: 'server.tool {json args}'")
+    check.add_argument(
+        "--annotations", help="the tool's MCP annotations as JSON (default: its pin in ipybox.lock)"
+    )
+    replay = policy_verbs.add_parser(
+        "replay",
+        help="decide every call in the audit log again and show those that change (exit 1 if an allow "
+        "becomes a deny or back)",
+    )
+    replay.add_argument("dir", type=Path, help="the workspace (whose audit log is replayed)")
+    replay.add_argument(
+        "--config", type=Path, help="replay under this ipybox.toml instead of the workspace's"
+    )
+    replay.add_argument("--since", help="only calls from this ISO 8601 date or time on (UTC unless it says)")
+    lock = commands.add_parser("lock", help="the tools pinned in ipybox.lock")
+    lock_verbs = lock.add_subparsers(dest="verb", metavar="VERB", required=True)
+    accept = lock_verbs.add_parser("accept", help="pin what the servers (or SERVER) serve now in ipybox.lock")
+    accept.add_argument("dir", type=Path, help="the workspace")
+    accept.add_argument("server", nargs="?", help="only this server (default: every one that differs)")
+    audit = commands.add_parser("audit", help="the audit log of approval decisions")
+    audit_verbs = audit.add_subparsers(dest="verb", metavar="VERB", required=True)
+    verify = audit_verbs.add_parser(
+        "verify", help="check the audit log's hash chain; report the first broken link"
+    )
+    verify.add_argument("dir", type=Path, help="the workspace")
+    for verb in (check, replay, accept, verify):
+        verb.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _policy_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    directory: Path = args.dir.resolve()
+    if not (directory / "ipybox.toml").is_file():
+        parser.error(f"{args.dir} is not a workspace: it has no ipybox.toml (`ipybox init` writes one)")
+    if args.command == "policy":
+        from ipybox.cli import policy
+
+        if args.verb == "check":
+            return policy.check(directory, args.call, annotations=args.annotations, as_json=args.json)
+        return policy.replay(directory, other=args.config, since=args.since, as_json=args.json)
+    if args.command == "lock":
+        from ipybox.cli import lock
+
+        return lock.accept(directory, args.server, as_json=args.json)
+    from ipybox.cli import audit
+
+    return audit.verify(directory, as_json=args.json)
 
 
 def _fail(message: str) -> int:
@@ -470,6 +534,15 @@ def _main(argv: list[str] | None) -> int:
         verb.add_argument("dir", nargs="?", type=Path, default=Path("."), help="the workspace (default: .)")
     verbs["up"].add_argument("-d", "--detach", action="store_true", help="run in the background")
     verbs["status"].add_argument("--json", action="store_true", help="machine-readable output")
+    verbs["validate"].add_argument(
+        "--live",
+        action="store_true",
+        help="also start the servers, list their tools and check the approval rules against them",
+    )
+    verbs["validate"].add_argument(
+        "--json", action="store_true", help="machine-readable output (with --live)"
+    )
+    _policy_commands(commands)
     verbs["console"].add_argument("--json", action="store_true", help="machine-readable output")
     verbs["logs"].add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     serve = commands.add_parser("mcp", help="serve the workspace to an MCP client over stdio")
@@ -520,6 +593,8 @@ def _main(argv: list[str] | None) -> int:
         return _mcp(parser, args)
     if args.command in workspace_commands:
         return _workspace_command(parser, args)
+    if args.command in ("policy", "lock", "audit"):
+        return _policy_command(parser, args)
     if args.command in ("init", "schema"):
         from ipybox.cli import init
 

@@ -395,11 +395,36 @@ def status(workspace: Path, as_json: bool) -> int:
     for action in info.actions:
         stale = " (api.py changed since it was saved)" if action.stale else ""
         _say(f"  action {action.name}: MCP tool {action.tool}, may call {action.calls}{stale}")
+    _print_policy(info)
     if info.config_error:
         _say(
             f"  ipybox.toml has an error (the last good configuration keeps running):\n    {info.config_error}"
         )
     return 0
+
+
+def _print_policy(info: WorkspaceStatus) -> None:
+    """The admin tiers, the rules that don't fit the live tools, and the tools that differ from their pins."""
+    policy = info.policy
+    for tier in policy.tiers:
+        _say(f"  admin policy {tier}")
+    for warning in policy.warnings:
+        _say(f"  warning: {warning}")
+    lint = info.reconciler.lint
+    if lint:
+        what = "refused on edit" if policy.lint == "error" else "warnings"
+        _say(f"  approval rules that don't fit the live tools ([approval] lint = {policy.lint!r}: {what}):")
+        for line in lint:
+            _say(f"    {line}")
+    if policy.pins_error:
+        _say(f"  ipybox.lock: {policy.pins_error}")
+    for server, lines in policy.pins.items():
+        _say(
+            f"  server {server} differs from ipybox.lock (its changed and new tools are decided "
+            f"{policy.changed_tools!r}; `ipybox lock accept {info.workspace} {server}` accepts it):"
+        )
+        for line in lines:
+            _say(f"    {line}")
 
 
 def _print_kernels(health: KernelsStatus) -> None:

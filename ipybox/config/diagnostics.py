@@ -11,6 +11,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -18,7 +19,7 @@ from pydantic.alias_generators import to_camel, to_snake
 from pydantic_core import ErrorDetails
 
 from ipybox.config.errors import ConfigProblem
-from ipybox.config.positions import KeyPath
+from ipybox.config.positions import KeyPath, key_positions
 
 Locate = Callable[[KeyPath], tuple[str, int | None, int | None]]
 """Where the value at a key path was written: source name, line, column."""
@@ -27,6 +28,20 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _RULE_LABEL = re.compile(r"(?:rule (?P<id>'[^']*'|\"[^\"]*\")|rules\[(?P<index>\d+)\]): ")
 # Messages that already name the value, or have none to name.
 _NO_INPUT_SHOWN = {"missing", "extra_forbidden", "value_error", "server_kind", "assertion_error"}
+
+
+def in_file(path: Path, source: str) -> Locate:
+    """How to say where a key of the TOML `source` (read from `path`) is written: at the key, or at the
+    nearest table above it that is written, or nowhere in the file."""
+    positions = key_positions(source)
+
+    def locate(key_path: KeyPath) -> tuple[str, int | None, int | None]:
+        for end in range(len(key_path), 0, -1):
+            if key_path[:end] in positions:
+                return (str(path), *positions[key_path[:end]])
+        return str(path), None, None
+
+    return locate
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import DotEnvSettingsSource, EnvSettingsSource
 from pydantic_settings.exceptions import SettingsError
 
-from ipybox.config.diagnostics import ValueSource, problems_from_errors
+from ipybox.config.admin_policy import domain_allowed, read_admin_policy
+from ipybox.config.diagnostics import ValueSource, in_file, problems_from_errors
 from ipybox.config.errors import ConfigError, ConfigProblem
 from ipybox.config.positions import KeyPath, key_positions, too_deep
 from ipybox.config.workspace_config import ENV_NESTED_DELIMITER, ENV_PREFIX, OwnSettingsOnly, WorkspaceConfig
@@ -96,6 +97,7 @@ def _load(path: Path, source: str) -> WorkspaceConfig:
         # mypy knows the fields as __init__'s arguments, not BaseSettings' own `_env_file`.
         config = WorkspaceConfig(_env_file=dotenv, **data)  # type: ignore[call-arg]
         _check_across_tables(config)
+        config = _under_admin_tiers(config, path.parent.resolve())
     except ValidationError as e:
         raise ConfigError(path, _problems(e.errors(), path, source, data, dotenv)) from None
     except SettingsError as e:
@@ -160,6 +162,41 @@ def _check_across_tables(config: WorkspaceConfig) -> None:
         )
 
 
+def _under_admin_tiers(config: WorkspaceConfig, root: Path) -> WorkspaceConfig:
+    """`config` with the admin tiers' rules (`ipybox.config.admin_policy`), once it meets their sandbox
+    minimums (else a `ValidationError` at the workspace's key, naming the tier's file).
+
+    Raises:
+        ConfigError: A tier's file can't be trusted or does not load.
+    """
+    writable = [root / Path(p).expanduser() for p in config.sandbox.filesystem.allow_write if "*" not in p]
+    tiers = read_admin_policy(root, writable)
+    for tier in tiers:
+        minimums = tier.policy.sandbox
+        if minimums.enabled and (not config.sandbox.enabled or config.kernel.gateway is not None):
+            where = "[kernel.gateway] runs kernels unsandboxed here" if config.sandbox.enabled else ""
+            _refuse(
+                ("sandbox", "enabled") if not where else ("kernel", "gateway"),
+                False,
+                f"the {tier.name} admin policy ({tier.path}) requires sandboxed kernels"
+                + (f", and {where}" if where else ": remove enabled = false"),
+            )
+        allowed = minimums.allowed_domains
+        if allowed is not None:
+            beyond = [d for d in config.sandbox.network.allowed_domains if not domain_allowed(d, allowed)]
+            if beyond:
+                _refuse(
+                    ("sandbox", "network", "allowedDomains"),
+                    beyond,
+                    f"the {tier.name} admin policy ({tier.path}) lets kernels reach only "
+                    f"{', '.join(allowed) or 'no domain'}; remove {', '.join(beyond)}",
+                )
+    if not tiers:
+        return config
+    approval = config.approval.with_admin(tuple(tier.tier() for tier in tiers))
+    return config.model_copy(update={"approval": approval})
+
+
 # What a remote gateway can be asked to enforce (as `KERNEL_*_LIMIT`, which Enterprise Gateway's kernel
 # templates turn into the pod's or container's limits); the other limits are this machine's mechanisms.
 REMOTE_LIMITS = ("memory", "cpus")
@@ -202,21 +239,13 @@ def _unknown_keys(keys: list[str], data: Mapping[str, Any]) -> ValidationError:
 def _problems(
     errors: list[ErrorDetails], path: Path, source: str, data: dict[str, Any], dotenv: Path | None
 ) -> list[ConfigProblem]:
-    positions = key_positions(source)
-
-    def in_file(key_path: KeyPath) -> tuple[str, int | None, int | None]:
-        for end in range(len(key_path), 0, -1):
-            if key_path[:end] in positions:
-                return (str(path), *positions[key_path[:end]])
-        return str(path), None, None
-
     environ = {name.upper(): name for name in os.environ}
     sources = [ValueSource(EnvSettingsSource(WorkspaceConfig)(), lambda p: _in_environment(p, environ))]
     if dotenv is not None:
         lines = dotenv.read_text(encoding="utf-8", errors="replace").splitlines()
         dotenv_data = OwnSettingsOnly(DotEnvSettingsSource(WorkspaceConfig, env_file=dotenv))()
         sources.append(ValueSource(dotenv_data, lambda p: _in_dotenv(p, dotenv, lines)))
-    sources.append(ValueSource(data, in_file))
+    sources.append(ValueSource(data, in_file(path, source)))
     problems = problems_from_errors(errors, sources, WorkspaceConfig)
     # File problems in file order, then the others.
     return sorted(problems, key=lambda p: (p.source != str(path), p.line or 0, p.column or 0))

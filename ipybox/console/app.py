@@ -78,6 +78,7 @@ def console_app(
         Route("/audit", views.audit, methods=["GET"]),
         Route("/rules", views.rules, methods=["GET"]),
         Route("/rules/explain", views.explain, methods=["POST"]),
+        Route("/pins/accept", views.accept_pins, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
     asgi = Starlette(

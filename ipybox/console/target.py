@@ -57,6 +57,15 @@ class ConsoleTarget(Protocol):
         """
         ...
 
+    async def accept_pins(self, server: str | None) -> list[str]:
+        """Pin in `ipybox.lock` what `server` serves now (its changed and new tools are decided by the
+        rules again); the servers accepted.
+
+        Raises:
+            KeyError: The server has not listed its tools in this run.
+        """
+        ...
+
     async def answer(self, ask_id: str, answer: AskAnswer) -> str | None:
         """Answer a pending ask. `None` when the answer took; else why not, for the person: it was answered
         first elsewhere ("already allowed once by terminal (...)"), it is gone (timed out, the calling code

@@ -230,9 +230,26 @@ class ConsoleViews:
             return self.render(request, "rules.html", 400, **values)
         return self.render(request, "rules.html", **values)
 
+    async def accept_pins(self, request: Request) -> Response:
+        """Pin what a server serves now in `ipybox.lock` (the Rules page's Accept button)."""
+        fields = await read_form(request)
+        server = fields.get("server", "").strip() or None
+        try:
+            accepted = await self.target.accept_pins(server)
+            message = f"Pinned in ipybox.lock: {', '.join(accepted)}." if accepted else "Nothing to accept."
+        except (KeyError, OSError) as e:
+            message = f"Not accepted: {e.args[0] if isinstance(e, KeyError) else e}"
+        values = self._rules(ExplainForm.blank())
+        values["message"] = message
+        return self.render(request, "rules.html", **values)
+
     def _rules(self, form: ExplainForm) -> dict[str, Any]:
         policy = self.target.policy
+        status = self.target.status()
         return {
+            "policy_status": status.policy,
+            "lint": status.reconciler.lint,
+            "message": None,
             "policy": policy,
             "rows": rules_in_order(policy),
             "config_path": str(self.target.config_path),

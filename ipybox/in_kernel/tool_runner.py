@@ -29,10 +29,12 @@ embedded tool server, whose only caller is this kernel, every started server.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import select
 import socket
+import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +82,22 @@ class ToolRunnerError(Exception):
 
 
 class ApprovalRejectedError(ToolRunnerError):
-    """Raised when the application (or an approval rule) rejected the tool call."""
+    """Raised when the application (or an approval rule) rejected the tool call.
+
+    Attributes:
+        rule_id: The rule that refused the call (or asked, and got no yes), when a rule did: its `id`, or
+            `rules[<index>]`.
+        tier: The admin tier of that rule (`system`, `user`), `None` for the workspace's `ipybox.toml`.
+        reason: That rule's `reason`: why it refuses, and often what is allowed instead.
+    """
+
+    def __init__(
+        self, message: str, *, rule_id: str | None = None, tier: str | None = None, reason: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.rule_id = rule_id
+        self.tier = tier
+        self.reason = reason
 
 
 class ApprovalTimeoutError(ToolRunnerError):
@@ -271,6 +288,11 @@ class ToolRunner:
         }
         if self.package is not None:
             request["package"] = self.package
+        cell, code = _cell()
+        if cell is not None:
+            request["cell"] = cell
+        if code is not None:
+            request["code"] = code
         answer = self._request(request)
         result: dict[str, Any] | str | None = answer.get("result")
         return result
@@ -306,8 +328,47 @@ class ToolRunner:
         answer = _exchange(address, line, timeout, cert)
         if "error" in answer:
             error = answer["error"]
-            raise _ERRORS.get(error_kind(answer), ToolRunnerError)(error.get("message", "tool call failed"))
+            kind = _ERRORS.get(error_kind(answer), ToolRunnerError)
+            message = error.get("message", "tool call failed")
+            if kind is ApprovalRejectedError:
+                raise ApprovalRejectedError(
+                    message,
+                    rule_id=_text(error, "rule"),
+                    tier=_text(error, "tier"),
+                    reason=_text(error, "why"),
+                )
+            raise kind(message)
         return answer
+
+
+def _text(error: dict[str, Any], key: str) -> str | None:
+    value = error.get(key)
+    return value if isinstance(value, str) else None
+
+
+_cell_seen: tuple[int, str | None] | None = None  # (cell number, digest of its text), hashed once a cell
+
+
+def _cell() -> tuple[int | None, str | None]:
+    """The number of the cell running now (IPython's `execution_count` while it runs) and the SHA-256 of
+    its text, for a rule's per-cell quota and the audit log; `(None, None)` outside IPython. Never imports
+    IPython: a kernel has it loaded already."""
+    global _cell_seen
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    count = getattr(shell, "execution_count", None)
+    if not isinstance(count, int) or isinstance(count, bool):
+        return None, None
+    if _cell_seen is None or _cell_seen[0] != count:
+        digest = None
+        try:  # the running cell is the last input IPython stored (before it ran it)
+            text = shell.history_manager.input_hist_raw[-1]  # type: ignore[union-attr]
+            if isinstance(text, str):
+                digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        except (AttributeError, IndexError):
+            pass
+        _cell_seen = (count, digest)
+    return _cell_seen
 
 
 def approve_shell(

@@ -136,6 +136,8 @@ class MCPConnection:
         self.call_timeout = server_params.call_timeout or call_timeout
         self.max_result_size = int(server_params.max_result_size or max_result_size)
         self._session: ClientSession | None = None
+        # What the server said its version is when it started (`serverInfo.version`): `ipybox.lock` pins it.
+        self.server_version: str | None = None
         self._tasks: Service | None = None  # the group `_task` runs in (`start()` makes it)
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
@@ -345,7 +347,8 @@ class MCPConnection:
                 async with AsyncExitStack() as stack:
                     read, write = await stack.enter_async_context(self._transport(stderr))
                     session = await stack.enter_async_context(ClientSession(read, write))
-                    await session.initialize()
+                    initialized = await session.initialize()
+                    self.server_version = initialized.server_info.version
                     scope.deadline = math.inf
                     self._session = session
                     ready.set_result(None)

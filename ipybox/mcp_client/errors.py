@@ -144,3 +144,8 @@ class ToolCallError(MCPServerError):
         self.tool_name = tool_name
         self.message = message
         super().__init__(server_name, f"tool {tool_name!r} failed: {message or 'no error message'}")
+
+
+class ToolChangedError(MCPServerError):
+    """The server restarted between a call's approval and the call, and the tool it names now differs
+    from its pin in `ipybox.lock`: the call was not made (the next one is decided knowing the change)."""

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ipybox.errors import IpyboxError
-from ipybox.mcp_client.errors import MCPServerError, ServerConnectError
+from ipybox.mcp_client.errors import MCPServerError, ServerConnectError, ToolChangedError
 from ipybox.mcp_client.params import (
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_MAX_RESULT_SIZE,
@@ -123,6 +123,13 @@ class MCPServers:
         annotations_lookup: Consulted for the annotations of a server's tools while it has not listed
             them in this process, with its name and parameters (see `known_annotations`).
         prepare: Called before a server starts (see `ServerPrepare`); `None`: servers start as registered.
+
+    Attributes:
+        on_listed: Called with a server's name, its `serverInfo.version` and its tools each time it starts
+            and lists them (a workspace pins them in `ipybox.lock`); `None`: nothing is.
+        tool_gate: Why a tool must not be called now although its call was approved, asked only when the
+            server restarted (listed its tools again) between the approval and the call (`call(listed=)`):
+            a tool that changed since its pin is refused, not run on an approval given to the old one.
     """
 
     def __init__(
@@ -149,6 +156,9 @@ class MCPServers:
         self.package_lookup = package_lookup
         self.environ = environ
         self.dotenv_path = dotenv_path
+        self.on_listed: Callable[[str, str | None, list[types.Tool]], None] | None = None
+        self.tool_gate: Callable[[str, str], str | None] | None = None
+        self._listings: Counter[str] = Counter()  # how often each server listed its tools, for `tool_gate`
         self._params: dict[str, Mapping[str, Any]] = dict(servers or {})
         # The names given (`servers`, `register`): they come before any package root.
         self._given: set[str] = set(self._params)
@@ -246,6 +256,9 @@ class MCPServers:
                 raise
             self._connections[server_name] = connection
             self._tools[server_name] = self._listed[server_name] = {tool.name: tool for tool in tools}
+            self._listings[server_name] += 1
+            if self.on_listed is not None:
+                self.on_listed(server_name, connection.server_version, tools)
             self._stopped.pop(server_name, None)
             return connection
 
@@ -368,8 +381,18 @@ class MCPServers:
         await self.connection(server_name)
         return self._tools.get(server_name, {}).get(tool_name)
 
+    def listing(self, server_name: str) -> int:
+        """How many times the server has listed its tools in this process: pass it to `call(listed=)`."""
+        return self._listings[server_name]
+
     async def call(
-        self, server_name: str, tool_name: str, arguments: Mapping[str, Any], *, caller: str = ""
+        self,
+        server_name: str,
+        tool_name: str,
+        arguments: Mapping[str, Any],
+        *,
+        caller: str = "",
+        listed: int | None = None,
     ) -> types.CallToolResult:
         """Call a tool for `caller` (who it is matters to `reset_caller`). A server whose connection broke
         is dropped, to be started again on the next call.
@@ -377,16 +400,26 @@ class MCPServers:
         A call that times out or answers too much fails alone: the server keeps running for the others
         (a timed-out call is cancelled on the server).
 
+        Args:
+            listed: `listing(server_name)` when the call was approved: if the server lists its tools again
+                before the call, `tool_gate` is asked whether the tool may still be called.
+
         Raises:
             UnknownServerError: No server has that name.
             CallTimeoutError: No answer within the server's `call_timeout`.
             ResultTooLargeError: The answer was larger than the server's `max_result_size`.
+            ToolChangedError: The server restarted since `listed`, and `tool_gate` refuses the tool now.
             MCPServerError: The server could not be started or the call failed.
         """
         in_flight = self._in_flight.setdefault(server_name, Counter())
         in_flight[caller] += 1
         try:
             connection = await self.connection(server_name)
+            gate = self.tool_gate
+            if listed is not None and gate is not None and self._listings[server_name] != listed:
+                refused = gate(server_name, tool_name)
+                if refused is not None:
+                    raise ToolChangedError(server_name, refused)
             self._users.setdefault(server_name, set()).add(caller)
             try:
                 return await connection.call_tool(tool_name, arguments)

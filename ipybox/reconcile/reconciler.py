@@ -64,6 +64,7 @@ from ipybox.codeact.checks import RunCheck, run_check
 from ipybox.config.changes import ConfigChanges, diff
 from ipybox.config.errors import ConfigError, ConfigProblem
 from ipybox.config.loading import CONFIG_FILE, load_config
+from ipybox.config.policy_lint import lint_error, located_findings, tool_shapes
 from ipybox.config.workspace_config import WorkspaceConfig
 from ipybox.lifecycle import Service, ServiceState, first_of
 from ipybox.mcp_apigen.package import write_mcp_sources
@@ -82,6 +83,7 @@ from ipybox.progress import PartTimer, Progress, ProgressStep, emit_to, server_p
 from ipybox.reconcile.generations import Generations, delete_retired, retire_package
 from ipybox.reconcile.status import MCPServerStatus, ReconcilerStatus
 from ipybox.reconcile.watch import DOTENV_FILE, Snapshot, parser_edits, settled_edits
+from ipybox.rules.lint import LintFinding, lint_rules
 
 if TYPE_CHECKING:
     import mcp_types as types
@@ -233,13 +235,34 @@ class Reconciler(Service):
         return True
 
     async def _load_rules(self) -> WorkspaceConfig | None:
-        """Load the files; a good configuration's rules are in effect when this returns."""
+        """Load the files; a good configuration's rules are in effect when this returns. With `[approval]
+        lint = "error"`, rules that do not fit the tools known now make the edit a bad one."""
         async with self._reload_lock:
             snapshot, loaded = await asyncio.to_thread(_read_config, self.workspace_dir)
+            before = self.config
             config = self._accept(snapshot, loaded)
+            if config is not None and config.approval.lint == "error" and config.approval != self._rules:
+                findings = self.lint(config)
+                if findings:
+                    self.config = before
+                    self.error = lint_error(config, findings)
+                    logger.error("%s\n(the last good configuration keeps running)", self.error)
+                    return None
             if config is not None:
                 await self._apply_rules(config.approval)
             return config
+
+    def lint(self, config: WorkspaceConfig | None = None) -> list[LintFinding]:
+        """What the rules of `config` (default: the one in effect) get wrong about the tools of the
+        servers listed so far (`ipybox.rules.lint`); servers not listed yet are not judged."""
+        config = config if config is not None else self.config
+        if config is None:
+            return []
+        enabled = config.enabled_servers()
+        known = {name: tool_shapes(self._tools[name]) for name in enabled if name in self._tools}
+        return lint_rules(
+            config.approval.rules, known, unknown=[name for name in enabled if name not in known]
+        )
 
     async def _apply_rules(self, policy: ApprovalPolicy) -> None:
         async with self._rules_lock:
@@ -406,12 +429,14 @@ class Reconciler(Service):
             )
             ```
         """
+        config = self.config
         return ReconcilerStatus(
             generation=self._generations.generation,
             servers=dict(sorted(self._servers.items())),
             error=str(self.error) if self.error is not None else None,
             hook_errors=dict(self._hook_errors),
             mcptools_dir=str(self._mcptools_dir) if self._mcptools_dir is not None else None,
+            lint=located_findings(config, self.lint(config)) if config is not None else [],
         )
 
     async def checked(self) -> None:

@@ -70,6 +70,8 @@ class ReconcilerStatus(_Model):
             one.
         hook_errors: The hooks (`rules_changed`, `kernels_changed`) whose last call failed, and why.
         mcptools_dir: Where packages are generated (`None` before a configuration was applied).
+        lint: The rules in effect that do not fit the live tools, one line each (`ipybox.toml:LINE:COL:
+            message`; see `[approval] lint`), judged against the servers whose tools are known.
     """
 
     generation: int = 0
@@ -77,3 +79,4 @@ class ReconcilerStatus(_Model):
     error: str | None = None
     hook_errors: dict[str, str] = {}
     mcptools_dir: str | None = None
+    lint: list[str] = []

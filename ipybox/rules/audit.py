@@ -40,6 +40,32 @@ processes append, each stamping its line just before it takes the lock). Measure
 (271,000 lines): the newest page of 50 in 0.4 ms; 50 entries of a filter one line in 1,000 matches in
 0.33 s; a filter nothing matches reads the whole file in 1.9 s, peaking at 131 KiB (tracemalloc), where
 `load()` takes 10 s and 491 MiB; the same filter with `since` an hour back stops after 27 ms.
+
+Tamper evidence: every line carries `prev`, the SHA-256 (hex) of the line before it as it stands in the
+file (its bytes without the newline), so editing, inserting or deleting a line breaks the link of the line
+after it, which `verify_chain()` finds. The first record of a log has `prev` = `GENESIS`. `prev` is the
+last key of the object: the line is made outside the lock without it, and the hash is put in under the
+`flock` of the append, because two processes append (the supervisor and `ipybox mcp`) and the line before
+is only known there. Finding it costs no read in the common case: each `AuditLog` keeps the hash of the
+line it wrote last with the file's (device, inode, size) after it, and only reads the file's last line
+backwards when that no longer matches (the other process appended). Lines written before ipybox chained
+them (no `prev`) may open the oldest file: they are counted, not checked, and the first chained record
+names the last of them. What the chain can't show by itself: the newest records cut off the end (the
+records before still link up), or a whole log rewritten with new hashes. `ChainReport.head` is the hash
+the next record will name: kept elsewhere, it shows both.
+
+Rotation: an append that would take the file past `max_bytes` (default `MAX_BYTES`, 64 MiB) first renames
+it to `<name>.<n>`, `n` one more than the highest number there (so the oldest keeps the smallest; a rename
+never replaces a file, `RENAME_NOREPLACE`), and the line starts a new file, whose first record names the
+last line of the renamed one: the chain runs on across files. Rotated files are never deleted, nor written
+again. The rename is made under the file's `flock`; an append that waited for that lock checks that the
+path still names the file it locked, and opens the new one if not. A current file that is empty (or not
+there yet) continues the newest rotated file. While the disk is (nearly) full the rotation waits: the new
+file would have no reserve, and the old one's is where the lines go.
+
+Reading every file, oldest first: `AuditLog.files()`, `AuditLog.iter_entries()` (a line at a time, damaged
+lines skipped) and `verify_chain()`. Those two read the current file up to its size at one moment taken
+under a shared `flock` (no append is half-written there, and the file list and the file agree).
 """
 
 from __future__ import annotations
@@ -49,6 +75,7 @@ import errno
 import fcntl
 import fnmatch
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -58,7 +85,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
@@ -126,7 +153,75 @@ def _preallocate(fd: int, offset: int, length: int) -> None:
         raise OSError(number, os.strerror(number))
 
 
-_OPTIONAL_KEYS: Final = ("scope", "by")
+_AT_FDCWD: Final = -100
+_RENAME_NOREPLACE: Final = 1
+
+
+@functools.cache
+def _renameat2() -> Any:
+    """libc's `renameat2` (glibc 2.28 and later), or `None`."""
+    function = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if function is not None:
+        function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        function.restype = ctypes.c_int
+    return function
+
+
+def _rename_noreplace(source: Path, target: Path) -> None:
+    """Rename `source` to `target`, never replacing an existing `target`.
+
+    Raises:
+        FileExistsError: `target` exists.
+        OSError: The rename failed otherwise.
+    """
+    function = _renameat2() if sys.platform.startswith("linux") else None
+    if function is not None:
+        if function(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE) == 0:
+            return
+        number = ctypes.get_errno()
+        if number not in (errno.ENOSYS, errno.EINVAL):  # EINVAL: the filesystem can't do NOREPLACE
+            raise OSError(number, os.strerror(number), str(source), None, str(target))
+    # Without it, a check then a rename: ipybox only rotates under the log's flock, so no other ipybox
+    # process takes the name in between.
+    if os.path.lexists(target):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target))
+    os.rename(source, target)
+
+
+GENESIS: Final = "0" * 64
+"""The `prev` of the first record of a log: the hash of no line."""
+
+MAX_BYTES: Final = 64 * 1024**2
+"""The default size at which `AuditLog` starts a new file: about 180,000 decisions (370 bytes each). The
+console's page and `load()` read the current file only, all of it at worst; scaled from the 100 MB measured
+in the module docstring, a filter nothing matches takes about 1.3 s on 64 MiB and `load()` about 330 MiB of
+memory, where an unbounded log would make both grow without end."""
+
+# How much of the end of the log is read (backwards) at a time for the hash of its last line: a few lines.
+_TAIL_BLOCK: Final = 4096
+# The read buffer of the readers of every file (`verify_chain`, `iter_entries`).
+_READ_BUFFER: Final = 256 * 1024
+# How many times an append reopens the log renamed away under it before it gives up (each takes a whole
+# rotation by another process: more than a few means something else keeps replacing the file).
+_REOPEN_LIMIT: Final = 100
+# Free space on the filesystem below which a rotation waits: the new file's reserve, and room to spare.
+_ROTATE_MIN_FREE: Final = 2 * RESERVE_BYTES
+_SHA256_HEX: Final = re.compile(r"[0-9a-f]{64}")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def code_hash(code: str) -> str:
+    """The hex SHA-256 of a code action's text (UTF-8; a lone surrogate is hashed as it is, never an
+    error), as `AuditLog.record(code=...)` takes it."""
+    return _sha256(code.encode("utf-8", "surrogatepass"))
+
+
+# Left out of a line when `None`: lines of decisions without them keep the keys they always had. `prev`
+# last: `AuditLog` puts it in at the end of the line made without it (see the module docstring).
+_OPTIONAL_KEYS: Final = ("scope", "by", "code", "quota", "prev")
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +240,10 @@ class AuditEntry:
         scope: For an answered `ask`: `once`, `session` or `always` (`None` otherwise, and in lines
             written before ipybox recorded it).
         by: For an answered `ask`: who answered (`console (root)`, `terminal (alice on /dev/pts/3)`).
+        code: The hex SHA-256 of the code action that made the call (`code_hash`), when known.
+        quota: When a rule's call quota tripped: which, and how far (`session 100/100`).
+        prev: The hex SHA-256 of the line before this one in the log (`GENESIS` for the first); `None` in
+            an entry not written yet, and in lines written before ipybox chained them.
     """
 
     time: str
@@ -157,12 +256,17 @@ class AuditEntry:
     reason: str | None = None
     scope: Scope | None = None
     by: str | None = None
+    code: str | None = None
+    quota: str | None = None
+    prev: str | None = None  # the last field: see _OPTIONAL_KEYS
 
     def to_json(self) -> str:
-        """The entry as one line of JSON (without the newline)."""
+        """The entry as one line of JSON (without the newline), exactly as `AuditLog` writes it."""
         # ASCII only: JSON escapes every line break then, including U+2028 that some readers split on.
-        data = asdict(self)
-        for key in _OPTIONAL_KEYS:  # only for answered asks: other lines keep the keys they always had
+        # The fields as they are, not `asdict`, which copies `args` deeply for nothing: 27 µs a line (a
+        # third of a `record()`), where this takes 7.
+        data = {name: getattr(self, name) for name in self.__slots__}
+        for key in _OPTIONAL_KEYS:
             if data[key] is None:
                 del data[key]
         return json.dumps(data, ensure_ascii=True, separators=(", ", ": "))
@@ -353,6 +457,47 @@ class AuditPage:
     damaged: int
 
 
+@dataclass(frozen=True, slots=True)
+class BrokenLink:
+    """Where `verify_chain` found the chain broken: the first line that does not link up.
+
+    Attributes:
+        file: The file the line is in.
+        line: The line's number in that file (1-based).
+        reason: What is wrong, for humans: "prev does not match the hash of line 41", "line is not valid
+            JSON", "the first record of audit.jsonl does not continue audit.jsonl.3", ...
+    """
+
+    file: str
+    line: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChainReport:
+    """What `verify_chain` found.
+
+    Attributes:
+        ok: Every record links to the line before it (the chain is intact).
+        records: How many chained records were checked (up to the break, when broken).
+        files: The files read, oldest first (rotated files, then the current one).
+        broken: Where the chain breaks; `None` when `ok`.
+        unchained: How many lines at the start of the oldest file were written before ipybox chained
+            them (no `prev`): tolerated, but nothing vouches for them (except the last, which the first
+            chained record names).
+        head: The hash of the last line, which the next record will name as its `prev` (`None` when
+            broken, or when there are no lines): kept elsewhere, it shows later that no record was cut off
+            the end or the log rewritten.
+    """
+
+    ok: bool
+    records: int
+    files: list[str]
+    broken: BrokenLink | None
+    unchained: int = 0
+    head: str | None = None
+
+
 class AuditLog:
     """Appends one `AuditEntry` per decision to a JSONL file.
 
@@ -364,18 +509,39 @@ class AuditLog:
     returns; a line that does not fit (disk full) is taken back whole (see the module docstring). It is a
     short blocking call, fine on the event loop.
 
+    Each line carries the hash of the line before it (`prev`), and the file is rotated at `max_bytes`
+    (see the module docstring). `read()`, `load()` and `page()` read the current file; `files()` and
+    `iter_entries()` reach the rotated ones too.
+
     Args:
         path: The log file.
         secrets: Strings to redact wherever they occur in recorded values, e.g. the resolved values of
             `${VAR}` references in the workspace config. Strings shorter than 4 characters are ignored.
+        max_bytes: An append that would take the file past this size starts a new file (a single line
+            longer than that gets a file of its own).
+
+    Raises:
+        ValueError: `max_bytes` is below 1.
     """
 
-    def __init__(self, path: str | os.PathLike[str], secrets: Iterable[str] = ()) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], secrets: Iterable[str] = (), *, max_bytes: int = MAX_BYTES
+    ) -> None:
+        if max_bytes < 1:
+            raise ValueError(
+                f"max_bytes: the size at which the log starts a new file (1 or more), got {max_bytes}"
+            )
         self.path = Path(path)
+        self.max_bytes = max_bytes
         self._redactor = _Redactor(secrets)
         self._prepared = False
         self._disk_full = False
         self._no_reserve: int | None = None  # the errno the reserve could not be made with, logged once
+        self._no_rotation: int | None = None  # the errno a rotation failed with, logged once
+        # The hash of the line this object wrote last, and the file's (device, inode, size) right after it:
+        # while those still match, that line is the file's last and the next `prev` needs no read.
+        self._head: tuple[tuple[int, int, int], str] | None = None
+        self._rotated_pattern = re.compile(re.escape(self.path.name) + r"\.([1-9][0-9]*)")
 
     def record(
         self,
@@ -388,8 +554,10 @@ class AuditLog:
         decided_by: DecidedBy | None = None,
         scope: Scope | None = None,
         by: str | None = None,
+        code: str | None = None,
+        quota: str | None = None,
     ) -> AuditEntry:
-        """Append the final decision on `call`.
+        """Append the final decision on `call`, chained to the line before it (`prev`).
 
         Args:
             call: The tool call.
@@ -401,16 +569,23 @@ class AuditLog:
             decided_by: For an answered `ask`: where it was answered (default `application`).
             scope: For an answered `ask`: how far the answer reaches.
             by: For an answered `ask`: who answered.
+            code: The hex SHA-256 of the code action that made the call (`code_hash(text)`), when known.
+                Never the code itself: it may hold secrets the log has no way to find.
+            quota: When a rule's call quota tripped, a short text saying which (`session 100/100`).
 
         Returns:
-            The entry as written.
+            The entry as written, `prev` included.
 
         Raises:
             ValueError: An `ask` verdict without exactly one of `answer` and `timed_out`, or another
-                verdict with either.
+                verdict with either; a `code` that is not a hex SHA-256.
             OSError: The line could not be written (nothing of it is left in the log); the caller should
                 not run the call.
         """
+        if code is not None and not _SHA256_HEX.fullmatch(code):
+            raise ValueError(
+                "code: the hex SHA-256 of the code action (code_hash(text)), not the code itself"
+            )
         decision: Literal["allow", "deny"]
         final: DecidedBy
         if verdict.decision == "ask":
@@ -432,20 +607,23 @@ class AuditLog:
             final = "rule" if verdict.rule_id is not None else "default"
             default_reason = verdict.reason
         redact = self._redactor
-        entry = AuditEntry(
-            time=datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
-            server=call.server,
-            tool=call.tool,
-            args=redact.mapping(call.args),
-            decision=decision,
-            rule_id=verdict.rule_id,
-            decided_by=final,
-            reason=redact.text(reason if reason is not None else default_reason),
-            scope=scope,
-            by=by,
-        )
-        self._append((entry.to_json() + "\n").encode("utf-8"))
-        return entry
+        values: dict[str, Any] = {
+            "time": datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
+            "server": call.server,
+            "tool": call.tool,
+            "args": redact.mapping(call.args),
+            "decision": decision,
+            "rule_id": verdict.rule_id,
+            "decided_by": final,
+            "reason": redact.text(reason if reason is not None else default_reason),
+            "scope": scope,
+            "by": by,
+            "code": code,
+            "quota": None if quota is None else redact.text(quota),
+        }
+        prev = self._append(AuditEntry(**values).to_json().encode("utf-8"))
+        # Made again rather than `dataclasses.replace`d: a third of the cost.
+        return AuditEntry(**values, prev=prev)
 
     def read(self) -> list[AuditEntry]:
         """All entries in the log, oldest first (none if the file does not exist). Damaged lines are
@@ -549,26 +727,26 @@ class AuditLog:
         they occur, in nested values too."""
         return self._redactor.mapping(args)
 
-    def _open(self, flags: int) -> int:
-        """Open the log without following a symlink (a kernel may have planted one where the log goes) or
-        blocking on a FIFO; a log written to must be a regular file of ours with one link."""
+    def _open(self, flags: int, path: Path | None = None) -> int:
+        """Open the log (or another of its files) without following a symlink (a kernel may have planted
+        one where the log goes) or blocking on a FIFO; a log written to must be a regular file of ours with
+        one link."""
+        path = self.path if path is None else path
         try:
-            fd = os.open(self.path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+            fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
         except OSError as e:
-            if e.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO) and not self.path.is_dir():
-                kind = "a symlink" if self.path.is_symlink() else "not a regular file"
-                raise OSError(
-                    e.errno, f"the audit log {self.path} is {kind}: not writing through it"
-                ) from None
+            if e.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO) and not path.is_dir():
+                kind = "a symlink" if path.is_symlink() else "not a regular file"
+                raise OSError(e.errno, f"the audit log {path} is {kind}: not writing through it") from None
             raise
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                raise OSError(errno.EINVAL, f"the audit log {self.path} is not a regular file")
+                raise OSError(errno.EINVAL, f"the audit log {path} is not a regular file")
             if flags & (os.O_WRONLY | os.O_RDWR) and (info.st_nlink != 1 or info.st_uid != os.geteuid()):
                 raise OSError(
                     errno.EPERM,
-                    f"the audit log {self.path} is hard-linked or owned by another user: not writing to it",
+                    f"the audit log {path} is hard-linked or owned by another user: not writing to it",
                 )
         except BaseException:
             os.close(fd)
@@ -580,47 +758,302 @@ class AuditLog:
         anything fills the disk. Never raises: a log that can't have one is logged, and still written.
         """
         try:
-            self._append(b"")
+            self._append(None)
         except OSError as e:
             logger.error("could not prepare the audit log %s: %s", self.path, e)
 
-    def _append(self, line: bytes) -> None:
+    def _append(self, record: bytes | None) -> str | None:
+        """Append `record` (a JSON object without `prev`, as `AuditEntry.to_json` makes it) as one line with
+        `prev` put in as its last key, rotating the file first if the line would take it past `max_bytes`;
+        `None` only makes the log and tops up its reserve.
+
+        Returns:
+            The `prev` written (`None` for `None`).
+
+        Raises:
+            OSError: Nothing of the line is in the log (see the module docstring).
+        """
         with _WRITE_LOCK:
             if not self._prepared:
                 self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            # Read-write: the last byte is read (`pread`) to see whether the log ends a line.
-            fd = self._open(os.O_RDWR | os.O_APPEND | os.O_CREAT)
+            continues: str | None = None  # after a rotation of ours: what the new file's first line names
+            retired = -1  # the file rotated away, its reserve given back once the new file has made its own
             try:
-                if not self._prepared:
-                    if os.fstat(fd).st_mode & 0o077:
-                        os.fchmod(fd, 0o600)
-                    self._prepared = True
-                self._lock(fd)  # released by the close below
-                info = os.fstat(fd)
-                before = info.st_size
-                self._top_up(fd, info)
-                if not line:
-                    return
-                if before and os.pread(fd, 1, before - 1) != b"\n":
-                    line = b"\n" + line  # an unterminated line is there already: keep it apart from ours
-                try:
-                    written = os.write(fd, line)
-                except OSError as e:  # nothing was stored: a write that stores some reports a count
-                    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                        logger.error("the audit log %s is full: a decision was refused", self.path)
-                    raise OSError(
-                        e.errno, f"the audit log {self.path} could not be written ({e.strerror})"
-                    ) from None
-                if written != len(line):
-                    self._take_back(fd, before, written)
-                    logger.error("the audit log %s is full: a decision was refused", self.path)
-                    raise OSError(
-                        errno.ENOSPC,
-                        f"the audit log {self.path} could not be written: {written} of {len(line)} bytes "
-                        "fit (is the disk full, or the file size limit reached?)",
-                    )
+                for _ in range(_REOPEN_LIMIT):
+                    # Read-write: the end of the log is read (`pread`) for the hash of its last line.
+                    fd = self._open(os.O_RDWR | os.O_APPEND | os.O_CREAT)
+                    try:
+                        if not self._prepared:
+                            if os.fstat(fd).st_mode & 0o077:
+                                os.fchmod(fd, 0o600)
+                            self._prepared = True
+                        self._lock(fd)  # released by the close below
+                        info = os.fstat(fd)
+                        if not self._names(info):
+                            continue  # another process rotated the file while this one waited for the lock
+                        self._top_up(fd, info)
+                        if retired >= 0:
+                            self._retire(retired)
+                            retired = -1
+                        if record is None:
+                            return None
+                        prev, ends_a_line = self._last_hash(fd, info, continues)
+                        line = record[:-1] + b', "prev": "' + prev.encode("ascii") + b'"}'
+                        before = info.st_size
+                        # + 2: the newline, and one before the line if the file does not end one.
+                        if before and before + len(line) + 2 > self.max_bytes and self._rotate(fd):
+                            # Kept open (and locked) until the new file has made its reserve.
+                            continues, retired, fd = prev, fd, -1
+                            continue
+                        # An unterminated line is there already: keep it apart from ours (which names it).
+                        data = line + b"\n" if ends_a_line else b"\n" + line + b"\n"
+                        self._write(fd, before, data)
+                        self._head = ((info.st_dev, info.st_ino, before + len(data)), _sha256(line))
+                        return prev
+                    finally:
+                        if fd >= 0:
+                            os.close(fd)
+                raise OSError(
+                    errno.EAGAIN,
+                    f"the audit log {self.path} was replaced {_REOPEN_LIMIT} times while a line waited to be "
+                    "written: something other than ipybox is renaming it",
+                )
+            finally:
+                if retired >= 0:
+                    os.close(retired)
+
+    def _names(self, info: os.stat_result) -> bool:
+        """Whether the log's path still names the file of `info` (a rotation renames it away)."""
+        try:
+            here = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return (here.st_dev, here.st_ino) == (info.st_dev, info.st_ino)
+
+    def _last_hash(self, fd: int, info: os.stat_result, continues: str | None) -> tuple[str, bool]:
+        """The `prev` of a line appended to the file of `fd` (locked), and whether the file ends a line.
+
+        An empty file continues `continues` if given (the file this process just rotated away), else the
+        newest rotated file, else starts the chain (`GENESIS`)."""
+        if info.st_size == 0:
+            return (continues if continues is not None else self._rotated_head()), True
+        if self._head is not None and self._head[0] == (info.st_dev, info.st_ino, info.st_size):
+            return self._head[1], True  # nobody appended since this object did: its line is the last
+        line, terminated = _last_line(fd, info.st_size)
+        return _sha256(line), terminated
+
+    def _rotated_head(self) -> str:
+        """The hash of the last line of the newest rotated file that has one; `GENESIS` if none does."""
+        for _, path in reversed(self._rotated()):
+            fd = self._open(os.O_RDONLY, path)
+            try:
+                size = os.fstat(fd).st_size
+                if size:
+                    return _sha256(_last_line(fd, size)[0])
             finally:
                 os.close(fd)
+        return GENESIS
+
+    def _rotate(self, fd: int) -> bool:
+        """Rename the log (locked as `fd`) to `<name>.<n>`, `n` one more than the highest there; whether it
+        was. Not while the filesystem is (nearly) full (the new file would have no reserve: the lines go on
+        into this one's), nor when the rename fails (logged once: a decision is not refused for it)."""
+        try:
+            stats = os.fstatvfs(fd)
+            if stats.f_bavail * stats.f_frsize < _ROTATE_MIN_FREE:
+                logger.debug("the audit log %s is not rotated while the disk is nearly full", self.path)
+                return False
+        except OSError:
+            pass  # nothing says the disk is full: rotate
+        rotated = self._rotated()
+        number = rotated[-1][0] + 1 if rotated else 1
+        try:
+            for attempt in range(_REOPEN_LIMIT):
+                target = self.path.with_name(f"{self.path.name}.{number + attempt}")
+                try:
+                    _rename_noreplace(self.path, target)
+                except FileExistsError:  # made since the listing, by something other than ipybox
+                    continue
+                self._no_rotation = None
+                return True
+            raise OSError(errno.EEXIST, f"{_REOPEN_LIMIT} names after {self.path.name}.{number} are taken")
+        except OSError as e:
+            if self._no_rotation != e.errno:
+                self._no_rotation = e.errno
+                logger.error(
+                    "could not rotate the audit log %s (%s): it grows past %d bytes",
+                    self.path,
+                    e,
+                    self.max_bytes,
+                )
+            return False
+
+    def _retire(self, fd: int) -> None:
+        """Give back the reserve past the end of a file rotated away (truncating to its own size frees the
+        blocks past its end), and close it, which releases its lock."""
+        try:
+            os.ftruncate(fd, os.fstat(fd).st_size)
+        except OSError as e:  # only space stays taken
+            logger.debug("could not free the reserve of the rotated audit log: %s", e)
+        finally:
+            os.close(fd)
+
+    def _write(self, fd: int, before: int, data: bytes) -> None:
+        """Write `data` (whole lines) to the end of the locked log of size `before`, whole or not at all."""
+        try:
+            written = os.write(fd, data)
+        except OSError as e:  # nothing was stored: a write that stores some reports a count
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                logger.error("the audit log %s is full: a decision was refused", self.path)
+            raise OSError(e.errno, f"the audit log {self.path} could not be written ({e.strerror})") from None
+        if written != len(data):
+            self._take_back(fd, before, written)
+            logger.error("the audit log %s is full: a decision was refused", self.path)
+            raise OSError(
+                errno.ENOSPC,
+                f"the audit log {self.path} could not be written: {written} of {len(data)} bytes "
+                "fit (is the disk full, or the file size limit reached?)",
+            )
+
+    def _rotated(self) -> list[tuple[int, Path]]:
+        """The rotated files (`<name>.<n>`) and their numbers, oldest (lowest) first."""
+        try:
+            names = os.listdir(self.path.parent)
+        except FileNotFoundError:
+            return []
+        found = [(int(m[1]), name) for name in names if (m := self._rotated_pattern.fullmatch(name))]
+        return [(number, self.path.with_name(name)) for number, name in sorted(found)]
+
+    def files(self) -> list[Path]:
+        """The log's files, oldest first: the rotated ones (`<name>.1`, `<name>.2`, ...), then the current
+        one if it exists. A rotation may rename the current file a moment later: `iter_entries()` without
+        arguments reads a consistent set."""
+        files = [path for _, path in self._rotated()]
+        if os.path.lexists(self.path):
+            files.append(self.path)
+        return files
+
+    def _snapshot(self) -> tuple[list[Path], tuple[int, int] | None]:
+        """The rotated files and the current one (open read-only, and its size) as of one moment.
+
+        Taken under a shared `flock` of the current file, which every append and rotation holds exclusively:
+        its first `size` bytes hold no half-written line, and no rotation falls between opening it and
+        listing the rotated files (it would be missed, or read twice). The caller closes the descriptor.
+
+        Raises:
+            OSError: A file is a symlink or not a regular file, or can't be read.
+        """
+        for _ in range(_REOPEN_LIMIT):
+            try:
+                fd = self._open(os.O_RDONLY)
+            except FileNotFoundError:  # none yet, or a rotation is between the rename and the next line
+                rotated = self._rotated()
+                if not os.path.lexists(self.path):
+                    return [path for _, path in rotated], None
+                continue
+            try:
+                self._lock(fd, shared=True)
+                info = os.fstat(fd)
+                if self._names(info):
+                    rotated = self._rotated()
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    return [path for _, path in rotated], (fd, info.st_size)
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # rotated away while this waited for the lock
+        raise OSError(errno.EAGAIN, f"the audit log {self.path} kept being replaced while it was read")
+
+    def _each_file(
+        self, rotated: list[Path], current: tuple[int, int] | None
+    ) -> Iterator[tuple[Path, Iterator[bytes]]]:
+        """Each file and its lines (see `_lines_forward`), oldest first; the current file (`current`, from
+        `_snapshot`, which the caller closes) up to its size then."""
+        for path in rotated:
+            fd = self._open(os.O_RDONLY, path)
+            try:
+                yield path, _lines_forward(fd, None)
+            finally:
+                os.close(fd)
+        if current is not None:
+            yield self.path, _lines_forward(*current)
+
+    def iter_entries(self, files: Iterable[str | os.PathLike[str]] | None = None) -> Iterator[AuditEntry]:
+        """Every entry of the log, oldest first, across its files, read a line at a time (memory: one
+        buffer and the longest line, whatever the size of the log). Damaged lines are skipped, and counted
+        at WARNING per file.
+
+        Args:
+            files: The files to read, in this order, each to its end (`files()` gives them); `None`: the
+                rotated files and the current one as of the call (see `_snapshot`), the current up to its
+                size then (lines appended meanwhile are left to the next reader).
+
+        Raises:
+            OSError: A file is a symlink or not a regular file, or can't be read (nothing is raised for a
+                log that does not exist with `files=None`: it has no entries).
+        """
+        if files is None:
+            rotated, current = self._snapshot()
+        else:
+            rotated, current = [Path(file) for file in files], None
+        try:
+            for path, lines in self._each_file(rotated, current):
+                damaged = 0
+                for line in lines:
+                    if not line:
+                        continue
+                    try:
+                        entry = AuditEntry.from_json(line.decode("utf-8"))
+                    except ValueError:  # UnicodeDecodeError and json.JSONDecodeError are ValueErrors
+                        damaged += 1
+                        continue
+                    yield entry
+                if damaged:
+                    logger.warning("the audit log %s has %d damaged line(s), skipped", path, damaged)
+        finally:
+            if current is not None:
+                os.close(current[0])
+
+    def verify(self) -> ChainReport:
+        """Check the hash chain across every file of the log (see `verify_chain`)."""
+        rotated, current = self._snapshot()
+        try:
+            files = [*rotated, *([self.path] if current is not None else [])]
+            if not files:
+                raise FileNotFoundError(errno.ENOENT, f"there is no audit log at {self.path}", str(self.path))
+            return self._verify(files, self._each_file(rotated, current))
+        finally:
+            if current is not None:
+                os.close(current[0])
+
+    @staticmethod
+    def _verify(files: list[Path], reader: Iterator[tuple[Path, Iterator[bytes]]]) -> ChainReport:
+        names = [str(file) for file in files]
+        records = unchained = 0
+        chained = False  # a chained record was seen: from then on every line must be one
+        last: str | None = None  # the hash of the line before, across files (None: no line yet)
+        last_file: Path | None = None  # the file that line is in
+        loads, sha256 = json.loads, hashlib.sha256  # looked up once: this loop is the cost of a verify
+        for index, (path, lines) in enumerate(reader):
+            for number, line in enumerate(lines, start=1):
+                try:
+                    # Decoded here: `loads` would take bytes in UTF-16 or 32 too.
+                    data = loads(line.decode("utf-8")) if line else None
+                except ValueError:  # UnicodeDecodeError and json.JSONDecodeError are ValueErrors
+                    data = _NOT_JSON
+                prev = data.get("prev") if isinstance(data, dict) else None
+                if not chained and index == 0 and not isinstance(prev, str):
+                    unchained += 1  # written before the chain: nothing to check (the next line names it)
+                else:
+                    reason = _link_problem(line, data, prev, last, path, number, last_file)
+                    if reason is not None:
+                        return ChainReport(
+                            False, records, names, BrokenLink(str(path), number, reason), unchained
+                        )
+                    chained = True
+                    records += 1
+                last, last_file = sha256(line).hexdigest(), path
+        return ChainReport(True, records, names, None, unchained, last)
 
     def _top_up(self, fd: int, info: os.stat_result) -> None:
         """Keep `RESERVE_BYTES` allocated past the end of the log; say so when the disk is full."""
@@ -652,19 +1085,20 @@ class AuditLog:
             self._disk_full = False
             logger.warning("the disk has space again: the audit log %s has its reserve back", self.path)
 
-    def _lock(self, fd: int) -> None:
-        """Take the log's `flock`, waiting a bounded time for another process's append."""
+    def _lock(self, fd: int, *, shared: bool = False) -> None:
+        """Take the log's `flock` (exclusive to append, shared to read a consistent snapshot), waiting a
+        bounded time for another process's append."""
         deadline = time.monotonic() + _FLOCK_WAIT_S
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
                 return
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise OSError(
                         errno.EWOULDBLOCK,
                         f"the audit log {self.path} has been locked by another process for "
-                        f"{_FLOCK_WAIT_S:.0f} s: not writing to it",
+                        f"{_FLOCK_WAIT_S:.0f} s: not {'reading' if shared else 'writing to'} it",
                     ) from None
                 time.sleep(0.001)
 
@@ -709,6 +1143,92 @@ def _lines_backwards(fd: int, end: int, block: int) -> Iterator[tuple[int, bytes
         position = start
     if carry or carry_is_last:
         yield 0, carry, not carry_is_last
+
+
+def _last_line(fd: int, size: int) -> tuple[bytes, bool]:
+    """The last line of the file's first `size` bytes (more than 0), without its newline, and whether a
+    newline ends it: the text after the last newline if there is any, else the line before."""
+    lines = _lines_backwards(fd, size, _TAIL_BLOCK)
+    _, after, _ = next(lines)
+    if after:
+        return after, False
+    for _, line, _ in lines:
+        return line, True
+    return b"", True  # the file is one empty line, which `_lines_backwards` does not give
+
+
+def _lines_forward(fd: int, limit: int | None) -> Iterator[bytes]:
+    """The lines of the file from its start (without their newlines; the last may have none), up to
+    `limit` bytes (`None`: to its end). Holds a read buffer and one line."""
+    with open(fd, "rb", buffering=_READ_BUFFER, closefd=False) as file:
+        remaining = limit
+        for line in file:
+            if remaining is not None:
+                if remaining <= 0:
+                    return
+                if len(line) > remaining:
+                    line = line[:remaining]  # appended after the snapshot: not this reader's
+                remaining -= len(line)
+            yield line[:-1] if line.endswith(b"\n") else line
+
+
+_NOT_JSON: Final = object()
+_ENTRY_KEYS: Final = frozenset(field.name for field in fields(AuditEntry))
+_REQUIRED_KEYS: Final = _ENTRY_KEYS - {"reason", *_OPTIONAL_KEYS}
+
+
+def _link_problem(
+    line: bytes, data: Any, prev: Any, last: str | None, path: Path, number: int, last_file: Path | None
+) -> str | None:
+    """What is wrong with a line that must be a chained record (`data`: its JSON, or `_NOT_JSON`; `last`:
+    the hash of the line before it, in `last_file`, `None` if it is the first); `None` if nothing."""
+    if not line:
+        return "line is empty"
+    if data is _NOT_JSON:
+        return "line is not valid JSON"
+    if not isinstance(data, dict):
+        return "line is not a JSON object"
+    if not isinstance(prev, str):
+        return "line has no prev (only lines at the start of the oldest file, older than the chain, may lack one)"
+    # The keys `AuditEntry.from_json` takes, compared as sets: making the entry took a third of a line's time.
+    if not _REQUIRED_KEYS <= data.keys() <= _ENTRY_KEYS:
+        missing, unknown = sorted(_REQUIRED_KEYS - data.keys()), sorted(data.keys() - _ENTRY_KEYS)
+        what = [
+            f"{label} {', '.join(keys)}" for label, keys in (("no", missing), ("unknown", unknown)) if keys
+        ]
+        return f"line is not an audit record ({'; '.join(what)})"
+    if prev == (GENESIS if last is None else last):
+        return None
+    if last is None or last_file is None:
+        return (
+            f"the first record of {path.name} does not start the chain (its prev is not the genesis value: are "
+            "older files missing?)"
+        )
+    if number == 1:
+        return f"the first record of {path.name} does not continue {last_file.name}"
+    return f"prev does not match the hash of line {number - 1}"
+
+
+def verify_chain(path: str | os.PathLike[str]) -> ChainReport:
+    """Check the hash chain of the audit log at `path`: its rotated files oldest first, then the current
+    one (as of one moment, see the module docstring).
+
+    Every line must be a record whose `prev` is the hash of the line before it (across files: a file's
+    first record names the last line of the file before; the log's first, `GENESIS`), except lines without
+    `prev` at the start of the oldest file, written before ipybox chained the log (counted as
+    `unchained`). Reports the first line that breaks the chain; an empty line, a line that is not JSON or
+    not an audit record (damaged), and a chained record's line edited (the next line's `prev` no longer
+    matches) each break it, and so do a line deleted or inserted, and a missing rotated file.
+
+    Streams a line at a time: memory is a read buffer and the longest line. Measured on 100,000 records
+    of 320 bytes (31 MiB, one file): 0.6 s, peaking at 263 KiB (tracemalloc); most of it parsing each
+    line's JSON (`iter_entries()`, which also makes an `AuditEntry` of each, takes 0.9 s).
+
+    Raises:
+        FileNotFoundError: No file of the log exists.
+        OSError: A file is a symlink or not a regular file, or can't be read.
+    """
+    return AuditLog(path).verify()
 
 
 class _Redactor:

@@ -35,6 +35,11 @@ class ToolCall:
         caller: Who made the call: the name the tool server issued its token under
             (`ToolServer.add_caller`, e.g. one kernel of a workspace), or "" for the shared call token.
             It routes an `ask` to whoever answers for that caller; it is never recorded or shown.
+        cell: The number of the kernel's cell that made the call, as the kernel reports it (`None` when
+            it does not). Counts a rule's `max_calls.cell`; it comes from the kernel, so code in it can
+            claim a new cell (`max_calls.session`, counted on the host, is the bound it cannot reset).
+        code: The hex SHA-256 of that cell's text, as the kernel reports it (`None` when it does not):
+            the audit log records it, so a call can be traced to the code that made it.
     """
 
     server: str
@@ -42,6 +47,8 @@ class ToolCall:
     args: Mapping[str, Any] = field(default_factory=dict)
     annotations: Mapping[str, Any] = field(default_factory=dict)
     caller: str = ""
+    cell: int | None = None
+    code: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +60,14 @@ class Verdict:
         rule_id: The rule that decided: its `id`, or `rules[<index>]` (0-based, in file order) for a rule
             without one. `None` when no rule applied and the policy's `default` decided.
         reason: A short explanation for humans (logs, prompts).
+        tier: The policy the deciding rule belongs to: `None` for the workspace's `ipybox.toml`, else the
+            admin tier's name (`system`, `user`; see `ipybox.config.admin_policy`).
+        explanation: The deciding rule's `reason`, written for the calling code ("writes go under out/"),
+            when it has one.
     """
 
     decision: Decision
     rule_id: str | None
     reason: str
+    tier: str | None = None
+    explanation: str | None = None

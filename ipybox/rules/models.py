@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -47,12 +47,12 @@ from pydantic import (
 )
 
 from ipybox.rules.calls import AskRoute, Decision, ToolCall, Verdict
-from ipybox.rules.engine import RuleEngine
+from ipybox.rules.engine import SEVERITY, RuleEngine
 from ipybox.rules.linear_regex import LinearRegex
 from ipybox.rules.matching import show
 from ipybox.rules.tool_annotations import ANNOTATION_DEFAULTS, check_annotation_names
 
-__all__ = ["ApprovalPolicy", "ArgCondition", "Decision", "ExampleCall", "Rule"]
+__all__ = ["AdminTier", "ApprovalPolicy", "ArgCondition", "CallQuota", "Decision", "ExampleCall", "Rule"]
 
 _CONDITION_KEYS = frozenset({"equals", "in", "one_of", "not_in", "glob", "not_glob", "regex", "exists"})
 
@@ -192,6 +192,31 @@ class ExampleCall(_Strict):
         return "{" + ", ".join(parts) + "}"
 
 
+class CallQuota(_Strict):
+    """`max_calls` of a rule: how many calls it decides before its decision becomes `over_quota`.
+
+    Counted are the calls the rule let run (an `allow` rule's, an `ask` rule's once approved), per rule
+    id, on the host; the counts survive a reload of the rules (a rule edited under the same id keeps its
+    count). `session` counts per session (the lease of an attached application, else the kernel);
+    `cell` per cell of a kernel, by the cell number the kernel reports (see `ToolCall.cell`: code in
+    the kernel can claim a new cell, so `cell` limits runaway loops of honest code, and `session` is the
+    bound it cannot reset).
+
+    Attributes:
+        session: At most this many calls per session.
+        cell: At most this many calls per cell.
+    """
+
+    session: int | None = Field(default=None, ge=1)
+    cell: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _names_a_limit(self) -> CallQuota:
+        if self.session is None and self.cell is None:
+            raise ValueError("max_calls needs session, cell or both, e.g. { session = 100, cell = 10 }")
+        return self
+
+
 def _bare_values_in_schema(schema: dict[str, Any]) -> None:
     # Editors validate against the JSON Schema: it must accept the bare values `args` turns into `equals`.
     condition = schema["additionalProperties"]
@@ -219,6 +244,13 @@ class Rule(_Strict):
             beats allow.
         match: Example calls the rule must apply to, checked when the file loads.
         not_match: Example calls the rule must not apply to, checked when the file loads.
+        reason: Why the rule decides as it does, told to the calling code with the rule's id when it
+            refuses a call (`ApprovalRejectedError.reason`), so that an agent learns what is allowed
+            instead ("writes go under out/").
+        max_calls: How many calls the rule lets run per session and per cell (`CallQuota`); past that
+            its decision becomes `over_quota`. Not for `deny` rules, which let none run.
+        over_quota: What the rule decides past `max_calls`: `ask` or `deny` (default: `ask` for an
+            `allow` rule, `deny` for an `ask` rule).
     """
 
     id: str | None = None
@@ -230,6 +262,30 @@ class Rule(_Strict):
     priority: int = 0
     match: list[ExampleCall] = Field(default_factory=list)
     not_match: list[ExampleCall] = Field(default_factory=list)
+    reason: str | None = Field(default=None, max_length=1000)
+    max_calls: CallQuota | None = None
+    over_quota: Literal["ask", "deny"] | None = None
+
+    @model_validator(mode="after")
+    def _quota_fits_the_decision(self) -> Rule:
+        if self.max_calls is not None and self.decision == "deny":
+            raise ValueError("max_calls: a deny rule lets no call run, so it has nothing to count; remove it")
+        if self.over_quota is not None and self.max_calls is None:
+            raise ValueError(
+                "over_quota says what happens past max_calls: add max_calls, or remove over_quota"
+            )
+        if self.over_quota is not None and SEVERITY[self.over_quota] <= SEVERITY[self.decision]:
+            raise ValueError(
+                f"over_quota = {self.over_quota!r} in a {self.decision} rule: past its quota a rule only "
+                f"gets stricter; use 'deny'"
+            )
+        return self
+
+    def quota_decision(self) -> Decision:
+        """What the rule decides past `max_calls`."""
+        if self.over_quota is not None:
+            return self.over_quota
+        return "ask" if self.decision == "allow" else "deny"
 
     @field_validator("id")
     @classmethod
@@ -285,6 +341,43 @@ class Rule(_Strict):
         return value
 
 
+class AdminTier:
+    """The rules of an admin policy file, a tier above a workspace's (see `ipybox.config.admin_policy`).
+
+    Its rules only tighten: `deny` and `ask` (an `allow` is refused when the file loads), and a tier's
+    verdict counts only when one of its rules applies (it has no default). A workspace's rules cannot
+    loosen it: `ApprovalPolicy.decide` takes the strictest verdict of the tiers and the workspace.
+
+    Args:
+        name: The tier, as verdicts and messages name it (`system`, `user`).
+        source: The file it was read from.
+        rules: Its rules, in file order.
+    """
+
+    __slots__ = ("engine", "name", "rules", "source")
+
+    def __init__(self, name: str, source: str, rules: list[Rule]) -> None:
+        self.name = name
+        self.source = source
+        self.rules = rules
+        self.engine = RuleEngine(rules, "allow", tier=name)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AdminTier):
+            return NotImplemented
+        return (self.name, self.source, self.rules) == (other.name, other.source, other.rules)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"AdminTier({self.name!r}, {self.source!r}, {len(self.rules)} rules)"
+
+    def decide(self, call: ToolCall) -> Verdict | None:
+        """The verdict of this tier's strongest rule that applies to `call`, or `None` if none does."""
+        verdict = self.engine.decide(call)
+        return verdict if verdict.rule_id is not None else None
+
+
 class ApprovalPolicy(_Strict):
     """The `[approval]` table: rules, the default decision, and how long `ask` waits.
 
@@ -296,7 +389,17 @@ class ApprovalPolicy(_Strict):
             client, if it supports elicitation; `console`: an open web console; `terminal`: a running
             `ipybox approve`). People (`console`, `terminal`) listed here also see every pending ask and
             may answer it; the first answer wins.
+        lint: What a rule that does not fit the live tools is (a tool glob that matches no tool, an
+            argument no matched tool declares, a condition its type can never meet): `warn` reports it
+            (`ipybox status`, the console, `ipybox validate --live`); `error` also refuses the edit that
+            brings it, keeping the last good rules, as for any invalid edit.
+        changed_tools: What a call to a tool that differs from its pin in `ipybox.lock` (changed, or new
+            on a pinned server) is decided, until the change is accepted (`ipybox lock accept`): `ask`
+            or `deny`. A rule's `deny` still stands.
         rules: The rules, in file order.
+
+    The admin tiers (`admin`, set by `with_admin` when the workspace loads, never from `ipybox.toml`)
+    are decided with it: see `AdminTier`.
 
     Example:
         ```python
@@ -307,6 +410,8 @@ class ApprovalPolicy(_Strict):
     default: Decision = "ask"
     ask_timeout: float = Field(default=60, gt=0)
     ask: list[AskRoute] = Field(default_factory=lambda: list(get_args(AskRoute)), min_length=1)
+    lint: Literal["warn", "error"] = "warn"
+    changed_tools: Literal["ask", "deny"] = "ask"
     rules: list[Rule] = Field(default_factory=list)
 
     @field_validator("ask")
@@ -318,6 +423,31 @@ class ApprovalPolicy(_Strict):
         return value
 
     _engine: RuleEngine | None = PrivateAttr(default=None)
+    _admin: tuple[AdminTier, ...] = PrivateAttr(default=())
+
+    @property
+    def admin(self) -> tuple[AdminTier, ...]:
+        """The admin tiers decided with these rules, strongest first (`system`, then `user`)."""
+        return self._admin
+
+    def with_admin(self, tiers: tuple[AdminTier, ...]) -> ApprovalPolicy:
+        """This policy under the admin `tiers` (a copy)."""
+        policy = self.model_copy()
+        policy._admin = tuple(tiers)
+        return policy
+
+    def rule(self, rule_id: str, tier: str | None = None) -> Rule | None:
+        """The rule a verdict names (`Verdict.rule_id` and `tier`), or `None`."""
+        rules = self.rules
+        if tier is not None:
+            found = next((t for t in self._admin if t.name == tier), None)
+            if found is None:
+                return None
+            rules = found.rules
+        for index, rule in enumerate(rules):
+            if (rule.id if rule.id is not None else f"rules[{index}]") == rule_id:
+                return rule
+        return None
 
     @model_validator(mode="after")
     def _compile_and_check_examples(self) -> ApprovalPolicy:
@@ -362,4 +492,19 @@ class ApprovalPolicy(_Strict):
             # never decide by the rules of the policy this one was copied from.
             engine = RuleEngine(self.rules, self.default)
             self._engine = engine
-        return engine.decide(call)
+        verdict = engine.decide(call)
+        admin: tuple[AdminTier, ...] = self.__pydantic_private__["_admin"]  # type: ignore[index]
+        # The strictest verdict wins; at equal severity the higher tier is named (system, user, workspace).
+        for tier in reversed(admin):
+            ruled = tier.decide(call)
+            if ruled is not None and SEVERITY[ruled.decision] >= SEVERITY[verdict.decision]:
+                verdict = ruled
+        return verdict
+
+    def applying(self, call: ToolCall) -> list[Verdict]:
+        """Every rule of every tier that applies to `call`, as verdicts: the admin tiers' first (strongest
+        first within each), then the workspace's. `decide` picks among them (and the default)."""
+        self.decide(call)  # compiles the engine if need be
+        engine: RuleEngine = self.__pydantic_private__["_engine"]  # type: ignore[index]
+        found = [verdict for tier in self._admin for verdict in tier.engine.applying(call)]
+        return found + engine.applying(call)

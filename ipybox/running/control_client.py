@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from types import TracebackType
 from typing import Annotated, Self, TypeVar
+from urllib.parse import quote
 
 import aiohttp
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
@@ -33,6 +34,7 @@ from ipybox.running.status import (
     LeaseId,
     LeaseReleased,
     LeaseRequest,
+    LockAccepted,
     ServerOutcome,
     ShutdownAccepted,
     StreamFailure,
@@ -104,6 +106,12 @@ class ControlClient:
 
     async def shutdown(self) -> None:
         await self._call("POST", "/shutdown", ShutdownAccepted)
+
+    async def accept_pins(self, server: str | None = None) -> list[str]:
+        """Pin what `server` (or every server that differs) serves now in `ipybox.lock`; the servers
+        accepted."""
+        path = "/lock/accept" + (f"?server={quote(server)}" if server is not None else "")
+        return (await self._call("POST", path, LockAccepted)).accepted
 
     async def new_lease(self, *, check: bool = False) -> LeaseId:
         """A new lease; with `check`, one whose kernels check agent-written code (their `ask`s are refused

@@ -173,6 +173,28 @@ class KernelsStatus(_Model):
     kernels: list[KernelStatus] = []
 
 
+class PolicyStatus(_Model):
+    """What decides tool calls besides the workspace's rules, and what does not fit.
+
+    Attributes:
+        tiers: The admin tiers in effect, strongest first: `system: /etc/ipybox/policy.toml (2 rules)`.
+        lint: `[approval] lint` (`warn` or `error`); the findings are the reconciler's `lint`.
+        pins: Each server whose tools differ from their pins in `ipybox.lock`, with the differences
+            readably (`tool 'weather' changed: readOnlyHint: true -> false; description changed`, and the
+            description's diff indented); its changed and new tools are decided `changed_tools`.
+        changed_tools: `[approval] changed_tools`: `ask` or `deny`.
+        pins_error: Why `ipybox.lock` can't be read, when it can't (every tool counts as changed).
+        warnings: What weakens the policy (the user tier with kernels unsandboxed), one line each.
+    """
+
+    tiers: list[str] = []
+    lint: Literal["warn", "error"] = "warn"
+    pins: dict[str, list[str]] = {}
+    changed_tools: Literal["ask", "deny"] = "ask"
+    pins_error: str | None = None
+    warnings: list[str] = []
+
+
 class WorkspaceStatus(_Model):
     """`GET /status`: what runs in the workspace.
 
@@ -186,6 +208,7 @@ class WorkspaceStatus(_Model):
         actions: The saved code actions, with what each may call.
         kernels: Each kernel's RSS, CPU time and processes, and the limits (`GET /status` asks the
             gateway; `None` in a status built without asking it).
+        policy: The admin tiers, tool pins and lint mode (`PolicyStatus`).
     """
 
     workspace: str
@@ -207,6 +230,7 @@ class WorkspaceStatus(_Model):
     pending_asks: int = 0
     actions: list[ActionStatus] = []
     kernels: KernelsStatus | None = None
+    policy: PolicyStatus = PolicyStatus()
 
 
 class Problem(_Model):
@@ -281,6 +305,13 @@ class KernelLeased(_Model):
 
 class LeaseReleased(_Model):
     released: Literal[True] = True
+
+
+class LockAccepted(_Model):
+    """`POST /lock/accept` (optionally `?server=NAME`): the servers whose tools as served now were pinned
+    in `ipybox.lock` (none when nothing differed)."""
+
+    accepted: list[str] = []
 
 
 class ShutdownAccepted(_Model):

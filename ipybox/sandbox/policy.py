@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ipybox.errors import IpyboxError
-from ipybox.paths import user_state_dir
+from ipybox.paths import user_policy_path, user_state_dir
 from ipybox.sandbox.domains import domain_entry_error
 from ipybox.sandbox.view import PathRule, View, rules_beside
 
@@ -243,8 +243,10 @@ class SandboxPolicy(_Strict):
         ]
         protected = [PathRule(str(workspace), name) for name in DEFAULT_DENY_WRITE]
         protected += [_rule(entry, workspace, home) for entry in self.filesystem.deny_write]
-        # The host's own ipybox state (the server registry) lives here, whatever the workspace.
+        # The host's own ipybox state (the server registry) lives here, whatever the workspace; and the
+        # admin policy's user tier, which a workspace's rules must not be able to loosen.
         protected.append(PathRule(str(user_state_dir()), ""))
+        protected.append(PathRule(str(user_policy_path().parent), ""))
         allow_write = [_rule(entry, workspace, home) for entry in self.filesystem.allow_write]
         return View(
             workspace=str(workspace),

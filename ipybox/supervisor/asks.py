@@ -49,6 +49,7 @@ from ipybox.approval.rule_approver import WorkspaceApprover
 from ipybox.config import CONFIG_FILE, WorkspaceConfig
 from ipybox.config.rule_writer import write_answer_rule
 from ipybox.lifecycle import Service, first_of
+from ipybox.reconcile.pins import ToolPins
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
 from ipybox.running.status import CallerId, LeaseId
 from ipybox.supervisor.leases import LeaseTable
@@ -70,6 +71,7 @@ class AsksService(Service):
         config: The configuration in effect (`[approval]` before the service started, servers' `cwd`).
         reload_rules: Applies `ipybox.toml`'s rules now; returns why the file does not load, if it doesn't.
         console_url: The web console's address, for the people asked (`None` when it is off).
+        pins: The workspace's tool pins: calls to tools that differ from them are asked about.
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class AsksService(Service):
         config: Callable[[], WorkspaceConfig],
         reload_rules: Callable[[], Awaitable[Exception | None]],
         console_url: Callable[[], str | None],
+        pins: ToolPins | None = None,
     ) -> None:
         super().__init__("asks")
         self.workspace = workspace
@@ -100,6 +103,7 @@ class AsksService(Service):
             console=console_url,
             links=self._path_links,
             refusal_of=leases.refusal,
+            pending_tool=pins.pending if pins is not None else (lambda server, tool: None),
         )
 
     async def _startup(self) -> None:

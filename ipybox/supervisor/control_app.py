@@ -52,6 +52,7 @@ from ipybox.running.status import (
     LeaseId,
     LeaseReleased,
     LeaseRequest,
+    LockAccepted,
     ServerOutcome,
     ShutdownAccepted,
     StreamFailure,
@@ -82,6 +83,7 @@ class Controlled(Protocol):
     async def serve_asker(self, websocket: WebSocket) -> None: ...
     def console_login(self) -> str: ...
     def request_shutdown(self) -> None: ...
+    async def accept_pins(self, server: str | None) -> list[str]: ...
 
 
 def control_app(target: Controlled, token: str) -> ASGIApp:
@@ -128,6 +130,9 @@ def control_app(target: Controlled, token: str) -> ASGIApp:
             return await apply_once(request)
         return _ApplyStream(target, request.path_params["name"], request.url.path)
 
+    async def accept_pins(request: Request) -> LockAccepted:
+        return LockAccepted(accepted=await target.accept_pins(request.query_params.get("server")))
+
     async def shutdown(request: Request) -> ShutdownAccepted:
         target.request_shutdown()
         return ShutdownAccepted()
@@ -161,6 +166,7 @@ def control_app(target: Controlled, token: str) -> ASGIApp:
         Route("/console/login", console_login, methods=["POST"]),
         Route("/servers/{name}/apply", apply_server_streaming, methods=["POST"]),
         Route("/shutdown", endpoint(shutdown), methods=["POST"]),
+        Route("/lock/accept", endpoint(accept_pins), methods=["POST"]),
     ]
     return BearerAuth(Starlette(routes=routes), token)
 

@@ -39,6 +39,7 @@ from starlette.websockets import WebSocket
 from ipybox.approval.asks import AskAnswer, AskBoard
 from ipybox.asgi_server import EmbeddedServer
 from ipybox.config import CONFIG_FILE, WorkspaceConfig, load_config
+from ipybox.config.policy_lint import lint_error
 from ipybox.config.sections import KernelSection
 from ipybox.console.endpoint import ConsoleEndpoint
 from ipybox.kernels.gateway import KernelGateway
@@ -47,6 +48,7 @@ from ipybox.kernels.remote_gateway import RemoteGateway
 from ipybox.lifecycle import Service, handling_signals
 from ipybox.mcp_client.params import ServerParams
 from ipybox.progress import Progress, ProgressHub
+from ipybox.reconcile.pins import ToolPins
 from ipybox.reconcile.reconciler import Reconciler
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
 from ipybox.running.state import StatePaths, SupervisorLock, forget_run_dirs
@@ -114,13 +116,18 @@ class Supervisor(Service):
         # The private run directory (sockets), made by `start()`: a random name, created exclusively, 0700.
         self.run_dir = Path(tempfile.gettempdir()) / f"ipybox-ws-{secrets.token_urlsafe(6)}"
         self.leases = LeaseTable()
+        # The tools each server serves, against their pins in ipybox.lock (read now, written by the host).
+        self.pins = ToolPins(
+            self.workspace, lambda: with_servers(self.config, self.reconciler).enabled_servers()
+        )
         self.asks = AsksService(
             self.workspace, self.paths.audit, leases=self.leases, config=lambda: self.config,
-            reload_rules=self._reload_rules, console_url=lambda: self.console_url,
+            reload_rules=self._reload_rules, console_url=lambda: self.console_url, pins=self.pins,
         )  # fmt: skip
         self.tools = ToolsService(
             self.workspace, self.run_dir / "tools.sock", config=lambda: self.config, approver=self.asks.approver,
             prepare=self._prepare_server, on_restart=self._tools_restarted, on_failure=self._failed,
+            pins=self.pins,
         )  # fmt: skip
         self.kernels = KernelsService(
             self.workspace, self.paths.dir, self.run_dir, gateway_token=secrets.token_urlsafe(32),
@@ -185,6 +192,9 @@ class Supervisor(Service):
         async with self._report.pool_while(self.spawn, lambda: self.pool, self.config.kernel.warm_pool):
             await self._start_endpoints(parts)
             await self.reconciler.apply(self.config)
+        if self.config.approval.lint == "error" and (findings := self.reconciler.lint()):
+            # As a bad file would: there is no last good policy to keep running at start-up.
+            raise lint_error(self.config, findings)
         self.spawn(self.reconciler.watch(), name="ipybox-reconciler-watch")
         self._ready = True
         self._write_state()
@@ -290,7 +300,7 @@ class Supervisor(Service):
     def status(self) -> WorkspaceStatus:
         sources = StatusSources(
             self.workspace, self.started_at, self.config, self.paths.dir, self.leases, self.board,
-            self.kernels, self.tools, self.reconciler, self.mcp_url, self.console_url,
+            self.kernels, self.tools, self.reconciler, self.mcp_url, self.console_url, self.pins,
         )  # fmt: skip
         return workspace_status(sources, self._positions)
 
@@ -365,6 +375,21 @@ class Supervisor(Service):
 
     def explain(self, call: ToolCall) -> list[tuple[ToolCall, Verdict]]:
         return self.asks.explain(call)
+
+    async def accept_pins(self, server: str | None) -> list[str]:
+        """Pin in `ipybox.lock` what `server` (or every server that differs) serves now: its changed and
+        new tools are decided by the rules again.
+
+        Raises:
+            KeyError: `server` has not listed its tools in this run (nothing is known to pin).
+        """
+        try:
+            return await asyncio.to_thread(self.pins.accept, server)
+        except KeyError:
+            raise KeyError(
+                f"server {server!r} has not started in this run, so there is nothing to accept: call one of "
+                "its tools (or `ipybox server apply`) first"
+            ) from None
 
     async def answer(self, ask_id: str, answer: AskAnswer) -> str | None:
         return await self.asks.answer(ask_id, answer)

@@ -31,6 +31,7 @@ from ipybox.config.addresses import split_host_port
 from ipybox.lifecycle import Service
 from ipybox.mcp_client.params import ServerParams
 from ipybox.mcp_client.pool import MCPServers
+from ipybox.reconcile.pins import ToolPins
 from ipybox.tool_server.remote_calls import RemoteCalls
 from ipybox.tool_server.tls import load_certificate, workspace_certificate
 from ipybox.tool_server.tool_server import ToolServer
@@ -55,6 +56,7 @@ class ToolsService(Service):
         prepare: The servers' `prepare` hook.
         on_restart: Awaited with the new server after a restart.
         on_failure: Called when a restart fails.
+        pins: The workspace's tool pins (`ipybox.lock`), told of every listing of the servers.
     """
 
     def __init__(
@@ -67,8 +69,10 @@ class ToolsService(Service):
         prepare: Prepare,
         on_restart: Callable[[ToolServer], Awaitable[None]],
         on_failure: Callable[[BaseException], None] | None = None,
+        pins: ToolPins | None = None,
     ) -> None:
         super().__init__("tool server", on_failure=on_failure)
+        self.pins = pins
         self.workspace = workspace
         self.socket = socket
         self.config = config
@@ -119,6 +123,9 @@ class ToolsService(Service):
             dotenv_path=self.workspace / ".env",
             prepare=self.prepare,
         )
+        if self.pins is not None:  # every listing, also of a server restarted by a call, meets its pins
+            servers.on_listed = self.pins.on_listed
+            servers.tool_gate = self.pins.gate
         remote = config.kernel.gateway is not None
         server = ToolServer(
             servers=servers,

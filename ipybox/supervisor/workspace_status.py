@@ -33,10 +33,12 @@ from ipybox.executor.remote_kernels import remote_limits_env
 from ipybox.kernels.gateway import KernelGateway
 from ipybox.kernels.remote_gateway import RemoteGateway
 from ipybox.progress import Progress, ProgressEvent, ProgressHub, server_part
+from ipybox.reconcile.pins import ToolPins
 from ipybox.reconcile.reconciler import Reconciler
 from ipybox.running.status import (
     ActionStatus,
     GatewayStatus,
+    PolicyStatus,
     PoolStatus,
     ReconcilerStatus,
     ServerOutcome,
@@ -66,6 +68,7 @@ class StatusSources:
     reconciler: Reconciler | None
     mcp: str | None
     console: str | None
+    pins: ToolPins | None = None
 
 
 def workspace_status(sources: StatusSources, positions: ConfigPositions) -> WorkspaceStatus:
@@ -101,6 +104,30 @@ def workspace_status(sources: StatusSources, positions: ConfigPositions) -> Work
         console=s.console,
         pending_asks=len(s.board.pending),
         actions=action_statuses(reconciler),
+        policy=policy_status(reconciler.config if reconciler and reconciler.config else s.config, s.pins),
+    )
+
+
+def policy_status(config: WorkspaceConfig, pins: ToolPins | None) -> PolicyStatus:
+    """The admin tiers, the pins' differences and the lint mode of the policy in effect."""
+    policy = config.approval
+    tiers = [
+        f"{tier.name}: {tier.source} ({len(tier.rules)} rule{'s' * (len(tier.rules) != 1)})"
+        for tier in policy.admin
+    ]
+    warnings = []
+    if any(tier.name == "user" for tier in policy.admin) and not config.sandbox.enabled:
+        warnings.append(
+            "the user admin policy is only as strong as the kernels' sandbox, which is off: unsandboxed kernels "
+            "run as you and can edit it (use the system tier, /etc/ipybox/policy.toml)"
+        )
+    return PolicyStatus(
+        tiers=tiers,
+        lint=policy.lint,
+        pins=pins.lines() if pins is not None else {},
+        changed_tools=policy.changed_tools,
+        pins_error=pins.error if pins is not None else None,
+        warnings=warnings,
     )
 
 

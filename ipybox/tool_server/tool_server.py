@@ -434,8 +434,9 @@ class ToolServer:
         except UnknownServerError as e:
             return error(ErrorKind.UNKNOWN_SERVER, str(e))
         call = replace(call, annotations=self.servers.known_annotations(key, call.tool))
+        listed = self.servers.listing(key)  # a restart before the call re-checks the tool's pin
         refused = _refusal(await self.approver.decide(call), name)
-        return refused if refused is not None else await self._execute(call, key)
+        return refused if refused is not None else await self._execute(call, key, listed)
 
     async def _shell(self, request: dict[str, Any]) -> dict[str, Any]:
         """May a shell command run in the calling kernel? Only asked, never run here."""
@@ -447,7 +448,7 @@ class ToolServer:
         refused = _refusal(await approver.decide(call), f"shell command {call.args['cmd']!r}")
         return refused if refused is not None else {"approved": True}
 
-    async def _execute(self, call: ToolCall, key: str) -> dict[str, Any]:
+    async def _execute(self, call: ToolCall, key: str, listed: int | None = None) -> dict[str, Any]:
         """Run an approved call on the server `key` (`servers.resolve_key`): `{"result": value}`, or an
         error the kernel's `ToolRunner` raises: `tool_error`, `call_timeout` (no answer within the server's
         `call_timeout`), `result_too_large` (over its `max_result_size`), `server_memory_limit` (the server
@@ -460,7 +461,9 @@ class ToolServer:
 
         server_name, tool_name = call.server, call.tool
         try:
-            result = await self.servers.call(key, tool_name, dict(call.args), caller=call.caller)  # starts it
+            result = await self.servers.call(
+                key, tool_name, dict(call.args), caller=call.caller, listed=listed
+            )  # starts it
             tool = self.servers.known_tool(key, tool_name)
             value = tool_result_value(
                 result,
@@ -533,10 +536,16 @@ def _refusal(outcome: Approval, name: str) -> dict[str, Any] | None:
     match outcome:
         case Approved():
             return None
-        case Rejected(reason):
-            return error(
+        case Rejected(reason, rule_id, tier, explanation):
+            answer = error(
                 ErrorKind.APPROVAL_REJECTED, f"{name} was rejected" + (f": {reason}" if reason else "")
             )
+            # The deciding rule, for the kernel's `ApprovalRejectedError` (an agent reads why, and what is
+            # allowed instead).
+            answer["error"].update(
+                {k: v for k, v in (("rule", rule_id), ("tier", tier), ("why", explanation)) if v is not None}
+            )
+            return answer
         case TimedOut(timeout):
             return error(ErrorKind.APPROVAL_TIMEOUT, f"no decision on {name} within {timeout:g} s")
         case NoOneToAsk(reason):

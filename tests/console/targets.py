@@ -163,6 +163,7 @@ class WorkspaceTarget:
     refusal: str | None = None
     answers: list[tuple[str, AskAnswer]] = field(default_factory=list)
     workspace_status: WorkspaceStatus = field(default_factory=status_of)
+    accepted: list[str | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.audit = AuditLog(self.directory / ".ipybox" / "audit.jsonl")
@@ -182,6 +183,18 @@ class WorkspaceTarget:
             ]
             return [(command, self.policy.decide(command)) for command in commands]
         return [(call, self.policy.decide(call))]
+
+    async def accept_pins(self, server: str | None) -> list[str]:
+        """As the supervisor: the server's differences are gone from the status once accepted."""
+        self.accepted.append(server)
+        policy = self.workspace_status.policy
+        if server not in policy.pins:
+            raise KeyError(f"server {server!r} has not started in this run")
+        pins = {name: lines for name, lines in policy.pins.items() if name != server}
+        self.workspace_status = self.workspace_status.model_copy(
+            update={"policy": policy.model_copy(update={"pins": pins})}
+        )
+        return [server] if server is not None else []
 
     async def answer(self, ask_id: str, answer: AskAnswer) -> str | None:
         self.answers.append((ask_id, answer))

@@ -16,7 +16,7 @@ from ipybox.approval.links import PathLink
 from ipybox.console.app import ConsoleApp
 from ipybox.console.rendering import TEMPLATES_DIR
 from ipybox.rules import ToolCall, Verdict
-from ipybox.running.status import GatewayStatus, KernelsStatus
+from ipybox.running.status import GatewayStatus, KernelsStatus, PolicyStatus
 from tests.console.conftest import ORIGIN, PORT, csrf_of
 from tests.console.targets import WorkspaceTarget, status_of
 
@@ -512,6 +512,41 @@ async def test_the_rules_are_listed_in_the_order_they_are_tried(browser: httpx.A
     assert 'id="policy-default">ask</span>' in page and "90.0 s, then the call is denied" in page
     assert "application, elicitation, console, terminal" in page
     assert "<code>path: glob &#34;out/**&#34;</code>" in page and "<code>readOnlyHint = true</code>" in page
+
+
+async def test_the_rules_page_shows_rules_that_fit_no_tool_and_accepts_a_changed_server(
+    browser: httpx.AsyncClient, target: WorkspaceTarget
+) -> None:
+    pins = {
+        "edge": [
+            "tool 'forecast' changed: readOnlyHint: true -> false; description changed",
+            "    -Old",
+            "    +New <b>",
+        ]
+    }
+    policy = PolicyStatus(pins=pins, tiers=["system: /etc/ipybox/policy.toml (1 rule)"])
+    reconciler = target.workspace_status.reconciler.model_copy(
+        update={
+            "lint": [
+                "/ws/ipybox.toml:9:1: rule 'typo': tool glob 'forcast' matches no tool (did you mean 'forecast'?)"
+            ]
+        }
+    )
+    target.workspace_status = target.workspace_status.model_copy(
+        update={"policy": policy, "reconciler": reconciler}
+    )
+    page = (await browser.get("/rules")).text
+    assert "did you mean &#39;forecast&#39;?" in page and "system: /etc/ipybox/policy.toml (1 rule)" in page
+    assert "readOnlyHint: true -&gt; false" in page and "+New &lt;b&gt;" in page  # escaped, as everything
+    csrf = csrf_of(page)
+    response = await browser.post(
+        "/pins/accept", data={"csrf": csrf, "server": "edge"}, headers={"Origin": ORIGIN}
+    )
+    assert response.status_code == 200 and "Pinned in ipybox.lock: edge." in response.text
+    assert target.accepted == ["edge"] and 'id="pins"' not in response.text
+    # Without the CSRF token nothing is accepted.
+    response = await browser.post("/pins/accept", data={"server": "edge"}, headers={"Origin": ORIGIN})
+    assert response.status_code == 403 and target.accepted == ["edge"]
 
 
 async def explain(browser: httpx.AsyncClient, **fields: str) -> httpx.Response:

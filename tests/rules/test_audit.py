@@ -39,6 +39,7 @@ def test_record_a_rule_verdict(tmp_path: Path) -> None:
         "rule_id": "read-only",
         "decided_by": "rule",
         "reason": "rule 'read-only' applies",
+        "prev": audit.GENESIS,  # the first record of a log
     }
     assert log.read() == [entry]
     time = datetime.fromisoformat(entry.time)

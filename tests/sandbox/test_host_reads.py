@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 
 from ipybox import CodeExecutionError, CodeExecutor
-from ipybox.paths import user_state_dir
+from ipybox.paths import user_policy_path, user_state_dir
 from tests.sandbox.conftest import OUTSIDE_PARENT
 
 pytestmark = pytest.mark.integration
+
+ADMIN_POLICY = '[[approval.rules]]\nid = "no-shell"\nserver = "shell"\ndecision = "deny"\n'
 
 
 def attempt(action: str) -> str:
@@ -53,6 +55,10 @@ async def planted(monkeymodule: pytest.MonkeyPatch) -> AsyncIterator[Planted]:
     state_dir = user_state_dir()
     state_dir.mkdir(parents=True)
     (state_dir / "mcp_servers.json").write_text("{}")
+    # The admin policy's user tier inside the workspace too (its ~/.config, the workspace being the home).
+    monkeymodule.setenv("XDG_CONFIG_HOME", str(workspace / "config"))
+    user_policy_path().parent.mkdir(parents=True)
+    user_policy_path().write_text(ADMIN_POLICY)
     try:
         async with CodeExecutor(working_dir=workspace, sandbox=True) as executor:
             yield Planted(executor, parent, workspace, state_dir)
@@ -155,6 +161,23 @@ async def test_a_kernel_cannot_write_the_hosts_server_registry(planted: Planted)
     out = await planted.run(attempt(f"open({str(planted.state_dir / 'other.json')!r}, 'w')"))
     assert out == "denied: OSError"
     assert registry.read_text() == "{}"
+
+
+async def test_a_kernel_cannot_loosen_the_users_admin_policy_or_plant_one(planted: Planted) -> None:
+    policy = user_policy_path()
+    out = await planted.run(attempt(f"open({str(policy)!r}, 'w').write('')"))
+    assert out == "denied: OSError"
+    out = await planted.run(attempt(f"__import__('os').rename({str(policy)!r}, {str(policy)!r} + '.old')"))
+    assert out == "denied: OSError"
+    out = await planted.run(attempt(f"open({str(policy.parent / 'other.toml')!r}, 'w')"))
+    assert out == "denied: OSError"
+    assert policy.read_text() == ADMIN_POLICY
+
+
+async def test_a_kernel_cannot_rewrite_the_tool_pins(planted: Planted) -> None:
+    out = await planted.run(attempt("open('ipybox.lock', 'w').write('[servers]')"))
+    assert out == "denied: OSError"
+    assert not (planted.workspace / "ipybox.lock").exists()
 
 
 # -- class 7: the generated packages and their marker

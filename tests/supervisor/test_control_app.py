@@ -51,6 +51,7 @@ STATUS_KEYS = {
     "kernel_generation", "restarts", "config_error", "reconciler", "state_dir", "mcp", "console",
     "pending_asks", "actions",
     "kernels",  # added with resource limits: each kernel's usage
+    "policy",  # added with issue 35: admin tiers, tool pins, lint mode
 }  # fmt: skip
 
 

@@ -92,9 +92,9 @@ async def test_an_allowed_command_runs_and_is_audited(
     attached: CodeExecutor, workspace_up: Supervisor
 ) -> None:
     assert (await attached.execute("!ls d")).text == "kept.txt"
-    assert audit(workspace_up)[-1] | {"time": None} == {
+    assert audit(workspace_up)[-1] | {"time": None, "prev": None} == {
         "time": None, "server": "shell", "tool": "ls", "args": {"cmd": "ls d"}, "decision": "allow",
-        "rule_id": "list", "decided_by": "rule", "reason": "rule 'list' applies",
+        "rule_id": "list", "decided_by": "rule", "reason": "rule 'list' applies", "prev": None,
     }  # fmt: skip
 
 
