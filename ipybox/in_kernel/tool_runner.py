@@ -347,22 +347,26 @@ def _text(error: dict[str, Any], key: str) -> str | None:
 
 
 _cell_seen: tuple[int, str | None] | None = None  # (cell number, digest of its text), hashed once a cell
+_shell: Any = None  # IPython's shell, found once: looking it up took 5 us a call
 
 
 def _cell() -> tuple[int | None, str | None]:
     """The number of the cell running now (IPython's `execution_count` while it runs) and the SHA-256 of
     its text, for a rule's per-cell quota and the audit log; `(None, None)` outside IPython. Never imports
     IPython: a kernel has it loaded already."""
-    global _cell_seen
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    count = getattr(shell, "execution_count", None)
+    global _cell_seen, _shell
+    if _shell is None:
+        ipython = sys.modules.get("IPython")
+        _shell = ipython.get_ipython() if ipython is not None else None
+        if _shell is None:
+            return None, None
+    count = getattr(_shell, "execution_count", None)
     if not isinstance(count, int) or isinstance(count, bool):
         return None, None
     if _cell_seen is None or _cell_seen[0] != count:
         digest = None
         try:  # the running cell is the last input IPython stored (before it ran it)
-            text = shell.history_manager.input_hist_raw[-1]  # type: ignore[union-attr]
+            text = _shell.history_manager.input_hist_raw[-1]
             if isinstance(text, str):
                 digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         except (AttributeError, IndexError):

@@ -1,8 +1,18 @@
 """Rule-based approval of tool calls: `allow`, `deny` or `ask`, decided on the host before a call runs."""
 
-from ipybox.rules.audit import AuditEntry, AuditFilter, AuditLog, AuditLogContents, AuditPage, DecidedBy
+from ipybox.rules.audit import (
+    AuditEntry,
+    AuditFilter,
+    AuditLog,
+    AuditLogContents,
+    AuditPage,
+    BrokenLink,
+    ChainReport,
+    DecidedBy,
+    verify_chain,
+)
 from ipybox.rules.calls import Decision, ToolCall, Verdict
-from ipybox.rules.models import ApprovalPolicy, ArgCondition, ExampleCall, Rule
+from ipybox.rules.models import AdminTier, ApprovalPolicy, ArgCondition, CallQuota, ExampleCall, Rule
 from ipybox.rules.shell_commands import (
     SHELL_SERVER,
     ShellCommand,
@@ -15,6 +25,7 @@ from ipybox.rules.tool_annotations import ANNOTATION_DEFAULTS
 __all__ = [
     "ANNOTATION_DEFAULTS",
     "SHELL_SERVER",
+    "AdminTier",
     "ApprovalPolicy",
     "ArgCondition",
     "AuditEntry",
@@ -22,6 +33,9 @@ __all__ = [
     "AuditLog",
     "AuditLogContents",
     "AuditPage",
+    "BrokenLink",
+    "CallQuota",
+    "ChainReport",
     "DecidedBy",
     "Decision",
     "ExampleCall",
@@ -32,4 +46,5 @@ __all__ = [
     "Verdict",
     "shell_calls",
     "split_commands",
+    "verify_chain",
 ]

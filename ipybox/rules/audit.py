@@ -221,7 +221,7 @@ def code_hash(code: str) -> str:
 
 # Left out of a line when `None`: lines of decisions without them keep the keys they always had. `prev`
 # last: `AuditLog` puts it in at the end of the line made without it (see the module docstring).
-_OPTIONAL_KEYS: Final = ("scope", "by", "code", "quota", "prev")
+_OPTIONAL_KEYS: Final = ("tier", "scope", "by", "code", "quota", "prev")
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +237,8 @@ class AuditEntry:
         rule_id: The rule that decided or asked, `None` if the default did.
         decided_by: Who decided (see `DecidedBy`).
         reason: A short explanation for humans.
+        tier: The admin tier of that rule (`system`, `user`; `Verdict.tier`), `None` for the workspace's
+            own rules (and in lines written before ipybox had tiers).
         scope: For an answered `ask`: `once`, `session` or `always` (`None` otherwise, and in lines
             written before ipybox recorded it).
         by: For an answered `ask`: who answered (`console (root)`, `terminal (alice on /dev/pts/3)`).
@@ -254,6 +256,7 @@ class AuditEntry:
     rule_id: str | None
     decided_by: DecidedBy
     reason: str | None = None
+    tier: str | None = None
     scope: Scope | None = None
     by: str | None = None
     code: str | None = None
@@ -616,6 +619,7 @@ class AuditLog:
             "rule_id": verdict.rule_id,
             "decided_by": final,
             "reason": redact.text(reason if reason is not None else default_reason),
+            "tier": verdict.tier,
             "scope": scope,
             "by": by,
             "code": code,

@@ -80,7 +80,8 @@ async def test_an_admin_deny_stands_over_a_workspace_allow_and_names_its_tier_an
     assert isinstance(outcome, Rejected)
     assert (outcome.rule_id, outcome.tier, outcome.explanation) == ("no-echo", "system", "echo leaks")
     assert "rule 'no-echo' of the system admin policy: echo leaks" in outcome.reason
-    assert audited(tmp_path / "audit.jsonl")[-1]["rule_id"] == "no-echo"
+    entry = audited(tmp_path / "audit.jsonl")[-1]
+    assert (entry["rule_id"], entry["tier"]) == ("no-echo", "system")
 
 
 async def test_a_workspace_deny_is_stricter_than_an_admin_ask(tmp_path: Path) -> None:

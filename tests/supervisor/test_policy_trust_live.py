@@ -115,7 +115,12 @@ async def test_an_admin_deny_stands_over_a_workspace_allow_and_the_kernel_learns
         out = await live.call(executor, "fail", {"message": "x"})
     assert out.startswith("rejected ('no-fail', 'user', 'failing tools are not called on this machine')"), out
     entry = live.audit()[-1]
-    assert (entry["tool"], entry["decision"], entry["rule_id"]) == ("fail", "deny", "no-fail")
+    assert (entry["tool"], entry["decision"], entry["rule_id"], entry["tier"]) == (
+        "fail",
+        "deny",
+        "no-fail",
+        "user",
+    )
 
 
 async def test_a_quota_trips_and_its_count_survives_a_reconcile(live: Live) -> None:
