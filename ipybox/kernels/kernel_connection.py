@@ -446,21 +446,12 @@ def log_tail(path: Path | None, lines: int = 12) -> str:
 
 
 def _without_traceback_frames(lines: list[str]) -> list[str]:
-    """`lines` with each Python traceback's frames left out (its header and exception line kept): a
-    traceback of the gateway's own (a websocket handler finding its kernel gone) would otherwise push the
-    kernel's error out of the tail."""
-    kept: list[str] = []
-    in_traceback = False
-    for line in lines:
-        if line.startswith("Traceback (most recent call last)"):
-            in_traceback = True
-            kept.append(line)
-        elif in_traceback and line[:1] in (" ", "\t"):
-            continue  # a frame, its source line or its ^^^ marker
-        else:
-            in_traceback = False
-            kept.append(line)
-    return kept
+    """`lines` without the indented lines of Python tracebacks (frames, source lines, `^^^` markers, and the
+    nested exceptions of chained ones and of exception groups), their headers and unindented exception lines
+    kept: a traceback of the gateway's own (a websocket handler finding its kernel gone, logged once per
+    restart of a kernel that can't start) would otherwise push the kernel's error out of the tail. A
+    kernel's own error line is unindented, so it stays."""
+    return [line for line in lines if line[:1] not in (" ", "\t")]
 
 
 def _unreachable(endpoint: GatewayEndpoint, error: Exception) -> GatewayUnreachableError:
