@@ -66,3 +66,24 @@ def test_a_clean_policy_passes_and_a_server_that_cannot_start_is_not_judged(
     assert report["servers"]["edge"]["tools"] > 10
     assert "exited" in report["servers"]["broken"]["error"]
     assert pids(TAG) == []
+
+
+def test_lock_accept_outside_a_running_workspace_pins_what_the_servers_serve_now(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ipybox.cli.lock import accept
+    from ipybox.config.tool_lock import read_lock
+
+    workspace = write_workspace(tmp_path, "", broken=True)
+    # The broken server can't be listed: it is reported and left unpinned, the other is pinned.
+    assert accept(workspace, None, as_json=True) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["accepted"] == ["edge"] and list(report["failed"]) == ["broken"]
+    pins = read_lock(workspace / "ipybox.lock").servers
+    assert list(pins) == ["edge"] and pins["edge"].tools["forecast"].annotations["readOnlyHint"] is True
+    # Nothing differs the second time: nothing is written.
+    assert accept(workspace, "edge", as_json=False) == 0
+    assert "already pins what the servers serve" in capsys.readouterr().out
+    assert accept(workspace, "nope", as_json=False) == 2
+    assert "has no enabled server 'nope'" in capsys.readouterr().err
+    assert pids(TAG) == []
