@@ -187,7 +187,7 @@ def _under_admin_tiers(config: WorkspaceConfig, root: Path) -> WorkspaceConfig:
             )
         allowed = minimums.allowed_domains
         if allowed is not None:
-            beyond = [d for d in config.sandbox.network.allowed_domains if not domain_allowed(d, allowed)]
+            beyond = [d for d in config.sandbox.network.allowed_hosts if not domain_allowed(d, allowed)]
             if beyond:
                 _refuse(
                     ("sandbox", "network", "allowedDomains"),
@@ -288,7 +288,7 @@ def _check_secrets(config: WorkspaceConfig, root: Path) -> None:
                     f"[sandbox.network] deniedDomains has {denied!r}, so kernels can't reach {host!r}: "
                     "remove one of them",
                 )
-            if not any(covers(entry, host) for entry in network.allowed_domains):
+            if not any(covers(entry, host) for entry in network.allowed_hosts):
                 _refuse(
                     ("secrets", name, "hosts", index),
                     host,

@@ -289,7 +289,11 @@ async def start_kernel_gateway(
     # Everything that can fail on the caller's input fails before any process starts.
     env = setup.kernel_env(tool_address, tool_token)
     proxy = (
-        DomainProxy(setup.sandbox.network.allowed_domains, setup.sandbox.network.denied_domains)
+        DomainProxy(
+            setup.sandbox.network.allowed_domains,
+            setup.sandbox.network.denied_domains,
+            read_only=setup.sandbox.network.read_only,
+        )
         if (setup.sandbox is not None and setup.needs_proxy)
         else None
     )

@@ -167,7 +167,11 @@ class KernelGateway:
         tool_socket = Path(tool_address.removeprefix("unix:")) if tool_address.startswith("unix:") else None
         proxy_socket = None
         if policy.network.allowed_domains:
-            self._proxy = DomainProxy(policy.network.allowed_domains, policy.network.denied_domains)
+            self._proxy = DomainProxy(
+                policy.network.allowed_domains,
+                policy.network.denied_domains,
+                read_only=policy.network.read_only,
+            )
             proxy_socket = await self._proxy.start()
         return sandboxed_kernel_spec(
             policy,

@@ -45,7 +45,9 @@ async def sandboxed(
         if not network.allowed_domains:
             yield sandboxed_command(command, policy, workspace, temp_dir=Path(temp_dir), tmp_size=tmp_size)
             return
-        async with DomainProxy(network.allowed_domains, network.denied_domains) as proxy:
+        async with DomainProxy(
+            network.allowed_domains, network.denied_domains, read_only=network.read_only
+        ) as proxy:
             proxy_socket = await proxy.start()
             yield sandboxed_command(
                 command,

@@ -28,8 +28,8 @@ proxy puts the value in its place only where the secret may go:
   client and the origin find it. `Connection: close` from either side, HTTP/1.0, an answer delimited by
   the origin closing, or the origin closing an idle connection (a client must see that before it
   reuses the connection) end the connection.
-- **Refused** on an intercepted connection, with a plain-text answer naming what and why (and the
-  connection closed): the placeholder of a secret for other hosts anywhere in the request head (`403`,
+- **Refused** on an intercepted connection (a secret's host or a host with request rules), with a
+  plain-text answer naming what and why (and the connection closed): the placeholder of a secret for other hosts anywhere in the request head (`403`,
   naming the secret and the host, logged as a warning: a misrouted secret); both `Content-Length` and
   `Transfer-Encoding`, a repeated or malformed `Content-Length`, a bare CR or LF, header line folding or
   a malformed header line (`400`: an origin could frame the request otherwise than the proxy checked it,
@@ -39,6 +39,21 @@ proxy puts the value in its place only where the secret may go:
 - **Never replaced**: in `CONNECT` targets, in tunnels to other hosts (the proxy can't read them), and in
   plain `http://` requests, where a placeholder of any secret in the request head is refused (`403`,
   logged as a warning): the secret would travel in clear text.
+
+Request rules ([domains][ipybox.sandbox.domains]: an `allowedDomains` entry with `methods` or `paths`, or
+`readOnly`): each request to a host whose rule restricts anything is checked before the origin sees it.
+
+- **Plain HTTP**: the method and the path of the request line, before connecting. A refused request gets
+  `403` (`400` for a path an origin could normalize into another: `..`, `%2F`, ...), in plain text naming
+  the host, the method and path, the entry (or `readOnly`) and that a person allows it by editing
+  `allowedDomains` in `ipybox.toml`. An allowed one is parsed as strictly as an intercepted one (the
+  refusals below), and only its own body goes to the origin: what the client sends after it is not
+  relayed, so a second request can't follow the checked one down the connection.
+- **HTTPS**: a `CONNECT` to such a host is intercepted as a secret's host is (any port; the CA must have
+  been made for these hosts too, `DomainFilter.restricted_entries`), and each request on it is checked
+  the same way; a refused one is answered, and the connection closed. Without a CA such a `CONNECT` is
+  refused (`403`): the proxy can't check requests it can't read. `CONNECT` itself is not a method an
+  entry allows; the requests inside are.
 
 What a secret can't prevent: an origin that echoes a request's headers in its answer (an echo service,
 some error pages) shows the value to the kernel; answers pass unchanged.
@@ -71,7 +86,7 @@ from types import TracebackType
 from typing import Literal, Self
 
 from ipybox.sandbox.addresses import internal_reason
-from ipybox.sandbox.domains import DomainFilter, covers, normalize_host
+from ipybox.sandbox.domains import AllowedEntry, DomainFilter, RequestRule, covers, normalize_host
 from ipybox.sandbox.interception import InterceptionCA, SecretRoute, basic_credentials
 from ipybox.sandbox.netbridge import pipe
 
@@ -112,17 +127,21 @@ class DomainProxy:
     secrets in the requests to their hosts (see the module's description).
 
     Args:
-        allowed: `network.allowedDomains` entries.
+        allowed: `network.allowedDomains` entries: host strings, or entries with request rules
+            (`DomainRule`).
         denied: `network.deniedDomains` entries (they win over allowed ones).
+        read_only: `network.readOnly`: every allowed host is limited to GET, HEAD and OPTIONS.
         secrets: The secrets whose placeholders it replaces; their hosts must be allowed to be reached.
-        ca: The CA whose certificates it serves to the sandbox for the secrets' hosts (made for all of
-            them); needed when there are secrets.
+        ca: The CA whose certificates it serves to the sandbox for the hosts it intercepts: made for the
+            secrets' hosts and the restricted entries (`DomainFilter.restricted_entries`). Needed when
+            there are secrets; without it, `CONNECT`s to restricted hosts are refused.
         upstream_context: How it verifies the secrets' hosts (default: `ssl.create_default_context()`);
             it must check host names and require a certificate. Its ALPN is set to `http/1.1`.
 
     Raises:
-        ValueError: Secrets without a CA, a CA not made for all their hosts, two secrets whose placeholders
-            overlap, or an upstream context that does not verify.
+        ValueError: Secrets without a CA, a CA not made for all their hosts or all the restricted entries,
+            two secrets whose placeholders overlap, a host listed twice with different rules, or an
+            upstream context that does not verify.
 
     Example:
         ```python
@@ -139,19 +158,21 @@ class DomainProxy:
 
     def __init__(
         self,
-        allowed: list[str],
-        denied: list[str] | None = None,
+        allowed: Sequence[str | AllowedEntry],
+        denied: Sequence[str] | None = None,
         *,
+        read_only: bool = False,
         secrets: Sequence[SecretRoute] = (),
         ca: InterceptionCA | None = None,
         upstream_context: ssl.SSLContext | None = None,
     ) -> None:
-        self.hosts = DomainFilter(allowed, denied or [])
+        self.hosts = DomainFilter(allowed, denied or [], read_only=read_only)
         self.secrets = tuple(secrets)
         _check_secrets(self.secrets, ca)
+        _check_restricted(self.hosts.restricted_entries, ca)
         self._ca = ca
         self._upstream_context: ssl.SSLContext | None = None
-        if self.secrets:
+        if self.secrets or (ca is not None and self.hosts.restricted_entries):
             # Made only when needed: loading the system's CAs takes milliseconds.
             context = upstream_context or ssl.create_default_context()
             if not context.check_hostname or context.verify_mode != ssl.CERT_REQUIRED:
@@ -218,15 +239,33 @@ class DomainProxy:
         head = await reader.readuntil(b"\r\n\r\n")
         request_line, _, header_block = head.partition(b"\r\n")
         routes: tuple[SecretRoute, ...] = ()
+        rule: RequestRule | None = None
+        body: Framing | None = None  # a checked plain-HTTP request's own body: all that is relayed
         try:
             method, target, version = request_line.decode("latin-1").split(" ")
             if method == "CONNECT":
                 host, port = _split_host_port(target, default_port=None)
                 routes = tuple(route for route in self.secrets if route.applies_to(host))
+                rule = self._rule(host)
+                if rule.restricts and self._ca is None:
+                    name = normalize_host(host)
+                    logger.info("sandbox network: refused CONNECT %s: its requests can't be checked", name)
+                    raise _Refused(
+                        403,
+                        "Forbidden",
+                        f"ipybox sandbox proxy: refused CONNECT to {name}: allowedDomains entry {rule.entry}"
+                        f"{' with readOnly = true' if rule.read_only else ''} limits its requests, and TLS "
+                        "requests to it can't be checked without the workspace's interception CA, which this "
+                        "proxy was not given",
+                    )
             else:
                 host, port, path = _parse_absolute_http(target)
                 self._refuse_in_clear(head, host)
-            upstream_reader, upstream_writer = await self._open(host, port, tls=bool(routes))
+                rule = self._rule(host)
+                if rule.restricts:
+                    body = _checked_plain_request(head, rule, normalize_host(host), method, path)
+            intercept = method == "CONNECT" and (bool(routes) or rule.restricts)
+            upstream_reader, upstream_writer = await self._open(host, port, tls=intercept)
         except _Refused as refused:
             await _answer(writer, refused.status, refused.reason, str(refused))
             return
@@ -234,7 +273,7 @@ class DomainProxy:
             await _answer(writer, 400, "Bad Request", "not an HTTP proxy request")
             return
         try:
-            if routes:
+            if intercept:
                 # Bytes sent before the 200 (checked after the origin answered, which takes a while) would
                 # be lost to the TLS started below: asyncio hands it only what arrives later. Clients wait.
                 if _buffered(reader):
@@ -244,16 +283,35 @@ class DomainProxy:
                     return
                 writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
                 await self._intercept(
-                    reader, writer, upstream_reader, upstream_writer, normalize_host(host), port, routes
+                    reader, writer, upstream_reader, upstream_writer, normalize_host(host), port, routes, rule
                 )
                 return
             if method == "CONNECT":
                 writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
             else:
                 upstream_writer.write(_origin_form(method, path, version, header_block))
+                if body is not None:
+                    # Checked: its body alone goes on, and nothing the client sends after it; the
+                    # connection ends with the answer (an origin need not honour `Connection: close`).
+                    await _copy(body, reader, upstream_writer, "request")
+                    await _relay_answer(upstream_reader, writer, method, normalize_host(host))
+                    return
             await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
         finally:
             upstream_writer.close()
+
+    def _rule(self, host: str) -> RequestRule:
+        """What may be asked of `host`.
+
+        Raises:
+            _Refused: It is not allowed (403).
+        """
+        rule = self.hosts.rule(host)
+        if rule is None:
+            name = normalize_host(host)
+            logger.info("sandbox network: refused %s (not in allowedDomains)", name)
+            raise _Refused(403, "Forbidden", f"ipybox sandbox: {name} is not in network.allowedDomains")
+        return rule
 
     def _refuse_in_clear(self, head: bytes, host: str) -> None:
         """Refuse a plain-HTTP request that carries a placeholder: its secret would go out in clear text."""
@@ -285,6 +343,7 @@ class DomainProxy:
         host: str,
         port: int,
         routes: tuple[SecretRoute, ...],
+        rule: RequestRule | None,
     ) -> None:
         assert self._ca is not None
         # On the loop: a leaf is minted once per host (about 2 ms), then kept (2 us).
@@ -300,7 +359,8 @@ class DomainProxy:
             )
             return
         others = tuple(route for route in self.secrets if route not in routes)
-        relay = _Relay(reader, writer, upstream_reader, upstream_writer, host, port, routes, others)
+        checked = rule if rule is not None and rule.restricts else None
+        relay = _Relay(reader, writer, upstream_reader, upstream_writer, host, port, routes, others, checked)
         await relay.run()
 
     async def _open(
@@ -334,7 +394,9 @@ class DomainProxy:
         for family, proto, ip, ip_port in addresses:
             try:
                 if not tls:
-                    connecting = asyncio.open_connection(ip, ip_port, family=family, proto=proto)
+                    connecting = asyncio.open_connection(
+                        ip, ip_port, family=family, proto=proto, limit=_RESPONSE_HEAD_LIMIT
+                    )
                 else:
                     connecting = asyncio.open_connection(
                         ip,
@@ -373,6 +435,75 @@ def _check_secrets(secrets: tuple[SecretRoute, ...], ca: InterceptionCA | None) 
                 raise ValueError(
                     f"secrets {route.name!r} and {other.name!r}: one's placeholder holds the other's"
                 )
+
+
+def _check_restricted(entries: tuple[str, ...], ca: InterceptionCA | None) -> None:
+    """A CA given must be made for every restricted entry: the proxy reads the TLS to their hosts."""
+    if ca is None:
+        return  # CONNECTs to them are refused
+    missing = [entry for entry in entries if not any(covers(ca_entry, entry) for ca_entry in ca.hosts)]
+    if missing:
+        raise ValueError(
+            f"allowedDomains entries {', '.join(missing)} limit their requests (methods, paths or readOnly), "
+            f"so the proxy reads the TLS to them, and the interception CA was not made for them "
+            f"({', '.join(ca.hosts)}): make it with the secrets' hosts and DomainFilter.restricted_entries"
+        )
+
+
+def _checked_plain_request(head: bytes, rule: RequestRule, host: str, method: str, path: str) -> Framing:
+    """How a plain-HTTP request to a restricted host frames its body, once its head passed the rule.
+
+    Raises:
+        _Refused: The rule refuses it, or its head could be read otherwise by the origin (as on an
+            intercepted connection).
+    """
+    if (refusal := rule.refusal(host, method, path)) is not None:
+        status, message = refusal
+        logger.info("sandbox network: %s", message)
+        raise _Refused(status, "Forbidden" if status == 403 else "Bad Request", message)
+    start, fields = _parse_request_head(head)
+    if not _TOKEN.fullmatch(start[0]) or _TARGET_FORBIDDEN.search(start[1]):
+        raise _Refused(400, "Bad Request", "ipybox sandbox proxy: a malformed request line")
+    if start[2] not in (b"HTTP/1.1", b"HTTP/1.0"):
+        raise _Refused(505, "HTTP Version Not Supported", "ipybox sandbox proxy: only HTTP/1.x")
+    if any(name == b"upgrade" for name, _, _ in fields):
+        raise _Refused(
+            501,
+            "Not Implemented",
+            f"ipybox sandbox proxy: no protocol upgrades to {host}, whose requests the proxy checks one by "
+            "one",
+        )
+    return _request_framing(fields, start[2])
+
+
+async def _relay_answer(
+    upstream_reader: asyncio.StreamReader, writer: asyncio.StreamWriter, method: str, host: str
+) -> None:
+    """Relay the answer (and interim ones) to a checked plain-HTTP request, as far as its framing says."""
+    answered = False
+    try:
+        while True:
+            head = await upstream_reader.readuntil(b"\r\n\r\n")
+            _, status, fields = _parse_response_head(head, host)
+            if status < 100 or status == 101:
+                raise _Broken(502, "Bad Gateway", f"ipybox sandbox proxy: {host} answered status {status}")
+            writer.write(head)
+            answered = True
+            if status >= 200:
+                break
+        await _copy(
+            _response_framing(fields, status, method.encode(), host), upstream_reader, writer, "answer"
+        )
+        await writer.drain()
+    except _Broken as broken:
+        logger.info("sandbox network: %s", broken)
+        if not answered:
+            await _answer(writer, broken.status, broken.reason, str(broken))
+    except asyncio.LimitOverrunError:
+        if not answered:
+            await _answer(
+                writer, 502, "Bad Gateway", f"ipybox sandbox proxy: {host} answered with a huge head"
+            )
 
 
 def _buffered(reader: asyncio.StreamReader) -> bool:
@@ -416,8 +547,10 @@ class _Relay:
         port: int,
         routes: tuple[SecretRoute, ...],
         others: tuple[SecretRoute, ...],
+        rule: RequestRule | None = None,
     ) -> None:
         self.client_reader, self.client_writer = client_reader, client_writer
+        self.rule = rule  # checked on every request; None: nothing to check
         self.upstream_reader, self.upstream_writer = upstream_reader, upstream_writer
         self.host, self.port = host, port
         self.routes = [(route, route.placeholder.encode()) for route in routes]
@@ -491,7 +624,7 @@ class _Relay:
             raise _Refused(
                 505,
                 "HTTP Version Not Supported",
-                f"ipybox sandbox proxy: only HTTP/1.1 to {self.host}, where secrets are put in requests",
+                f"ipybox sandbox proxy: only HTTP/1.1 to {self.host}, whose requests the proxy reads",
             )
         host_values = [value for name, _, value in fields if name == b"host"]
         if len(host_values) != 1:
@@ -509,6 +642,8 @@ class _Relay:
             raise _Refused(
                 501, "Not Implemented", f"ipybox sandbox proxy: no CONNECT inside a connection to {self.host}"
             )
+        if self.rule is not None:
+            self._check_rule(method.decode("latin-1"), target.decode("latin-1"))
         sites = _placeholder_sites(head)
         for route, placeholder in self.others:
             if any(placeholder in site for site in sites):
@@ -531,13 +666,24 @@ class _Relay:
                 501,
                 "Not Implemented",
                 f"ipybox sandbox proxy: no protocol upgrades (Upgrade: WebSocket, h2c) to {self.host}: the "
-                "proxy reads each HTTP/1.1 request there to put secrets in",
+                "proxy reads each HTTP/1.1 request there (to put secrets in, or check it)",
             )
         body = _request_framing(fields, version)
         keep_alive = version == b"HTTP/1.1" and not _has_token(fields, b"connection", b"close")
         if any(placeholder in site for site in sites for _, placeholder in self.routes):
             head = _substituted(start, fields, self.routes)
         return _Request(head, method, body, keep_alive)
+
+    def _check_rule(self, method: str, target: str) -> None:
+        assert self.rule is not None
+        if target[:1] != "/" and target != "*":
+            # An absolute URL, whose authority was checked: its path (and query) is what the origin serves.
+            rest = target.split("/", 3)
+            target = "/" + (rest[3] if len(rest) > 3 else "")
+        if (refusal := self.rule.refusal(self.host, method, target)) is not None:
+            status, message = refusal
+            logger.info("sandbox network: %s", message)
+            raise _Refused(status, "Forbidden" if status == 403 else "Bad Request", message)
 
     def _check_authority(self, authority: bytes, what: str) -> None:
         try:

@@ -1,10 +1,9 @@
 """Secrets through the DomainProxy: TLS interception with placeholder substitution, and its CA.
 
-In one process, no kernels: a test CA signs the certificate of an origin (an asyncio TLS server on
-127.0.0.1 that records every request and answers with sized or chunked bodies); the proxy allows
-`localhost` (and `127.0.0.1`) exactly and verifies the origin with the test CA; the client is
-`http.client` in a thread, over a Unix socket the test sends `CONNECT` on itself and wraps in TLS trusting
-the trust bundle, as a sandboxed client trusts it through `SSL_CERT_FILE`.
+In one process, no kernels, with the harness of `tests.sandbox.tls_harness` (a test CA, a TLS origin on
+127.0.0.1 that records every request, `http.client` through the proxy's Unix socket); the proxy allows
+`localhost` (and `127.0.0.1`) exactly and verifies the origin with the test CA; the client trusts the
+trust bundle, as a sandboxed client trusts it through `SSL_CERT_FILE`.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import dataclasses
 import datetime as dt
 import http.client
 import ipaddress
-import itertools
 import logging
 import os
 import shutil
@@ -23,15 +21,14 @@ import ssl
 import stat
 import threading
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ipybox.sandbox.interception import (
     CA_CERT_FILE,
@@ -45,51 +42,27 @@ from ipybox.sandbox.interception import (
 )
 from ipybox.sandbox.netbridge import pipe
 from ipybox.sandbox.proxy import DomainProxy
+from tests.sandbox.tls_harness import (
+    CHUNKS,
+    NOW,
+    Origin,
+    fetch,
+    https_through,
+    key_pem,
+    make_cert,
+    pem,
+    raw_exchange_through,
+    start_origin,
+    tunnel,
+)
 
 PLACEHOLDER = "ipybox-secret-github-5f2c9a0d1e7b"
 VALUE = "ghp_the-real-github-token-0123456789"
 OTHER_PLACEHOLDER = "ipybox-secret-gitlab-8c1d4e6f2a90"
 OTHER_VALUE = "glpat-the-real-gitlab-token-9876543210"
-NOW = dt.datetime.now(dt.UTC)
-CHUNKS = [b"first chunk|", b"second, longer chunk|", b"x" * 70_000]  # the last one spans reads
 
 
 # -- certificates
-
-
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-def _cert(
-    subject: x509.Name,
-    key: ec.EllipticCurvePrivateKey,
-    issuer: x509.Name,
-    signer: ec.EllipticCurvePrivateKey,
-    names: list[x509.GeneralName] | None,
-) -> x509.Certificate:
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(NOW - dt.timedelta(hours=1))
-        .not_valid_after(NOW + dt.timedelta(days=2))
-    )
-    if names is None:
-        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-    else:
-        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False).add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-        )
-    return builder.sign(signer, hashes.SHA256())
-
-
-def _pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
 
 
 def _handshake(server: ssl.SSLContext, ca_pem: bytes, host: str) -> str:
@@ -117,75 +90,6 @@ def _handshake(server: ssl.SSLContext, ca_pem: bytes, host: str) -> str:
         thread.join()
 
 
-# -- the origin
-
-
-@dataclass
-class Seen:
-    connection: int
-    head: bytes
-    body: bytes
-
-
-@dataclass
-class Origin:
-    port: int
-    seen: list[Seen] = field(default_factory=list)
-
-    def heads(self) -> list[str]:
-        return [s.head.decode("latin-1") for s in self.seen]
-
-
-async def _read_body(reader: asyncio.StreamReader, head: bytes) -> bytes:
-    lines = head.decode("latin-1").lower().split("\r\n")
-    if "transfer-encoding: chunked" in lines:
-        body = b""
-        while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
-            body += (await reader.readexactly(size + 2))[:-2]
-        while await reader.readuntil(b"\r\n") != b"\r\n":
-            pass
-        return body
-    length = next((int(line.split(":")[1]) for line in lines if line.startswith("content-length:")), 0)
-    return await reader.readexactly(length)
-
-
-async def _serve_origin(
-    origin: Origin, number: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> None:
-    try:
-        while True:
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError:
-                return
-            if b"\r\nexpect: 100-continue\r\n" in head.lower():
-                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            body = await _read_body(reader, head)
-            origin.seen.append(Seen(number, head, body))
-            method, path, _ = head.split(b"\r\n")[0].decode().split(" ")
-            if path == "/close-delimited":
-                writer.write(b"HTTP/1.1 200 OK\r\n\r\nuntil the origin closes")
-                return
-            if path == "/chunked":
-                chunked = (
-                    b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in CHUNKS) + b"0\r\nX-Trailer: t\r\n\r\n"
-                )
-                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked)
-            else:
-                answer = f"{method} {path} body={len(body)} conn={number}".encode()
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(answer))
-                if method != "HEAD":
-                    writer.write(answer)
-            await writer.drain()
-            if path == "/then-idle-close":
-                await asyncio.sleep(0.2)  # the origin's keep-alive timeout, shortened
-                return
-    except (ConnectionError, ssl.SSLError):
-        pass
-    finally:
-        writer.close()
-
-
 @dataclass
 class World:
     proxy: DomainProxy
@@ -203,90 +107,32 @@ class World:
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
-    test_key = ec.generate_private_key(ec.SECP256R1())
-    test_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ipybox test CA")])
-    test_ca = _cert(test_name, test_key, test_name, test_key, None)
-    origin_key = ec.generate_private_key(ec.SECP256R1())
-    origin_names: list[x509.GeneralName] = [
-        x509.DNSName("localhost"),
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-    ]
-    origin_cert = _cert(x509.Name([]), origin_key, test_name, test_key, origin_names)
-    (tmp_path / "origin.pem").write_bytes(_pem(origin_cert) + _key_pem(origin_key))
-    origin_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    origin_context.load_cert_chain(tmp_path / "origin.pem")
-    connections = itertools.count(1)
-    origin = Origin(0)
-    server = await asyncio.start_server(
-        lambda r, w: _serve_origin(origin, next(connections), r, w), "127.0.0.1", 0, ssl=origin_context
-    )
-    origin.port = server.sockets[0].getsockname()[1]
+    served = await start_origin(tmp_path)
     ca = InterceptionCA.load_or_create(tmp_path / "ca", ["localhost", "gitlab.example"])
     secrets = [
         SecretRoute("github", PLACEHOLDER, VALUE, ("localhost",), frozenset({"authorization"})),
         SecretRoute("gitlab", OTHER_PLACEHOLDER, OTHER_VALUE, ("gitlab.example",)),
     ]
-    upstream = ssl.create_default_context(cadata=_pem(test_ca).decode())
     bundle = trust_bundle(ca, tmp_path / "sandbox" / "bundle.pem")
     async with DomainProxy(
-        ["localhost", "127.0.0.1"], secrets=secrets, ca=ca, upstream_context=upstream
+        ["localhost", "127.0.0.1"], secrets=secrets, ca=ca, upstream_context=served.upstream_context()
     ) as proxy:
         await proxy.start(tmp_path / "proxy.sock")
-        yield World(proxy, origin, ca, bundle, _pem(test_ca), tmp_path)
-    server.close()
+        yield World(proxy, served.origin, ca, bundle, served.test_ca_pem, tmp_path)
+    served.close()
 
 
 # -- the client
 
 
-def tunnel(socket_path: Path, authority: str) -> socket.socket:
-    """A Unix socket to the proxy with a CONNECT to `authority` answered 200."""
-    raw = socket.socket(socket.AF_UNIX)
-    raw.settimeout(10)
-    raw.connect(str(socket_path))
-    raw.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
-    answer = b""
-    while not answer.endswith(b"\r\n\r\n"):  # byte by byte: what follows is the TLS of the tunnel
-        byte = raw.recv(1)
-        assert byte, answer
-        answer += byte
-    assert answer.startswith(b"HTTP/1.1 200 "), answer
-    return raw
-
-
 def https(world: World, host: str = "localhost", cafile: Path | None = None) -> http.client.HTTPConnection:
     """An `http.client` connection to the origin through the proxy, trusting `cafile` (the bundle)."""
-    raw = tunnel(world.socket_path, f"{host}:{world.origin.port}")
-    context = ssl.create_default_context(cafile=cafile or world.bundle)
-    connection = http.client.HTTPConnection(host, world.origin.port, timeout=10)
-    connection.sock = context.wrap_socket(raw, server_hostname=host)
-    return connection
-
-
-def fetch(
-    connection: http.client.HTTPConnection,
-    method: str,
-    path: str,
-    headers: dict[str, str] | None = None,
-    body: bytes | list[bytes] | None = None,
-) -> tuple[int, bytes, http.client.HTTPResponse]:
-    if isinstance(body, list):  # sent chunked, as an iterable body is
-        connection.request(method, path, body=iter(body), headers=headers or {}, encode_chunked=True)
-    else:
-        connection.request(method, path, body=body, headers=headers or {})
-    response = connection.getresponse()
-    return response.status, response.read(), response
+    return https_through(world.socket_path, host, world.origin.port, cafile or world.bundle)
 
 
 def raw_exchange(world: World, request: bytes) -> bytes:
     """Send `request` as bytes over an intercepted connection; everything until the proxy closes it."""
-    raw = tunnel(world.socket_path, f"localhost:{world.origin.port}")
-    with ssl.create_default_context(cafile=world.bundle).wrap_socket(raw, server_hostname="localhost") as tls:
-        tls.sendall(request)
-        answer = b""
-        while data := tls.recv(65536):
-            answer += data
-        return answer
+    return raw_exchange_through(world.socket_path, "localhost", world.origin.port, world.bundle, request)
 
 
 def head(world: World, extra: str) -> bytes:
@@ -603,8 +449,8 @@ async def test_the_ca_signs_only_for_the_secret_hosts(world: World) -> None:
         general: x509.GeneralName = (
             x509.IPAddress(ipaddress.ip_address(name)) if name[0].isdigit() else x509.DNSName(name)
         )
-        forged = _cert(x509.Name([]), leaf_key, ca_cert.subject, key, [general])
-        (world.directory / "forged.pem").write_bytes(_pem(forged) + _key_pem(leaf_key))
+        forged = make_cert(x509.Name([]), leaf_key, ca_cert.subject, key, [general])
+        (world.directory / "forged.pem").write_bytes(pem(forged) + key_pem(leaf_key))
         server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         server.load_cert_chain(world.directory / "forged.pem")
         assert "subtree violation" in await asyncio.to_thread(_handshake, server, ca_pem, name)
