@@ -230,6 +230,7 @@ def sandboxed_kernel_launch(
     tool_server_dir: Path | None = None,
     tool_socket: Path | None = None,
     proxy_socket: Path | None = None,
+    readable: Sequence[Path] = (),
     home: Path | None = None,
     tmp_size: int | None = None,
 ) -> SandboxedKernelLaunch:
@@ -248,6 +249,7 @@ def sandboxed_kernel_launch(
         tool_socket: The tool server's call socket, made reachable (instead of `tool_server_dir`).
         proxy_socket: The [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket, when the policy allows
             domains.
+        readable: More paths under `/tmp` to keep visible, read-only (the proxy's trust bundle).
         home: What `~` in the policy stands for.
         tmp_size: Each kernel's private `/tmp` size in bytes (None: no limit of its own); it is part of
             the plan.
@@ -258,7 +260,7 @@ def sandboxed_kernel_launch(
             whole number of bytes above zero.
     """
     bwrap = check_sandbox()
-    readable: list[Path] = []
+    readable = list(readable)
     if tool_socket is not None:
         readable.append(tool_socket)
     if tool_server_dir is not None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -72,6 +72,7 @@ class AsksService(Service):
         reload_rules: Applies `ipybox.toml`'s rules now; returns why the file does not load, if it doesn't.
         console_url: The web console's address, for the people asked (`None` when it is off).
         pins: The workspace's tool pins: calls to tools that differ from them are asked about.
+        secrets: Values the audit log redacts wherever they occur (`[secrets]` resolved on the host).
     """
 
     def __init__(
@@ -84,6 +85,7 @@ class AsksService(Service):
         reload_rules: Callable[[], Awaitable[Exception | None]],
         console_url: Callable[[], str | None],
         pins: ToolPins | None = None,
+        secrets: Iterable[str] = (),
     ) -> None:
         super().__init__("asks")
         self.workspace = workspace
@@ -95,7 +97,7 @@ class AsksService(Service):
         self.board = AskBoard()
         self.approver = WorkspaceApprover(
             config().approval,
-            AuditLog(audit_path),
+            AuditLog(audit_path, secrets=secrets),
             leases.answerer,
             board=self.board,
             session_of=lambda caller: leases.lease_of(CallerId(caller)),

@@ -30,15 +30,16 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ipybox.codeact.layout import module_roots
 from ipybox.config import CONFIG_FILE, WorkspaceConfig
 from ipybox.config.executables import LiveKernels, ServerCodeGuard
+from ipybox.config.secrets import ResolvedSecret
 from ipybox.config.sections import KernelSection
-from ipybox.executor.kernel_setup import start_kernel_gateway, workspace_kernel_setup
+from ipybox.executor.kernel_setup import KernelSetup, start_kernel_gateway, workspace_kernel_setup
 from ipybox.executor.remote_kernels import remote_gateway_of, remote_start_env
 from ipybox.in_kernel.call_protocol import SERVER_ENV
 from ipybox.in_kernel.mcptools_refresh import MCPTOOLS_DIR_ENV
@@ -70,6 +71,8 @@ logger = logging.getLogger("ipybox.supervisor")
 _LEASE_ATTEMPTS = 3
 REMOTE_CHECK_INTERVAL = 2.0
 """Seconds between two checks that a remote gateway (`[kernel.gateway]`) still answers."""
+TRUST_DIR = "trust"
+"""In the run directory: the trust bundle of the proxy's interception CA, which sandboxed kernels read."""
 # Seconds code run by `run_in_fresh_kernel` (a check of agent-written modules) may run.
 _CHECK_TIMEOUT = 60
 # Why the asks of a kernel that checks agent-written code are refused (nobody is asked: a person would be
@@ -96,6 +99,9 @@ class KernelsService(Service):
         forget_session: Called with a lease being released: its answers "for this session" end.
         on_new_gateway: Called after a restart or a recycle started a new gateway.
         on_failure: Called when a watcher of the service fails (a bug).
+        secrets: `[secrets]` resolved on the host: the proxy puts them in requests to their hosts, kernels
+            get placeholders (`workspace_kernel_setup`); the trust bundle kernels use is written to
+            `run_dir`'s `trust` directory (which sandboxed kernels may read, not write).
     """
 
     def __init__(
@@ -112,8 +118,10 @@ class KernelsService(Service):
         forget_session: Callable[[LeaseId], None],
         on_new_gateway: Callable[[], None],
         on_failure: Callable[[BaseException], None] | None = None,
+        secrets: Mapping[str, ResolvedSecret] | None = None,
     ) -> None:
         super().__init__("kernels", on_failure=on_failure)
+        self.secrets: Mapping[str, ResolvedSecret] = dict(secrets or {})
         self.workspace, self.state_dir, self.run_dir = workspace, state_dir, run_dir
         self.gateway_token = gateway_token
         self.leases = leases
@@ -143,6 +151,16 @@ class KernelsService(Service):
             dotenv_path=workspace / ".env",
         )
 
+    def _setup(self, config: WorkspaceConfig | None = None) -> KernelSetup:
+        """What local kernels start with: the workspace's setup, with the secrets and the trust bundle."""
+        return workspace_kernel_setup(
+            config or self.config(),
+            self.workspace,
+            self.state_dir,
+            secrets=self.secrets,
+            trust_dir=self.run_dir / TRUST_DIR,
+        )
+
     @property
     def _stopping(self) -> bool:
         return self.state in (ServiceState.CLOSING, ServiceState.CLOSED)
@@ -162,7 +180,7 @@ class KernelsService(Service):
             await self._start_remote()
             return
         # The same builder as `CodeExecutor`'s embedded gateway; what differs is described by the setup.
-        setup = workspace_kernel_setup(self.config(), self.workspace, self.state_dir)
+        setup = self._setup()
         kernels = await start_kernel_gateway(
             setup,
             self.tools.calls_address,
@@ -509,7 +527,7 @@ class KernelsService(Service):
                 return
             if isinstance(gateway, RemoteGateway):
                 return  # its kernels see nothing of this machine's (they import over the channel)
-            setup = workspace_kernel_setup(self.config(), self.workspace, self.state_dir)
+            setup = self._setup()
             if setup.sandbox is None or setup.sandbox == self._spec_policies[-1]:
                 return
             proxy_socket = self.run_dir / "proxy.sock" if setup.needs_proxy else None

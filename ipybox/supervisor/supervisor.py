@@ -19,6 +19,11 @@ endpoint, console, reconciler hooks); `workspace_status()` assembles the status.
 Progress: `progress` (a `ProgressHub`, `ipybox.progress`) carries the events of long operations: while
 `start(progress=...)` runs, its listener sees the parts come up (`ipybox.supervisor.startup` lists them);
 `apply_server(name, progress=...)` passes on the events of that server alone.
+
+Secrets: `[secrets]` are resolved on the host once, when the supervisor is made (a `SecretError` stops
+`ipybox up` before anything starts, as a bad `ipybox.toml` does); their values go to the kernels' proxy
+(`KernelsService`) and to the audit log, which redacts them, never to a kernel. An edit of `[secrets]`, or
+of the `.env` a value comes from, takes effect at the next `ipybox up`.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from ipybox.approval.asks import AskAnswer, AskBoard
 from ipybox.asgi_server import EmbeddedServer
 from ipybox.config import CONFIG_FILE, WorkspaceConfig, load_config
 from ipybox.config.policy_lint import lint_error
+from ipybox.config.secrets import resolve_secrets, secret_values
 from ipybox.config.sections import KernelSection
 from ipybox.console.endpoint import ConsoleEndpoint
 from ipybox.kernels.gateway import KernelGateway
@@ -91,7 +97,7 @@ class Supervisor(Service):
 
     Example:
         ```python
-        supervisor = Supervisor(Path("example-workspace"))  # raises ConfigError
+        supervisor = Supervisor(Path("example-workspace"))  # raises ConfigError, SecretError
         with supervisor.handle_signals():
             await supervisor.start()  # raises AlreadyRunningError, SandboxUnavailableError
             try:
@@ -110,6 +116,12 @@ class Supervisor(Service):
         self.config: WorkspaceConfig = load_config(self.workspace / CONFIG_FILE)
         if require_sandbox:
             check_sandboxed(self.config)
+        # On the host, once: kernels get placeholders, the proxy and the audit log the values.
+        self.resolved_secrets = (
+            resolve_secrets(self.config.secrets, environ=os.environ, dotenv_path=self.workspace / ".env")
+            if self.config.secrets and self.config.sandbox.enabled
+            else {}
+        )
         self.paths = StatePaths(self.config.resolve(self.config.workspace.state_dir))
         self.started_at = datetime.now(UTC)
         self.progress = ProgressHub()
@@ -123,6 +135,7 @@ class Supervisor(Service):
         self.asks = AsksService(
             self.workspace, self.paths.audit, leases=self.leases, config=lambda: self.config,
             reload_rules=self._reload_rules, console_url=lambda: self.console_url, pins=self.pins,
+            secrets=secret_values(self.resolved_secrets),
         )  # fmt: skip
         self.tools = ToolsService(
             self.workspace, self.run_dir / "tools.sock", config=lambda: self.config, approver=self.asks.approver,
@@ -133,7 +146,7 @@ class Supervisor(Service):
             self.workspace, self.paths.dir, self.run_dir, gateway_token=secrets.token_urlsafe(32),
             leases=self.leases, tools=self.tools, config=lambda: with_servers(self.config, self.reconciler),
             settings=self.kernel_settings, forget_session=self.asks.forget_session,
-            on_new_gateway=self._write_state, on_failure=self._failed,
+            on_new_gateway=self._write_state, on_failure=self._failed, secrets=self.resolved_secrets,
         )  # fmt: skip
         self.reconciler: Reconciler | None = None  # made by `start()`, on the tool server's servers
         self._lock = SupervisorLock(self.paths)
