@@ -109,6 +109,11 @@ class ReconcileHooks(Protocol):
         """The kernels' environment, sandbox or warm pool changed: replace running kernels with ones
         started from `config`. `reasons` are one line each, e.g. `kernel.warm_pool: 1 -> 2`."""
 
+    async def network_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
+        """Only the sandbox's network policy changed (`ConfigChanges.network_changed`): make the running
+        kernels' proxy filter by `config`'s from their next connection on, or replace the kernels when it
+        can't. `reasons` are one line each, e.g. `sandbox.network.allowedDomains: [...] -> [...]`."""
+
 
 class Reconciler(Service):
     """Applies a workspace's configuration to running MCP servers, generated packages, rules and kernels,
@@ -277,7 +282,8 @@ class Reconciler(Service):
         Changed approval rules reach `hooks.rules_changed` first, without waiting for anything else. Then
         the packages of removed (or disabled) servers go; then, concurrently, removed servers stop, added
         and changed ones are (re)started and generated (one failing does not hold back the others: see
-        `status()`), and `hooks.kernels_changed` replaces kernels if their settings changed. Servers that
+        `status()`), and `hooks.kernels_changed` replaces kernels if their settings changed (or
+        `hooks.network_changed` updates their proxy, if only the network policy did). Servers that
         failed to start before are tried again. Each package written or removed bumps the generation
         marker at once. Output parsers are checked in a kernel after this returns (`checked()`).
 
@@ -317,8 +323,11 @@ class Reconciler(Service):
                 ),
             ]
             if changes.kernels_changed:
-                reasons = list(changes.kernel_reasons)
+                reasons = [*changes.kernel_reasons, *changes.network_reasons]
                 work.append(self._run_hook("kernels_changed", self.hooks.kernels_changed(config, reasons)))
+            elif changes.network_changed:
+                reasons = list(changes.network_reasons)
+                work.append(self._run_hook("network_changed", self.hooks.network_changed(config, reasons)))
             await asyncio.gather(*work)
             self._digests[_KERNEL_ENV] = placeholder_digest(config.kernel.env, os.environ, self._dotenv_path)
             return changes

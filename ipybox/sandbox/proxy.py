@@ -55,6 +55,11 @@ Request rules ([domains][ipybox.sandbox.domains]: an `allowedDomains` entry with
   refused (`403`): the proxy can't check requests it can't read. `CONNECT` itself is not a method an
   entry allows; the requests inside are.
 
+Policy updates (`DomainProxy.update`): the allowed and denied hosts and `readOnly` can change while the
+proxy runs; connections accepted afterwards get the new policy, open ones keep the one they were accepted
+under. The secrets and the CA don't change: an entry that becomes restricted must be one the CA was made
+for (clients can't start trusting another CA), else the update is refused.
+
 What a secret can't prevent: an origin that echoes a request's headers in its answer (an echo service,
 some error pages) shows the value to the kernel; answers pass unchanged.
 
@@ -171,18 +176,61 @@ class DomainProxy:
         _check_secrets(self.secrets, ca)
         _check_restricted(self.hosts.restricted_entries, ca)
         self._ca = ca
+        self._upstream_given = upstream_context
         self._upstream_context: ssl.SSLContext | None = None
         if self.secrets or (ca is not None and self.hosts.restricted_entries):
-            # Made only when needed: loading the system's CAs takes milliseconds.
-            context = upstream_context or ssl.create_default_context()
-            if not context.check_hostname or context.verify_mode != ssl.CERT_REQUIRED:
-                raise ValueError("the upstream TLS context must verify certificates and host names")
-            context.set_alpn_protocols(["http/1.1"])
-            self._upstream_context = context
+            self._upstream_context = self._make_upstream_context()
         self.unix_socket: Path | None = None
         self._private_dir: Path | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+
+    def _make_upstream_context(self) -> ssl.SSLContext:
+        # Made only when needed: loading the system's CAs takes milliseconds.
+        context = self._upstream_given or ssl.create_default_context()
+        if not context.check_hostname or context.verify_mode != ssl.CERT_REQUIRED:
+            raise ValueError("the upstream TLS context must verify certificates and host names")
+        context.set_alpn_protocols(["http/1.1"])
+        return context
+
+    def update(
+        self,
+        allowed: Sequence[str | AllowedEntry],
+        denied: Sequence[str] | None = None,
+        *,
+        read_only: bool = False,
+    ) -> None:
+        """Filter by a new policy from now on: `allowed`, `denied` and `read_only` as for the constructor;
+        the secrets and the CA stay.
+
+        The filter is swapped at once (one assignment on the event loop): each connection accepted after
+        this returns is judged by the new policy; a connection accepted before keeps the policy it was
+        accepted under until it ends (a `CONNECT` tunnel, an intercepted connection and its later
+        requests, a plain-HTTP request being relayed). Clients that keep connections alive (a
+        `requests.Session`, a pool) see the new policy on their next new connection.
+
+        Raises:
+            ValueError: The new policy is invalid (a host listed twice with different rules, ...), or an
+                entry becomes restricted (methods, paths or `readOnly`) that the proxy's CA was not made
+                for, or the proxy has no CA at all: its HTTPS requests could only be checked with a CA
+                the clients already trust, so the policy can't change under them (start new clients, with
+                a CA made for it, instead). The proxy is unchanged.
+        """
+        hosts = DomainFilter(allowed, denied or [], read_only=read_only)
+        added = [entry for entry in hosts.restricted_entries if entry not in self.hosts.restricted_entries]
+        if added and self._ca is None:
+            raise ValueError(
+                f"allowedDomains entries {', '.join(added)} now limit their requests (methods, paths or "
+                "readOnly), and this proxy has no interception CA to check their HTTPS requests with: the "
+                "policy can't change under running clients"
+            )
+        _check_restricted(hosts.restricted_entries, self._ca)
+        upstream = self._upstream_context
+        if upstream is None and self._ca is not None and hosts.restricted_entries:
+            upstream = self._make_upstream_context()
+        # Everything is checked: nothing above changed the proxy, and nothing below can fail.
+        self._upstream_context = upstream
+        self.hosts = hosts
 
     async def __aenter__(self) -> Self:
         return self
@@ -236,6 +284,8 @@ class DomainProxy:
             writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # The policy the connection was accepted under, for all of it (`update` swaps `self.hosts`).
+        hosts = self.hosts
         head = await reader.readuntil(b"\r\n\r\n")
         request_line, _, header_block = head.partition(b"\r\n")
         routes: tuple[SecretRoute, ...] = ()
@@ -246,7 +296,7 @@ class DomainProxy:
             if method == "CONNECT":
                 host, port = _split_host_port(target, default_port=None)
                 routes = tuple(route for route in self.secrets if route.applies_to(host))
-                rule = self._rule(host)
+                rule = self._rule(hosts, host)
                 if rule.restricts and self._ca is None:
                     name = normalize_host(host)
                     logger.info("sandbox network: refused CONNECT %s: its requests can't be checked", name)
@@ -261,11 +311,11 @@ class DomainProxy:
             else:
                 host, port, path = _parse_absolute_http(target)
                 self._refuse_in_clear(head, host)
-                rule = self._rule(host)
+                rule = self._rule(hosts, host)
                 if rule.restricts:
                     body = _checked_plain_request(head, rule, normalize_host(host), method, path)
             intercept = method == "CONNECT" and (bool(routes) or rule.restricts)
-            upstream_reader, upstream_writer = await self._open(host, port, tls=intercept)
+            upstream_reader, upstream_writer = await self._open(hosts, host, port, tls=intercept)
         except _Refused as refused:
             await _answer(writer, refused.status, refused.reason, str(refused))
             return
@@ -300,13 +350,14 @@ class DomainProxy:
         finally:
             upstream_writer.close()
 
-    def _rule(self, host: str) -> RequestRule:
-        """What may be asked of `host`.
+    @staticmethod
+    def _rule(hosts: DomainFilter, host: str) -> RequestRule:
+        """What `hosts` lets be asked of `host`.
 
         Raises:
             _Refused: It is not allowed (403).
         """
-        rule = self.hosts.rule(host)
+        rule = hosts.rule(host)
         if rule is None:
             name = normalize_host(host)
             logger.info("sandbox network: refused %s (not in allowedDomains)", name)
@@ -364,10 +415,10 @@ class DomainProxy:
         await relay.run()
 
     async def _open(
-        self, host: str, port: int, *, tls: bool = False
+        self, hosts: DomainFilter, host: str, port: int, *, tls: bool = False
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         name = normalize_host(host)
-        if not self.hosts.allows(name):
+        if not hosts.allows(name):
             logger.info("sandbox network: refused %s:%d (not in allowedDomains)", name, port)
             raise _Refused(403, "Forbidden", f"ipybox sandbox: {name} is not in network.allowedDomains")
         loop = asyncio.get_running_loop()
@@ -376,7 +427,7 @@ class DomainProxy:
         except OSError as e:
             raise _Refused(502, "Bad Gateway", f"ipybox sandbox proxy: cannot resolve {name}: {e}") from None
         addresses = [(family, proto, str(info[0]), int(info[1])) for family, _, proto, _, info in infos]
-        if not self.hosts.names_exactly(name):
+        if not hosts.names_exactly(name):
             # One internal address is enough to refuse: a name server may hand out any of them next time.
             internal = next(
                 (f"{ip}: {why}" for _, _, ip, _ in addresses if (why := internal_reason(ip)) is not None),

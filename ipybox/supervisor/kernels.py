@@ -285,6 +285,34 @@ class KernelsService(Service):
             self.on_new_gateway()
             self.generation += 1
 
+    async def update_network(self, config: WorkspaceConfig) -> str | None:
+        """Make the running kernels' proxy filter by `config`'s network policy (`[sandbox.network]`
+        `allowedDomains`, `deniedDomains`, `readOnly`) from their next connection on, without replacing
+        them (`DomainProxy.update`; connections open now keep the policy they were opened under).
+
+        Returns:
+            `None` when it applies (or there is nothing to apply: kernels not sandboxed, or not running),
+            else why it can't, for the caller to replace the kernels instead: no proxy runs (a remote
+            gateway, a sandbox that allowed no domain), or the proxy refused the policy (an entry
+            becomes restricted that its interception CA was not made for).
+        """
+        async with self.lock:  # not while a recycle or restart replaces the proxy
+            if not config.sandbox.enabled or self.gateway is None:
+                return None
+            proxy = self.proxy
+            if proxy is None:
+                return "the kernels have no filtering proxy to update"
+            network = config.sandbox.policy().network
+            try:
+                proxy.update(network.allowed_domains, network.denied_domains, read_only=network.read_only)
+            except ValueError as e:
+                return str(e)
+            if self._spec_policies and (last := self._spec_policies[-1]) is not None:
+                # The gateway's spec is unchanged (the proxy's socket is all a sandbox knows of the policy):
+                # record the policy it now confines kernels by, so `protect_servers` compares like with like.
+                self._spec_policies[-1] = last.model_copy(update={"network": network})
+            return None
+
     async def _watch_gateway(self) -> None:
         while True:
             gateway = self.gateway

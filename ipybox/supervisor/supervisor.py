@@ -422,6 +422,16 @@ class Supervisor(Service):
         if self.kernels.running:  # else they start from it
             await self.kernels.recycle("; ".join(reasons))
 
+    async def network_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
+        """Apply a new network policy to the running kernels' proxy (their next connections); replace
+        the kernels when it can't be (no proxy runs, or it refused the policy: `KernelsService.update_network`)."""
+        why_not = await self.kernels.update_network(config) if self.kernels.running else None
+        if why_not is not None:
+            await self.kernels_changed(config, [*reasons, f"not applied to running kernels: {why_not}"])
+            return
+        self.config = config
+        logger.info("network policy updated for running kernels: %s", "; ".join(reasons))
+
     async def _reload_rules(self) -> Exception | None:
         if (reconciler := self.reconciler) is not None:
             await reconciler.reload_rules()
