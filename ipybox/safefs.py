@@ -135,19 +135,30 @@ def read_file(path: Path, *, max_bytes: int | None = None) -> bytes:
         return file.read() if max_bytes is None else file.read(max_bytes + 1)
 
 
-def replace_file(dir_fd: int, name: str, data: str | bytes, mode: int = 0o600) -> None:
+def replace_file(
+    dir_fd: int, name: str, data: str | bytes, mode: int = 0o600, *, durable: bool = False
+) -> None:
     """Replace `name` in the directory `dir_fd` with `data`, atomically (a reader sees the old file or
-    the new one, never half of one) and without writing through whatever `name` was."""
+    the new one, never half of one) and without writing through whatever `name` was. `durable`: the new
+    content is on disk before the rename makes it the file, and the rename is synced after (for files a
+    crash must not leave empty, such as `ipybox.lock`)."""
     temp = f".{name}.{secrets.token_hex(8)}.tmp"
     fd = os.open(temp, NEW_FILE_FLAGS, mode, dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(data.encode() if isinstance(data, str) else data)
+            if durable:
+                file.flush()
+                os.fsync(file.fileno())
         os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp, dir_fd=dir_fd)
         raise
+    if durable:
+        # The new file is in place; a failure here leaves only whether the rename survives a crash in doubt.
+        with contextlib.suppress(OSError):
+            os.fsync(dir_fd)
 
 
 def open_own_dir(

@@ -62,14 +62,12 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import errno
 import hashlib
 import json
 import os
 import re
-import secrets
 import stat
 import tomllib
 from collections.abc import Sequence
@@ -82,7 +80,7 @@ import mcp_types as types
 from ipybox.config.positions import KeyPath, key_positions, too_deep
 from ipybox.display_text import printable
 from ipybox.errors import IpyboxError
-from ipybox.safefs import NEW_FILE_FLAGS
+from ipybox.safefs import replace_file
 
 __all__ = [
     "LOCK_FILE",
@@ -496,29 +494,10 @@ def write_lock(path: Path | str, lock: ToolLock) -> None:
     try:
         try:
             existing = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False)
-            mode = stat.S_IMODE(existing.st_mode) if stat.S_ISREG(existing.st_mode) else None
+            mode = stat.S_IMODE(existing.st_mode) if stat.S_ISREG(existing.st_mode) else 0o644
         except FileNotFoundError:
-            mode = None
-        temp = f".{path.name}.{secrets.token_hex(8)}.tmp"
-        fd = os.open(temp, NEW_FILE_FLAGS, 0o644, dir_fd=dir_fd)
-        try:
-            try:
-                if mode is not None:
-                    os.fchmod(fd, mode)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)  # the content is on disk before the rename makes it the lock
-            finally:
-                os.close(fd)
-            os.replace(temp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp, dir_fd=dir_fd)
-            raise
-        # The new lock is in place; a failure here leaves only whether the rename survives a crash in doubt.
-        with contextlib.suppress(OSError):
-            os.fsync(dir_fd)
+            mode = 0o644
+        replace_file(dir_fd, path.name, data, mode, durable=True)
     finally:
         os.close(dir_fd)
 

@@ -436,19 +436,6 @@ class ApprovalPolicy(_Strict):
         policy._admin = tuple(tiers)
         return policy
 
-    def rule(self, rule_id: str, tier: str | None = None) -> Rule | None:
-        """The rule a verdict names (`Verdict.rule_id` and `tier`), or `None`."""
-        rules = self.rules
-        if tier is not None:
-            found = next((t for t in self._admin if t.name == tier), None)
-            if found is None:
-                return None
-            rules = found.rules
-        for index, rule in enumerate(rules):
-            if (rule.id if rule.id is not None else f"rules[{index}]") == rule_id:
-                return rule
-        return None
-
     @model_validator(mode="after")
     def _compile_and_check_examples(self) -> ApprovalPolicy:
         counts = Counter(rule.id for rule in self.rules if rule.id is not None)
