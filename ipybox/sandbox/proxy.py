@@ -65,12 +65,13 @@ some error pages) shows the value to the kernel; answers pass unchanged.
 
 No message or log line names a secret's value. Everything not intercepted is relayed as before.
 
-Cost, measured against a `CONNECT` tunnel to the same origin (Python 3.11.7, OpenSSL 3.0, a 2-core VM,
-the origin on loopback, `http.client` in another thread; six runs): a request on a kept-alive connection
-takes 0.2-0.4 ms more (medians of 200: 0.75-0.96 ms against 0.47-0.68 ms: both TLS legs and the parsing
-run in Python), a new connection with one request 3-5 ms more (medians of 50: 8.0-11.4 ms against
-5.0-6.5 ms: the proxy's own handshakes with the origin, before its 200, and with the client). A leaf
-certificate is minted once per host (about 2 ms) and kept.
+Cost, against a `CONNECT` tunnel to the same origin in the same run (`python -m bench proxy`: the origin
+on loopback and the client in processes of their own, samples alternating; a 2-core VM): a request on a
+kept-alive connection takes 0.2-0.4 ms more (medians of 200: 0.65-0.86 ms against 0.38-0.47 ms: both TLS
+legs and the parsing run in Python), a new connection with one request 2.5-4.5 ms more (8.6-11.5 ms
+against 4.9-6.2 ms: the proxy's own handshakes with the origin, before its 200, and with the client). A
+one-off script before it (the client a thread of the proxy's process) found +0.2-0.4 ms and +3-5 ms. A
+leaf certificate is minted once per host (about 2 ms) and kept.
 """
 
 from __future__ import annotations
