@@ -3,9 +3,10 @@
 - servers: started (or restarted) and their packages generated, or stopped and their packages removed;
 - approval rules: handed to the rule engine;
 - the kernels' environment, sandbox, warm pool and shell-command approval: running kernels are replaced;
-- the sandbox's network policy alone (`[sandbox.network]` `allowedDomains`, `deniedDomains`, `readOnly`):
-  the running kernels' proxy filters by it from their next connection, when they have one (a sandbox
-  that allowed no domain has no proxy: then giving it domains replaces the kernels);
+- the sandbox's network policy alone (`[sandbox.network]` `allowedDomains`, `deniedDomains`, `readOnly`,
+  `unknown`): the running kernels' proxy filters by it from their next connection, when they have one (a
+  sandbox that allowed no domain and asked about none has no proxy: then giving it one replaces the
+  kernels);
 - `kernel.timeout`: applies to the next execution;
 - endpoints and workspace directories: only a restart of `ipybox up` applies them.
 """
@@ -138,20 +139,20 @@ def _kernel_reasons(old: WorkspaceConfig, new: WorkspaceConfig) -> list[str]:
     return reasons
 
 
-NETWORK_KEYS = ("allowedDomains", "deniedDomains", "readOnly")
+NETWORK_KEYS = ("allowedDomains", "deniedDomains", "readOnly", "unknown")
 """The keys of `[sandbox.network]` a running kernels' proxy applies (`DomainProxy.update`); the others
 (`allowUnixSockets`, ...) shape the sandbox a kernel is started in."""
 
 
 def _proxy_added(old: WorkspaceConfig, new: WorkspaceConfig) -> bool:
-    """Sandboxed kernels of `old` had no proxy (no allowed domain: no proxy socket in their sandbox, no
-    `HTTP(S)_PROXY`), and those of `new` have one: only new kernels can reach it."""
-    return (
-        old.sandbox.enabled
-        and new.sandbox.enabled
-        and not old.sandbox.network.allowed_domains
-        and bool(new.sandbox.network.allowed_domains)
-    )
+    """Sandboxed kernels of `old` had no proxy (no allowed domain and `unknown = "deny"`: no proxy socket in
+    their sandbox, no `HTTP(S)_PROXY`), and those of `new` have one: only new kernels can reach it."""
+    return old.sandbox.enabled and new.sandbox.enabled and not _has_proxy(old) and _has_proxy(new)
+
+
+def _has_proxy(config: WorkspaceConfig) -> bool:
+    network = config.sandbox.network
+    return bool(network.allowed_domains) or network.unknown == "ask"
 
 
 def _network_reasons(old: WorkspaceConfig, new: WorkspaceConfig) -> list[str]:

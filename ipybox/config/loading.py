@@ -195,6 +195,14 @@ def _under_admin_tiers(config: WorkspaceConfig, root: Path) -> WorkspaceConfig:
                     f"the {tier.name} admin policy ({tier.path}) lets kernels reach only "
                     f"{', '.join(allowed) or 'no domain'}; remove {', '.join(beyond)}",
                 )
+            if config.sandbox.enabled and config.sandbox.network.unknown == "ask":
+                _refuse(
+                    ("sandbox", "network", "unknown"),
+                    "ask",
+                    f"the {tier.name} admin policy ({tier.path}) lets kernels reach only "
+                    f"{', '.join(allowed) or 'no domain'}, and a person answering an ask could allow any "
+                    'host: set unknown = "deny"',
+                )
     if not tiers:
         return config
     approval = config.approval.with_admin(tuple(tier.tier() for tier in tiers))

@@ -57,6 +57,7 @@ from ipybox.limits import ResourceLimits
 from ipybox.mcp_apigen.parsers import parsers_dir
 from ipybox.mcp_client.params import resolve_placeholders as _resolve_placeholders
 from ipybox.sandbox import DomainProxy, SandboxPolicy
+from ipybox.sandbox.host_asks import HostAsker
 from ipybox.sandbox.interception import (
     InterceptionCA,
     SecretRoute,
@@ -120,8 +121,11 @@ class KernelSetup:
 
     @property
     def needs_proxy(self) -> bool:
-        """Whether sandboxed kernels reach the network through a `DomainProxy` (the policy allows domains)."""
-        return self.sandbox is not None and bool(self.sandbox.network.allowed_domains)
+        """Whether sandboxed kernels reach the network through a `DomainProxy` (the policy allows domains,
+        or asks about unknown hosts)."""
+        return self.sandbox is not None and (
+            bool(self.sandbox.network.allowed_domains) or self.sandbox.network.unknown == "ask"
+        )
 
     @property
     def interception_hosts(self) -> list[str]:
@@ -390,6 +394,7 @@ async def start_kernel_gateway(
     token: str | None = None,
     request_env: Sequence[str] = (),
     proxy_socket: Path | None = None,
+    ask_host: HostAsker | None = None,
     log_level: str = "WARNING",
 ) -> StartedKernels:
     """Start a kernel gateway whose kernels get `setup`.
@@ -400,6 +405,8 @@ async def start_kernel_gateway(
         tool_token: A call token for all kernels; `None` when each kernel gets its own (`request_env`).
         host, port, unix_socket, token, request_env, log_level: As for `KernelGateway`.
         proxy_socket: Where the `DomainProxy` listens (default: in a private directory).
+        ask_host: Who the proxy asks about unknown hosts when the policy says `unknown = "ask"` (without
+            one, such connections are refused, saying nobody can be asked).
 
     Raises:
         SandboxUnavailableError: The setup is sandboxed and the machine can't sandbox.
@@ -417,6 +424,8 @@ async def start_kernel_gateway(
             setup.sandbox.network.allowed_domains,
             setup.sandbox.network.denied_domains,
             read_only=setup.sandbox.network.read_only,
+            unknown=setup.sandbox.network.unknown,
+            ask=ask_host,
             secrets=interception.routes if interception is not None else (),
             ca=interception.ca if interception is not None else None,
         )

@@ -211,7 +211,9 @@ def sandboxed_command(
     bwrap = check_sandbox()
     readable = list(readable)
     prefix: list[str] = []
-    if policy.network.allowed_domains:
+    # `unknown = "ask"` without domains needs the proxy only where one asks (a workspace's kernels): without
+    # its socket, the sandbox has no network, as with "deny".
+    if policy.network.allowed_domains or (policy.network.unknown == "ask" and proxy_socket is not None):
         if proxy_socket is None:
             raise ValueError("network.allowedDomains needs a DomainProxy: pass its proxy_socket")
         readable.append(proxy_socket.parent)
@@ -266,7 +268,9 @@ def sandboxed_kernel_launch(
     if tool_server_dir is not None:
         readable += sorted(tool_server_dir.glob("*.calls.sock"))
     prefix: list[str] = []
-    if policy.network.allowed_domains:
+    # `unknown = "ask"` without domains needs the proxy only where one asks (a workspace's kernels): without
+    # its socket, the sandbox has no network, as with "deny".
+    if policy.network.allowed_domains or (policy.network.unknown == "ask" and proxy_socket is not None):
         if proxy_socket is None:
             raise ValueError("network.allowedDomains needs a DomainProxy: pass its proxy_socket")
         readable.append(proxy_socket.parent)

@@ -254,6 +254,10 @@ class DomainFilter:
         host = normalize_host(host)
         return _matches(host, self._allowed) and not _matches(host, self._denied)
 
+    def denies(self, host: str) -> bool:
+        """Whether a denied entry matches `host` (no answer to an ask lets it through)."""
+        return _matches(normalize_host(host), self._denied)
+
     def names_exactly(self, host: str) -> bool:
         """Whether an allowed entry is `host` itself, not a wildcard that happens to cover it.
 

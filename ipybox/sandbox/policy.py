@@ -24,7 +24,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -46,6 +46,7 @@ from ipybox.sandbox.domains import (
     normalize_host,
     path_glob_error,
 )
+from ipybox.sandbox.host_asks import ASK_WITH_READ_ONLY
 from ipybox.sandbox.view import PathRule, View, rules_beside
 
 DEFAULT_DENY_READ = (
@@ -225,6 +226,10 @@ class NetworkPolicy(_Strict):
         read_only: Limit every allowed host to GET, HEAD and OPTIONS requests (a table's own `methods`
             narrow that further). HTTPS requests are checked by reading them, through the workspace's
             interception CA.
+        unknown: What a connection to a host no allowed entry covers gets: `"deny"` (refused at once, the
+            default) or `"ask"` (a person at the web console or `ipybox approve` is asked, and the
+            connection waits for the answer: [DomainProxy][ipybox.sandbox.proxy.DomainProxy]). Denied
+            hosts are never asked about. Not with `read_only`.
         allow_unix_sockets: Host Unix sockets the sandbox may connect to (e.g. an SSH agent).
         allow_all_unix_sockets: sandbox-runtime's switch for every socket: refused (name them instead).
         allow_local_binding: Accepted for sandbox-runtime files; a sandbox can always listen on its own
@@ -236,6 +241,7 @@ class NetworkPolicy(_Strict):
     allowed_domains: list[AllowedDomain] = Field(default_factory=list, alias="allowedDomains")
     denied_domains: list[str] = Field(default_factory=list, alias="deniedDomains")
     read_only: bool = Field(default=False, alias="readOnly")
+    unknown: Literal["deny", "ask"] = "deny"
     allow_unix_sockets: list[str] = Field(default_factory=list, alias="allowUnixSockets")
     allow_all_unix_sockets: bool = Field(default=False, alias="allowAllUnixSockets")
     allow_local_binding: bool = Field(default=True, alias="allowLocalBinding")
@@ -272,6 +278,8 @@ class NetworkPolicy(_Strict):
     def _rules_agree(self) -> NetworkPolicy:
         # A host listed twice with different rules, or an entry readOnly leaves no method: the filter says.
         self.domain_filter()
+        if self.unknown == "ask" and self.read_only:
+            raise ValueError(ASK_WITH_READ_ONLY)
         return self
 
     @property

@@ -55,8 +55,24 @@ Request rules ([domains][ipybox.sandbox.domains]: an `allowedDomains` entry with
   refused (`403`): the proxy can't check requests it can't read. `CONNECT` itself is not a method an
   entry allows; the requests inside are.
 
-Policy updates (`DomainProxy.update`): the allowed and denied hosts and `readOnly` can change while the
-proxy runs; connections accepted afterwards get the new policy, open ones keep the one they were accepted
+Unknown hosts (`unknown = "ask"`, with a [HostAsker][ipybox.sandbox.host_asks.HostAsker]): a `CONNECT` or
+plain-HTTP request to a host no allowed entry covers is not refused at once. A denied host is (no answer
+lets it through), as is one that can't be resolved (`502`). Otherwise the proxy resolves the name, asks
+about it (`HostQuestion`: the host, the port, the method, and the internal address it resolves to, if it
+does) and holds the connection until the asker returns; connections to the same host meanwhile wait for
+the same ask. Allowed, the connection goes to the addresses checked before asking (no second lookup), an
+internal one included: the person was shown it, as an exact `allowedDomains` entry would reach it. An
+asked host's requests are not restricted (hence `readOnly` and `ask` are refused together: its HTTPS
+could not be read). Refused, timed out, or with nobody to answer (the asker says so at once), the client
+gets `403` naming the host, what happened, and that `allowedDomains` in `ipybox.toml` allows it for good.
+`once` answers the waiting connections; `session` answers (allow or deny) hold for the host until the
+proxy stops; `always` ones (the asker wrote the host into `ipybox.toml`) hold until the next `update`,
+which the edit brings. Without an asker, `unknown = "ask"` refuses, saying nobody can be asked. Who can
+answer is the asker's business: in a workspace, the people at the web console and in `ipybox approve`
+(the proxy can't tell which kernel connected, so not an application or MCP client).
+
+Policy updates (`DomainProxy.update`): the allowed and denied hosts, `readOnly` and `unknown` can change
+while the proxy runs; connections accepted afterwards get the new policy, open ones keep the one they were accepted
 under. The secrets and the CA don't change: an entry that becomes restricted must be one the CA was made
 for (clients can't start trusting another CA), else the update is refused.
 
@@ -78,6 +94,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -93,6 +110,7 @@ from typing import Literal, Self
 
 from ipybox.sandbox.addresses import internal_reason
 from ipybox.sandbox.domains import AllowedEntry, DomainFilter, RequestRule, covers, normalize_host
+from ipybox.sandbox.host_asks import ASK_WITH_READ_ONLY, HostAnswer, HostAsker, HostQuestion
 from ipybox.sandbox.interception import InterceptionCA, SecretRoute, basic_credentials
 from ipybox.sandbox.netbridge import pipe
 
@@ -112,6 +130,10 @@ _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 # A request target is visible ASCII (RFC 9112 3.2; obs-text is allowed in no URI).
 _TARGET_FORBIDDEN = re.compile(rb"[^\x21-\x7e]")
 _NO_BODY_STATUSES = (204, 304)
+
+Unknown = Literal["deny", "ask"]
+"""What happens to a host no allowed entry covers: refused, or asked about (`DomainProxy`'s `ask`)."""
+_Address = tuple[int, int, str, int]  # family, proto, ip, port: where a checked name resolved
 
 Framing = int | Literal["chunked", "close"]
 """How a message's body ends: after that many bytes, after the last chunk, or when the sender closes."""
@@ -137,6 +159,9 @@ class DomainProxy:
             (`DomainRule`).
         denied: `network.deniedDomains` entries (they win over allowed ones).
         read_only: `network.readOnly`: every allowed host is limited to GET, HEAD and OPTIONS.
+        unknown: `network.unknown`: `"ask"` asks `ask` about a host no allowed entry covers (see the
+            module's description); `"deny"` refuses it.
+        ask: Who is asked (`HostAsker`); without one, `unknown = "ask"` refuses, saying nobody can be asked.
         secrets: The secrets whose placeholders it replaces; their hosts must be allowed to be reached.
         ca: The CA whose certificates it serves to the sandbox for the hosts it intercepts: made for the
             secrets' hosts and the restricted entries (`DomainFilter.restricted_entries`). Needed when
@@ -168,11 +193,18 @@ class DomainProxy:
         denied: Sequence[str] | None = None,
         *,
         read_only: bool = False,
+        unknown: Unknown = "deny",
+        ask: HostAsker | None = None,
         secrets: Sequence[SecretRoute] = (),
         ca: InterceptionCA | None = None,
         upstream_context: ssl.SSLContext | None = None,
     ) -> None:
         self.hosts = DomainFilter(allowed, denied or [], read_only=read_only)
+        self.unknown: Unknown = _checked_unknown(unknown, read_only)
+        self._ask = ask
+        # Answers for the proxy's session (host -> the answer); `always` ones until the next `update`.
+        self._granted: dict[str, HostAnswer] = {}
+        self._asking: dict[str, asyncio.Task[HostAnswer]] = {}  # one pending ask per host, shared
         self.secrets = tuple(secrets)
         _check_secrets(self.secrets, ca)
         _check_restricted(self.hosts.restricted_entries, ca)
@@ -200,9 +232,11 @@ class DomainProxy:
         denied: Sequence[str] | None = None,
         *,
         read_only: bool = False,
+        unknown: Unknown = "deny",
     ) -> None:
-        """Filter by a new policy from now on: `allowed`, `denied` and `read_only` as for the constructor;
-        the secrets and the CA stay.
+        """Filter by a new policy from now on: `allowed`, `denied`, `read_only` and `unknown` as for the
+        constructor; the secrets, the CA and who is asked stay, and so do answers given for the session
+        (`always` answers end here: the edit they made is in the new policy, or was undone).
 
         The filter is swapped at once (one assignment on the event loop): each connection accepted after
         this returns is judged by the new policy; a connection accepted before keeps the policy it was
@@ -218,6 +252,7 @@ class DomainProxy:
                 a CA made for it, instead). The proxy is unchanged.
         """
         hosts = DomainFilter(allowed, denied or [], read_only=read_only)
+        unknown = _checked_unknown(unknown, read_only)
         added = [entry for entry in hosts.restricted_entries if entry not in self.hosts.restricted_entries]
         if added and self._ca is None:
             raise ValueError(
@@ -232,6 +267,8 @@ class DomainProxy:
         # Everything is checked: nothing above changed the proxy, and nothing below can fail.
         self._upstream_context = upstream
         self.hosts = hosts
+        self.unknown = unknown
+        self._granted = {host: answer for host, answer in self._granted.items() if answer.scope == "session"}
 
     async def __aenter__(self) -> Self:
         return self
@@ -259,9 +296,9 @@ class DomainProxy:
         """Stop listening and cut every open connection."""
         if self._server is not None:
             self._server.close()
-            for task in list(self._connections):
+            for task in [*self._connections, *self._asking.values()]:
                 task.cancel()
-            await asyncio.gather(*self._connections, return_exceptions=True)
+            await asyncio.gather(*self._connections, *self._asking.values(), return_exceptions=True)
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
@@ -286,7 +323,7 @@ class DomainProxy:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         # The policy the connection was accepted under, for all of it (`update` swaps `self.hosts`).
-        hosts = self.hosts
+        hosts, unknown = self.hosts, self.unknown
         head = await reader.readuntil(b"\r\n\r\n")
         request_line, _, header_block = head.partition(b"\r\n")
         routes: tuple[SecretRoute, ...] = ()
@@ -297,7 +334,7 @@ class DomainProxy:
             if method == "CONNECT":
                 host, port = _split_host_port(target, default_port=None)
                 routes = tuple(route for route in self.secrets if route.applies_to(host))
-                rule = self._rule(hosts, host)
+                rule, addresses = await self._admit(hosts, unknown, host, port, method)
                 if rule.restricts and self._ca is None:
                     name = normalize_host(host)
                     logger.info("sandbox network: refused CONNECT %s: its requests can't be checked", name)
@@ -312,11 +349,13 @@ class DomainProxy:
             else:
                 host, port, path = _parse_absolute_http(target)
                 self._refuse_in_clear(head, host)
-                rule = self._rule(hosts, host)
+                rule, addresses = await self._admit(hosts, unknown, host, port, method)
                 if rule.restricts:
                     body = _checked_plain_request(head, rule, normalize_host(host), method, path)
             intercept = method == "CONNECT" and (bool(routes) or rule.restricts)
-            upstream_reader, upstream_writer = await self._open(hosts, host, port, tls=intercept)
+            upstream_reader, upstream_writer = await self._open(
+                hosts, host, port, tls=intercept, addresses=addresses
+            )
         except _Refused as refused:
             await _answer(writer, refused.status, refused.reason, str(refused))
             return
@@ -351,19 +390,66 @@ class DomainProxy:
         finally:
             upstream_writer.close()
 
-    @staticmethod
-    def _rule(hosts: DomainFilter, host: str) -> RequestRule:
-        """What `hosts` lets be asked of `host`.
+    async def _admit(
+        self, hosts: DomainFilter, unknown: Unknown, host: str, port: int, method: str
+    ) -> tuple[RequestRule, list[_Address] | None]:
+        """What `hosts` lets be asked of `host`, and, for a host a person let through (`unknown = "ask"`),
+        the addresses checked before asking, which the connection goes to (no second lookup).
 
         Raises:
-            _Refused: It is not allowed (403).
+            _Refused: It is not allowed (403), or can't be resolved to ask about it (502).
         """
         rule = hosts.rule(host)
-        if rule is None:
-            name = normalize_host(host)
+        if rule is not None:
+            return rule, None
+        name = normalize_host(host)
+        if unknown == "deny" or hosts.denies(name):
             logger.info("sandbox network: refused %s (not in allowedDomains)", name)
             raise _Refused(403, "Forbidden", f"ipybox sandbox: {name} is not in network.allowedDomains")
-        return rule
+        answer = self._granted.get(name)
+        if answer is not None and not answer.allow:
+            raise _Refused(403, "Forbidden", _asked_refusal(name, answer))
+        addresses = await _resolve(name, port)
+        if answer is None:
+            internal = next(
+                (f"{ip}: {why}" for _, _, ip, _ in addresses if (why := internal_reason(ip)) is not None),
+                None,
+            )
+            answer = await self._asked(HostQuestion(name, port, method, internal))
+            if not answer.allow:
+                logger.info("sandbox network: refused %s:%d: %s", name, port, answer.why)
+                raise _Refused(403, "Forbidden", _asked_refusal(name, answer))
+            logger.info("sandbox network: %s:%d allowed (%s)", name, port, answer.why or answer.scope)
+        return RequestRule(json.dumps(name)), addresses
+
+    async def _asked(self, question: HostQuestion) -> HostAnswer:
+        """The answer to `question`, asked once for all the connections to its host that wait meanwhile.
+        A `session` or `always` answer is kept for the host's next connections."""
+        if self._ask is None:
+            return HostAnswer(
+                False,
+                why='network.unknown = "ask", but this proxy has nobody to ask (only a workspace\'s '
+                "supervisor asks: the web console, `ipybox approve`)",
+            )
+        task = self._asking.get(question.host)
+        if task is None:
+            task = asyncio.ensure_future(self._ask_now(question))
+            self._asking[question.host] = task
+        # Shielded: a client that goes away does not withdraw the question others wait for too.
+        return await asyncio.shield(task)
+
+    async def _ask_now(self, question: HostQuestion) -> HostAnswer:
+        assert self._ask is not None
+        try:
+            answer = await self._ask(question)
+        except Exception as e:  # the asker's bug refuses the connection: fail closed
+            logger.exception("sandbox network: asking about %s failed", question.host)
+            answer = HostAnswer(False, why=f"asking failed ({type(e).__name__})")
+        finally:
+            self._asking.pop(question.host, None)
+        if answer.scope != "once":
+            self._granted[question.host] = answer
+        return answer
 
     def _refuse_in_clear(self, head: bytes, host: str) -> None:
         """Refuse a plain-HTTP request that carries a placeholder: its secret would go out in clear text."""
@@ -416,19 +502,23 @@ class DomainProxy:
         await relay.run()
 
     async def _open(
-        self, hosts: DomainFilter, host: str, port: int, *, tls: bool = False
+        self,
+        hosts: DomainFilter,
+        host: str,
+        port: int,
+        *,
+        tls: bool = False,
+        addresses: list[_Address] | None = None,
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Connect to `host` (resolved here, or at `addresses`: checked, and a person let it through)."""
         name = normalize_host(host)
-        if not hosts.allows(name):
+        asked = addresses is not None
+        if not asked and not hosts.allows(name):
             logger.info("sandbox network: refused %s:%d (not in allowedDomains)", name, port)
             raise _Refused(403, "Forbidden", f"ipybox sandbox: {name} is not in network.allowedDomains")
-        loop = asyncio.get_running_loop()
-        try:
-            infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM)
-        except OSError as e:
-            raise _Refused(502, "Bad Gateway", f"ipybox sandbox proxy: cannot resolve {name}: {e}") from None
-        addresses = [(family, proto, str(info[0]), int(info[1])) for family, _, proto, _, info in infos]
-        if not hosts.names_exactly(name):
+        if addresses is None:
+            addresses = await _resolve(name, port)
+        if not asked and not hosts.names_exactly(name):
             # One internal address is enough to refuse: a name server may hand out any of them next time.
             internal = next(
                 (f"{ip}: {why}" for _, _, ip, _ in addresses if (why := internal_reason(ip)) is not None),
@@ -466,6 +556,31 @@ class DomainProxy:
         raise _Refused(
             502, "Bad Gateway", f"ipybox sandbox proxy: cannot connect to {name}: {'; '.join(errors)}"
         )
+
+
+async def _resolve(name: str, port: int) -> list[_Address]:
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise _Refused(502, "Bad Gateway", f"ipybox sandbox proxy: cannot resolve {name}: {e}") from None
+    return [(family, proto, str(info[0]), int(info[1])) for family, _, proto, _, info in infos]
+
+
+def _checked_unknown(unknown: str, read_only: bool) -> Unknown:
+    if unknown not in ("deny", "ask"):
+        raise ValueError(f'network.unknown must be "deny" or "ask", not {unknown!r}')
+    if unknown == "ask" and read_only:
+        raise ValueError(ASK_WITH_READ_ONLY)
+    return "ask" if unknown == "ask" else "deny"
+
+
+def _asked_refusal(name: str, answer: HostAnswer) -> str:
+    return (
+        f"ipybox sandbox: {name} is not in network.allowedDomains, and connecting to it was asked about: "
+        f"{answer.why or 'denied'}; to allow it for good, add it to allowedDomains in [sandbox.network] "
+        "of ipybox.toml"
+    )
 
 
 def _check_secrets(secrets: tuple[SecretRoute, ...], ca: InterceptionCA | None) -> None:

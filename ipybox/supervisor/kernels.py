@@ -61,6 +61,7 @@ from ipybox.lifecycle import Service, ServiceState, task_scope
 from ipybox.mcp_client.params import ServerParams
 from ipybox.running.status import CallerId, CallerToken, KernelId, KernelLeased, LeaseId
 from ipybox.sandbox import DomainProxy, SandboxPolicy
+from ipybox.sandbox.host_asks import HostAsker
 from ipybox.supervisor.kernel_health import KernelHealth
 from ipybox.supervisor.leases import LeaseTable
 from ipybox.supervisor.tools import WORKSPACE_ENV, ToolsService
@@ -102,6 +103,8 @@ class KernelsService(Service):
         secrets: `[secrets]` resolved on the host: the proxy puts them in requests to their hosts, kernels
             get placeholders (`workspace_kernel_setup`); the trust bundle kernels use is written to
             `run_dir`'s `trust` directory (which sandboxed kernels may read, not write).
+        ask_host: Who the proxy asks about a host no entry allows, with `[sandbox.network] unknown = "ask"`
+            (the approver's people: `WorkspaceApprover.ask_host`).
     """
 
     def __init__(
@@ -119,8 +122,10 @@ class KernelsService(Service):
         on_new_gateway: Callable[[], None],
         on_failure: Callable[[BaseException], None] | None = None,
         secrets: Mapping[str, ResolvedSecret] | None = None,
+        ask_host: HostAsker | None = None,
     ) -> None:
         super().__init__("kernels", on_failure=on_failure)
+        self.ask_host = ask_host
         self.secrets: Mapping[str, ResolvedSecret] = dict(secrets or {})
         self.workspace, self.state_dir, self.run_dir = workspace, state_dir, run_dir
         self.gateway_token = gateway_token
@@ -191,6 +196,7 @@ class KernelsService(Service):
             # The same token and socket after a restart or recycle: attached applications reconnect.
             token=self.gateway_token,
             proxy_socket=self.run_dir / "proxy.sock",
+            ask_host=self.ask_host,
         )
         self.gateway, self.proxy = kernels.gateway, kernels.proxy
         self.pool = KernelPool(
@@ -287,7 +293,7 @@ class KernelsService(Service):
 
     async def update_network(self, config: WorkspaceConfig) -> str | None:
         """Make the running kernels' proxy filter by `config`'s network policy (`[sandbox.network]`
-        `allowedDomains`, `deniedDomains`, `readOnly`) from their next connection on, without replacing
+        `allowedDomains`, `deniedDomains`, `readOnly`, `unknown`) from their next connection on, without replacing
         them (`DomainProxy.update`; connections open now keep the policy they were opened under).
 
         Returns:
@@ -304,7 +310,12 @@ class KernelsService(Service):
                 return "the kernels have no filtering proxy to update"
             network = config.sandbox.policy().network
             try:
-                proxy.update(network.allowed_domains, network.denied_domains, read_only=network.read_only)
+                proxy.update(
+                    network.allowed_domains,
+                    network.denied_domains,
+                    read_only=network.read_only,
+                    unknown=network.unknown,
+                )
             except ValueError as e:
                 return str(e)
             if self._spec_policies and (last := self._spec_policies[-1]) is not None:

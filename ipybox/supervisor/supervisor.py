@@ -147,6 +147,7 @@ class Supervisor(Service):
             leases=self.leases, tools=self.tools, config=lambda: with_servers(self.config, self.reconciler),
             settings=self.kernel_settings, forget_session=self.asks.forget_session,
             on_new_gateway=self._write_state, on_failure=self._failed, secrets=self.resolved_secrets,
+            ask_host=self.asks.approver.ask_host,
         )  # fmt: skip
         self.reconciler: Reconciler | None = None  # made by `start()`, on the tool server's servers
         self._lock = SupervisorLock(self.paths)

@@ -164,6 +164,26 @@ def test_network_policy_edits_update_the_proxy_without_replacing_kernels(write_c
     assert emptied.network_changed and not emptied.kernels_changed
 
 
+def test_unknown_is_a_network_edit_and_ask_brings_the_proxy_kernels_without_one_lack(
+    write_config: WriteConfig,
+) -> None:
+    edited = _diff_network(
+        write_config,
+        '{ allowedDomains = ["pypi.org"] }',
+        '{ allowedDomains = ["pypi.org"], unknown = "ask" }',
+    )
+    assert edited.network_reasons == ("sandbox.network.unknown: 'deny' -> 'ask'",)
+    assert edited.network_changed and not edited.kernels_changed
+    # No domain and "deny": no proxy in the running kernels' sandboxes; "ask" needs one.
+    asked = _diff_network(write_config, "{}", '{ unknown = "ask" }')
+    assert asked.kernel_reasons == ("sandbox.network.unknown: 'deny' -> 'ask'",) and asked.kernels_changed
+    # Asking already, with no domain: a proxy runs, and the first allowed domain reaches it.
+    listed = _diff_network(
+        write_config, '{ unknown = "ask" }', '{ unknown = "ask", allowedDomains = ["pypi.org"] }'
+    )
+    assert listed.network_changed and not listed.kernels_changed
+
+
 def test_network_edits_that_change_the_sandbox_replace_kernels(write_config: WriteConfig) -> None:
     # No domain before: the running kernels' sandboxes have no proxy socket to reach a proxy through.
     added = _diff_network(write_config, "{ allowedDomains = [] }", '{ allowedDomains = ["pypi.org"] }')
