@@ -188,10 +188,12 @@ class SecretSection(BaseModel):
     Attributes:
         value: The value, as `${VAR}` placeholders filled from the host's environment or the workspace's
             `.env` (e.g. `"${GITHUB_TOKEN}"`); a literal value is refused. Either this or `command`.
-        command: A program and its arguments (argv, no shell) run on the host with the host's
-            environment when kernels start; its standard output, surrounding whitespace stripped, is the
-            value (e.g. `["pass", "show", "api/github"]`). The program is an absolute path or a name
-            found on `PATH`, outside the workspace (kernels can write there). Either this or `value`.
+        command: A program and its arguments (argv, no shell) run on the host, in the workspace's
+            directory, with the host's environment (its search paths confined: see the module) when kernels
+            start and when `[secrets]` is edited; its standard output, surrounding whitespace stripped, is
+            the value (e.g. `["pass", "show", "api/github"]`). The program is an absolute path or a name
+            found on `PATH`, and it and the files its arguments name are outside the workspace and
+            `allowWrite` (kernels can write there). Either this or `value`.
         env: The kernels' environment variable that holds the secret's placeholder (e.g. `GITHUB_TOKEN`).
             Not a variable of `[kernel] env`, nor one ipybox sets (`IPYBOX_*`, the proxy variables).
         hosts: Where the value may be sent: host names (`api.github.com`), wildcards for subdomains
