@@ -2,7 +2,8 @@
 
 - servers: started (or restarted) and their packages generated, or stopped and their packages removed;
 - approval rules: handed to the rule engine;
-- the kernels' environment, sandbox, warm pool and shell-command approval: running kernels are replaced;
+- the kernels' environment, sandbox, warm pool and shell-command approval, and `[secrets]` (resolved
+  again by whoever runs the kernels): running kernels are replaced;
 - the sandbox's network policy alone (`[sandbox.network]` `allowedDomains`, `deniedDomains`, `readOnly`,
   `unknown`): the running kernels' proxy filters by it from their next connection, when they have one (a
   sandbox that allowed no domain and asked about none has no proxy: then giving it one replaces the
@@ -123,6 +124,10 @@ def _kernel_reasons(old: WorkspaceConfig, new: WorkspaceConfig) -> list[str]:
     env_change = _env_change(old.kernel.env, new.kernel.env)
     if env_change:
         reasons.append(f"kernel.env changed: {env_change}")
+    # Secrets are resolved again, and kernels get new placeholders and a proxy with the new routes.
+    secrets_change = _env_change(_dump_all(old.secrets), _dump_all(new.secrets))
+    if secrets_change:
+        reasons.append(f"secrets changed: {secrets_change}")
     sandbox_old, sandbox_new = _dump(old.sandbox), _dump(new.sandbox)
     if not _proxy_added(old, new):
         for table in (sandbox_old, sandbox_new):
@@ -188,6 +193,10 @@ def _show(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()  # as written in TOML
     return "(unset)" if value is None else repr(value)
+
+
+def _dump_all(models: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: _dump(model) for name, model in models.items()}
 
 
 def _dump(model: Any) -> Any:

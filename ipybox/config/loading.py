@@ -32,6 +32,7 @@ from ipybox.config.admin_policy import domain_allowed, read_admin_policy
 from ipybox.config.diagnostics import ValueSource, in_file, problems_from_errors
 from ipybox.config.errors import ConfigError, ConfigProblem
 from ipybox.config.positions import KeyPath, key_positions, too_deep
+from ipybox.config.secrets import command_problem
 from ipybox.config.workspace_config import ENV_NESTED_DELIMITER, ENV_PREFIX, OwnSettingsOnly, WorkspaceConfig
 from ipybox.mcp_client.placeholders import placeholder_names
 from ipybox.sandbox.domains import covers
@@ -263,10 +264,7 @@ def _check_secrets(config: WorkspaceConfig, root: Path) -> None:
         )
     kernel_env = config.kernel.env
     network = config.sandbox.network
-    writable = [
-        root,
-        *(root / Path(p).expanduser() for p in config.sandbox.filesystem.allow_write if "*" not in p),
-    ]
+    writable = config.sandbox.policy().allow_write_paths(root, Path.home())
     owners: dict[str, str] = {}
     variables: dict[str, str] = {}
     for name, secret in config.secrets.items():
@@ -302,18 +300,13 @@ def _check_secrets(config: WorkspaceConfig, root: Path) -> None:
                     host,
                     f"kernels can't reach {host!r}: add it to [sandbox.network] allowedDomains",
                 )
-        if secret.command is not None and os.path.isabs(secret.command[0]):
-            program = Path(os.path.realpath(secret.command[0]))
-            inside = next((d for d in writable if program.is_relative_to(d)), None)
-            if inside is not None:
-                # The host runs it with its whole environment, unsandboxed: a kernel that rewrote it would
-                # run its own code there.
-                _refuse(
-                    ("secrets", name, "command", 0),
-                    secret.command[0],
-                    f"the program is in {inside}, where kernels can write, and the host runs it with its "
-                    "environment: install it outside the workspace",
-                )
+        if secret.command is not None:
+            # The host runs it with its whole environment, unsandboxed: a kernel that rewrote what it runs
+            # would run its own code there (checked again before it runs: `resolve_secrets`).
+            problem = command_problem(secret.command, environ=os.environ, cwd=root, kernel_writable=writable)
+            if problem is not None:
+                index, reason = problem
+                _refuse(("secrets", name, "command", index), secret.command[index], reason)
     # A `${VAR}` of a secret's value in [kernel] env would put the value itself in the kernel.
     for key, value in kernel_env.items():
         both = sorted(placeholder_names(value) & variables.keys())

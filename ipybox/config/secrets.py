@@ -28,6 +28,18 @@ The contract:
   the first line is quoted (without what its stdout printed), since that is where programs like `pass` say
   what went wrong.
 
+A command is run so that no kernel decides which process the host starts, nor what it reads: it runs in
+the workspace's directory, its program and every file its arguments name must lie outside the
+directories kernels can write (the workspace and `[sandbox] allowWrite`: `command_problem`; refused when
+the workspace loads, placed at the entry, and again before it runs), and its `PATH` (where its program is
+found, and the programs it runs by name) and `PYTHONPATH`, `NODE_PATH` and `LD_LIBRARY_PATH` keep only
+the host's absolute entries outside those directories, so a kernel can't plant a program of the same name
+in an earlier `PATH` entry (a virtual environment in the workspace, say). Refused rather than protected
+(as MCP servers' code is, `ipybox.config.executables`): a secret is resolved while kernels may already
+run (an edit), and those kernels were not started with the new command's files read-only. A command that
+outlives its `timeout` is killed with its whole process group (it runs in a session of its own), and
+its other descendants, so nothing it started is left running.
+
 Which hosts a secret may reach, and how it fits the other tables (its `env` not also in `[kernel] env`, its
 hosts in `[sandbox.network] allowedDomains`, the sandbox on), is checked when the workspace loads
 (`ipybox.config.loading`).
@@ -35,11 +47,15 @@ hosts in `[sandbox.network] allowedDomains`, the sandbox on), is checked when th
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from secrets import token_urlsafe
@@ -58,6 +74,8 @@ from pydantic_core import PydanticCustomError
 
 from ipybox.errors import IpyboxError
 from ipybox.mcp_client.params import PLACEHOLDER, resolve_placeholders
+from ipybox.mcp_client.placeholders import placeholder_digest
+from ipybox.process import descendants, kill_all
 from ipybox.sandbox.domains import domain_entry_error, normalize_host
 from ipybox.sandbox.netbridge import proxy_env
 
@@ -71,9 +89,11 @@ __all__ = [
     "SecretName",
     "SecretSection",
     "check_secret_name",
+    "command_problem",
     "kernel_env",
     "resolve_secrets",
     "secret_values",
+    "secrets_digest",
 ]
 
 SECRET_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -108,8 +128,16 @@ _UNSAFE_CHARS = re.compile(r"[\r\n\0]")
 
 class SecretError(IpyboxError, ValueError):
     """A secret could not be resolved on the host: its variable is not set, its command failed, timed out
-    or was not found, or its value is empty or can't go in an HTTP header. The message names the secret
-    and what to do, and never contains the value or the command's output."""
+    or was not found (or is where kernels can write), or its value is empty or can't go in an HTTP header.
+    The message names the secret and what to do, and never contains the value or the command's output.
+
+    Attributes:
+        secret: The secret's name (`[secrets.<secret>]`), for placing the error in `ipybox.toml`.
+    """
+
+    def __init__(self, message: str, *, secret: str | None = None) -> None:
+        super().__init__(message)
+        self.secret = secret
 
 
 def check_secret_name(name: str) -> str:
@@ -160,10 +188,12 @@ class SecretSection(BaseModel):
     Attributes:
         value: The value, as `${VAR}` placeholders filled from the host's environment or the workspace's
             `.env` (e.g. `"${GITHUB_TOKEN}"`); a literal value is refused. Either this or `command`.
-        command: A program and its arguments (argv, no shell) run on the host with the host's
-            environment when kernels start; its standard output, surrounding whitespace stripped, is the
-            value (e.g. `["pass", "show", "api/github"]`). The program is an absolute path or a name
-            found on `PATH`, outside the workspace (kernels can write there). Either this or `value`.
+        command: A program and its arguments (argv, no shell) run on the host, in the workspace's
+            directory, with the host's environment (its search paths confined: see the module) when kernels
+            start and when `[secrets]` is edited; its standard output, surrounding whitespace stripped, is
+            the value (e.g. `["pass", "show", "api/github"]`). The program is an absolute path or a name
+            found on `PATH`, and it and the files its arguments name are outside the workspace and
+            `allowWrite` (kernels can write there). Either this or `value`.
         env: The kernels' environment variable that holds the secret's placeholder (e.g. `GITHUB_TOKEN`).
             Not a variable of `[kernel] env`, nor one ipybox sets (`IPYBOX_*`, the proxy variables).
         hosts: Where the value may be sent: host names (`api.github.com`), wildcards for subdomains
@@ -329,7 +359,12 @@ class ResolvedSecret:
 
 
 def resolve_secrets(
-    sections: Mapping[str, SecretSection], *, environ: Mapping[str, str], dotenv_path: Path | None
+    sections: Mapping[str, SecretSection],
+    *,
+    environ: Mapping[str, str],
+    dotenv_path: Path | None,
+    cwd: Path | None = None,
+    kernel_writable: Sequence[Path] = (),
 ) -> dict[str, ResolvedSecret]:
     """Resolve each secret on the host, with a fresh placeholder.
 
@@ -339,6 +374,10 @@ def resolve_secrets(
             (and find their program on its `PATH`).
         dotenv_path: The workspace's `.env`, for variables missing from `environ` (ignored when there is no
             such file).
+        cwd: Where commands run (the workspace's directory); default: this process's.
+        kernel_writable: The directories kernels can write (the workspace and `allowWrite`: the policy's
+            `allow_write_paths`): a command that would run or read a file there is refused, and its search
+            paths leave them out (see the module).
 
     Returns:
         The resolved secrets, by name.
@@ -355,11 +394,15 @@ def resolve_secrets(
     """
     resolved: dict[str, ResolvedSecret] = {}
     for name, section in sections.items():
-        if section.command is not None:
-            value = _run(name, section.command, section.timeout, environ)
-        else:
-            value = _substitute(name, section.value or "", environ, dotenv_path)
-        _check_value(name, value, section)
+        try:
+            if section.command is not None:
+                value = _run(name, section.command, section.timeout, environ, cwd, kernel_writable)
+            else:
+                value = _substitute(name, section.value or "", environ, dotenv_path)
+            _check_value(name, value, section)
+        except SecretError as e:
+            e.secret = name
+            raise
         resolved[name] = ResolvedSecret(
             name=name,
             value=value,
@@ -399,54 +442,223 @@ def _substitute(name: str, template: str, environ: Mapping[str, str], dotenv_pat
     raise SecretError(f"secret {name!r}: {problem}")
 
 
-def _run(name: str, command: list[str], timeout: float, environ: Mapping[str, str]) -> str:
+def _run(
+    name: str,
+    command: list[str],
+    timeout: float,
+    environ: Mapping[str, str],
+    cwd: Path | None,
+    kernel_writable: Sequence[Path],
+) -> str:
     program = command[0]
+    where = cwd or Path.cwd()
+    env = _confined_environ(environ, kernel_writable)
+    problem_at = command_problem(command, environ=environ, cwd=where, kernel_writable=kernel_writable)
+    if problem_at is not None:
+        raise SecretError(f"secret {name!r}: {problem_at[1]}")
     # Found here rather than by `subprocess`, to say which PATH was searched when it is not there.
-    found = program if os.path.isabs(program) else shutil.which(program, path=environ.get("PATH", os.defpath))
-    if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
-        where = "does not exist or is not executable" if os.path.isabs(program) else "is not found on PATH"
+    found = _find_program(program, env)
+    if found is None:
+        where_not = (
+            "does not exist or is not executable" if os.path.isabs(program) else "is not found on PATH"
+        )
         raise SecretError(
-            f"secret {name!r}: its command's program {program!r} {where}: install it, or write its absolute "
-            "path in command"
+            f"secret {name!r}: its command's program {program!r} {where_not}: install it, or write its "
+            "absolute path in command"
         )
     # As in `_substitute`, errors are raised outside the `except` blocks: `TimeoutExpired` holds what the
     # command printed so far, and `UnicodeDecodeError` all of it.
     try:
         # No shell, an empty stdin (a prompt fails rather than waits), the host's environment (`pass` needs
-        # GNUPGHOME, gpg-agent's socket, ...).
-        completed = subprocess.run(
+        # GNUPGHOME, gpg-agent's socket, ...) with its search paths confined; a session of its own, so
+        # that a timeout ends what it started too.
+        process = subprocess.Popen(
             [found, *command[1:]],
-            capture_output=True,
-            timeout=timeout,
             stdin=subprocess.DEVNULL,
-            env=dict(environ),
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        problem = (
-            f"did not finish within {timeout:g} s (waiting for a passphrase or a device?): unlock what it "
-            "needs first, or raise the secret's timeout"
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=where,
+            start_new_session=True,
         )
     except OSError as e:
         problem = f"could not be run: {e.strerror or type(e).__name__}"
     else:
-        if completed.returncode != 0:
-            status = (
-                f"was killed by signal {-completed.returncode}"
-                if completed.returncode < 0
-                else f"exited with status {completed.returncode}"
-            )
-            said = _first_line(completed.stderr, completed.stdout)
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_tree(process)
             problem = (
-                status + (f" ({said})" if said else "") + ": run it yourself to see why, and fix it or the "
-                "secret's command"
+                f"did not finish within {timeout:g} s (waiting for a passphrase or a device?): unlock what it "
+                "needs first, or raise the secret's timeout"
             )
+        except BaseException:
+            _kill_tree(process)
+            raise
         else:
-            try:
-                return completed.stdout.decode("utf-8").strip()
-            except UnicodeDecodeError:
-                problem = "printed something that is not UTF-8 text: make it print the secret alone"
+            if process.returncode != 0:
+                status = (
+                    f"was killed by signal {-process.returncode}"
+                    if process.returncode < 0
+                    else f"exited with status {process.returncode}"
+                )
+                said = _first_line(stderr, stdout)
+                problem = (
+                    status
+                    + (f" ({said})" if said else "")
+                    + ": run it yourself to see why, and fix it or the "
+                    "secret's command"
+                )
+            else:
+                try:
+                    return stdout.decode("utf-8").strip()
+                except UnicodeDecodeError:
+                    problem = "printed something that is not UTF-8 text: make it print the secret alone"
     raise SecretError(f"secret {name!r}: its command {program!r} {problem}")
+
+
+def _kill_tree(process: subprocess.Popen[bytes]) -> None:
+    """Kill `process`, its process group and its other descendants (those that left the group), then reap
+    it. Its pipes are closed unread: a descendant that escaped (a daemon that double-forked) may hold them."""
+    found = descendants(process.pid)  # before the kill: then they are reparented, and lost
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    kill_all(found)
+    process.kill()
+    process.wait()
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+_SEARCH_PATHS = ("PATH", "PYTHONPATH", "NODE_PATH", "LD_LIBRARY_PATH")
+"""The host's variables whose entries say where a command finds programs, modules and libraries."""
+
+
+def _confined_environ(environ: Mapping[str, str], kernel_writable: Sequence[Path]) -> dict[str, str]:
+    """`environ` with only absolute entries outside `kernel_writable` in its search paths: a relative entry
+    means the workspace (commands run there), and in the others a kernel could plant what is run."""
+    env = dict(environ)
+    for variable in _SEARCH_PATHS:
+        if variable not in env:
+            continue
+        kept = [
+            entry
+            for entry in env[variable].split(os.pathsep)
+            if os.path.isabs(entry) and _writable_root(entry, kernel_writable) is None
+        ]
+        env[variable] = os.pathsep.join(kept)
+    return env
+
+
+def _find_program(program: str, env: Mapping[str, str]) -> str | None:
+    found = program if os.path.isabs(program) else shutil.which(program, path=env.get("PATH", os.defpath))
+    if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        return None
+    return found
+
+
+def _writable_root(path: str, kernel_writable: Sequence[Path]) -> Path | None:
+    """The directory of `kernel_writable` that `path` (as written, or resolved) lies in, if any."""
+    candidates = {Path(os.path.normpath(path)), Path(os.path.realpath(path))}
+    for root in kernel_writable:
+        real = Path(os.path.realpath(root))
+        if any(c.is_relative_to(root) or c.is_relative_to(real) for c in candidates):
+            return root
+    return None
+
+
+def command_problem(
+    command: Sequence[str], *, environ: Mapping[str, str], cwd: Path, kernel_writable: Sequence[Path]
+) -> tuple[int, str] | None:
+    """Where a kernel could decide what a secret's `command` runs or reads: the index of the argument at
+    fault and why (with what to do), else `None`.
+
+    Refused: a program that is (or resolves to) a file in `kernel_writable`, or found on `PATH` only in
+    such a directory, or a script whose interpreter (`#!`) is there; an argument naming an existing file
+    (relative to `cwd`, as the command would see it, or `--option=file`) there. The host runs the command
+    with its whole environment: such a file would be the kernel's code, or what it wants read.
+    """
+    if not kernel_writable:
+        return None
+    program = command[0]
+    fix = "install it outside the workspace (kernels can write there, and the host runs the command)"
+    found = _find_program(program, _confined_environ(environ, kernel_writable))
+    if os.path.isabs(program):
+        found = program  # where it is named, whether it exists yet or not (a kernel could make it)
+    elif found is None:
+        # Found only where kernels could have planted it?
+        anywhere = shutil.which(program, path=environ.get("PATH", os.defpath))
+        if anywhere is not None:
+            root = _writable_root(os.path.join(cwd, anywhere), kernel_writable)
+            if root is not None:
+                return 0, (
+                    f"the program {program!r} is found on PATH only in {os.path.dirname(anywhere)}, where "
+                    f"kernels can write ({root}), and the host runs it with its environment: {fix}"
+                )
+    if found is not None:
+        root = _writable_root(found, kernel_writable)
+        if root is not None:
+            return 0, (
+                f"the program is in {root}, where kernels can write, and the host runs it with its "
+                f"environment: {fix}"
+            )
+        interpreter = _interpreter(found)
+        if interpreter is not None and (root := _writable_root(interpreter, kernel_writable)) is not None:
+            return 0, (
+                f"the program {found} is a script run by {interpreter}, in {root}, where kernels can write: "
+                f"{fix}"
+            )
+    for index, arg in enumerate(command[1:], start=1):
+        value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
+        if not value or value.startswith("-"):
+            continue
+        path = os.path.join(cwd, value)
+        if not os.path.lexists(path):
+            continue
+        root = _writable_root(path, kernel_writable)
+        if root is not None:
+            return index, (
+                f"{value!r} is a file in {root}, where kernels can write (and read), and the command runs or "
+                "reads it on the host: keep what the command runs or reads outside the workspace"
+            )
+    return None
+
+
+def _interpreter(program: str) -> str | None:
+    """The interpreter a `#!` script names (its first word), if it is one."""
+    try:
+        with open(program, "rb") as file:
+            head = file.readline(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].decode("utf-8", errors="replace").split()
+    return words[0] if words and os.path.isabs(words[0]) else None
+
+
+def secrets_digest(
+    sections: Mapping[str, SecretSection], *, environ: Mapping[str, str], dotenv_path: Path | None
+) -> str:
+    """A digest of what resolving `sections` depends on and can be watched: the sections themselves and
+    what their `${VAR}`s resolve to (from `environ`, else `.env`). Equal digests: resolving again would
+    give the same values (a command's output excepted, which nothing watches). Empty without sections.
+
+    Example:
+        ```python
+        if secrets_digest(new.secrets, environ=os.environ, dotenv_path=env) != applied:
+            resolved = resolve_secrets(new.secrets, environ=os.environ, dotenv_path=env)
+        ```
+    """
+    if not sections:
+        return ""
+    digest = hashlib.sha256()
+    for name in sorted(sections):
+        section = sections[name]
+        digest.update(json.dumps([name, section.model_dump(mode="json")], sort_keys=True).encode())
+        digest.update(placeholder_digest(section.value or "", environ, dotenv_path).encode())
+    return digest.hexdigest()
 
 
 def _first_line(stderr: bytes, stdout: bytes) -> str:

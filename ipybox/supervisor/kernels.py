@@ -282,10 +282,13 @@ class KernelsService(Service):
             await self.proxy.stop()
             self.proxy = None
 
-    async def recycle(self, why: str) -> None:
+    async def recycle(self, why: str, *, secrets: Mapping[str, ResolvedSecret] | None = None) -> None:
         """Replace every kernel (and the gateway) by ones started from `config()` now; a leased kernel's
-        application is told `why` with its next kernel."""
+        application is told `why` with its next kernel. With `secrets` (resolved again), the new kernels
+        and their proxy use those instead."""
         async with self.lock:
+            if secrets is not None:  # under the lock: no kernel starts with them before the new proxy
+                self.secrets = dict(secrets)
             await self._stop(lost=f"ipybox restarted it to apply a change ({why})")
             await self._start()
             self.on_new_gateway()

@@ -134,6 +134,17 @@ def test_sandbox_and_warm_pool_changes_replace_kernels(write_config: WriteConfig
     )
 
 
+def test_secret_edits_replace_kernels_naming_the_secrets(write_config: WriteConfig) -> None:
+    network = '[sandbox.network]\nallowedDomains = ["api.github.com", "api.example.com"]\n'
+    one = '[secrets.github]\nvalue = "${GH}"\nenv = "GH"\nhosts = ["api.github.com"]\n'
+    other = '[secrets.other]\nvalue = "${OTHER}"\nenv = "OTHER"\nhosts = ["api.example.com"]\n'
+    before = _load(write_config, BASE + network + one)
+    after = _load(write_config, BASE + network + one.replace("${GH}", "${GH2}") + other)
+    changes = diff(before, after)
+    assert changes.kernel_reasons == ("secrets changed: other added, github changed",)
+    assert diff(after, before).kernel_reasons == ("secrets changed: other removed, github changed",)
+
+
 def _diff_network(write_config: WriteConfig, old: str, new: str) -> ConfigChanges:
     """`diff()` between BASE with `[sandbox] network = old` and with `network = new`."""
     before = BASE.replace("enabled = true", f"enabled = true\nnetwork = {old}")

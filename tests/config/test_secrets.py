@@ -26,6 +26,7 @@ from ipybox.config.secrets import (
     secret_values,
 )
 from ipybox.errors import IpyboxError
+from ipybox.process import is_alive
 from tests.config.conftest import ROOT
 
 WriteConfig = Callable[[str], Path]
@@ -323,6 +324,69 @@ def test_a_command_in_the_workspace_is_refused(write_config: WriteConfig, worksp
         error.startswith(":4:12: secrets.github.command[0]: the program is in")
         and "kernels can write" in error
     )
+
+
+def test_a_program_found_on_path_only_in_the_workspace_is_refused(
+    write_config: WriteConfig, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A virtual environment of the workspace on the host's PATH: a kernel can put programs there.
+    (workspace / "bin").mkdir()
+    (workspace / "bin" / "get-token").write_text("#!/bin/sh\necho x\n")
+    (workspace / "bin" / "get-token").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{workspace / 'bin'}:/usr/bin:/bin")
+    secret = SECRET.replace('value = "${GITHUB_PAT}"', 'command = ["get-token"]')
+    error = load_error(write_config, NETWORK + secret)
+    assert error.startswith(
+        ":4:12: secrets.github.command[0]: the program 'get-token' is found on PATH only in"
+    )
+    assert "where kernels can write" in error
+
+
+def test_a_file_argument_in_the_workspace_is_refused_at_its_index(
+    write_config: WriteConfig, workspace: Path
+) -> None:
+    (workspace / "token.py").write_text("print('x')\n")
+    secret = SECRET.replace('value = "${GITHUB_PAT}"', f'command = ["{sys.executable}", "-u", "token.py"]')
+    error = load_error(write_config, NETWORK + secret)
+    assert error.startswith(":4:") and "secrets.github.command[2]: 'token.py' is a file in" in error, error
+
+
+def test_a_command_runs_with_path_entries_kernels_can_write_left_out(tmp_path: Path) -> None:
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    for directory, said in ((workspace / "bin", "planted"), (outside, "real")):
+        directory.mkdir(parents=True)
+        (directory / "get-token").write_text(f"#!/bin/sh\necho {said}-token\n")
+        (directory / "get-token").chmod(0o755)
+    environ = {"PATH": f"{workspace / 'bin'}:relative:{outside}:/usr/bin:/bin"}
+    resolved = resolve_secrets(
+        {"github": section(command=["get-token"])},
+        environ=environ,
+        dotenv_path=None,
+        cwd=workspace,
+        kernel_writable=[workspace],
+    )
+    assert resolved["github"].value == "real-token"
+
+
+def test_a_timed_out_command_leaves_no_process_behind(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    # A child in its process group, and one that left it for a session of its own; neither holds the
+    # command's output open (which would keep a reader waiting until they end).
+    code = (
+        "import subprocess, sys, time\n"
+        "quiet = {'stdout': subprocess.DEVNULL, 'stderr': subprocess.DEVNULL}\n"
+        "a = subprocess.Popen(['sleep', '60'], **quiet)\n"
+        "b = subprocess.Popen(['sleep', '60'], start_new_session=True, **quiet)\n"
+        f"open({str(pids)!r}, 'w').write(f'{{a.pid}} {{b.pid}}')\n"
+        "time.sleep(60)\n"
+    )
+    error = resolve_error(section(command=python(code), timeout=1))
+    assert "did not finish within 1 s" in str(error)
+    children = [int(pid) for pid in pids.read_text().split()]
+    deadline = time.monotonic() + 5
+    while any(is_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [pid for pid in children if is_alive(pid)] == []
 
 
 def test_a_bad_secret_name_is_refused_at_its_table(write_config: WriteConfig) -> None:

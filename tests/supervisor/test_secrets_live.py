@@ -11,11 +11,12 @@ origin (no product setting exists for tests).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,7 @@ async def live(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Live]:
     os.environ["SSL_CERT_FILE"] = str(test_ca)  # the proxy (in this process) trusts the origin
     (directory / "ipybox.toml").write_text(workspace_file())
     (directory / ".env").write_text(f"DEMO_TOKEN={REAL}\n")
+    (directory / "bin").mkdir()  # as a virtual environment's would be: kernels can write in it
     supervisor = Supervisor(directory)
     try:
         await supervisor.start()
@@ -89,14 +91,14 @@ async def live(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Live]:
             os.environ["SSL_CERT_FILE"] = before
 
 
-def request_code(port: int) -> str:
+def request_code(port: int, variable: str = "DEMO_TOKEN") -> str:
     """A kernel's request with its placeholder, through `HTTPS_PROXY`, trusting `SSL_CERT_FILE`."""
     return (
         "import json, os, urllib.request\n"
         # The proxy variables leave local names out (NO_PROXY): the test origin is one, a real host isn't.
         "for name in ('NO_PROXY', 'no_proxy'):\n"
         "    os.environ.pop(name, None)\n"
-        "token = os.environ['DEMO_TOKEN']\n"
+        f"token = os.environ[{variable!r}]\n"
         f"request = urllib.request.Request('https://localhost:{port}/x', "
         "headers={'Authorization': f'Bearer {token}'})\n"
         "with urllib.request.urlopen(request, timeout=30) as response:\n"
@@ -158,6 +160,85 @@ async def test_the_kernel_finds_the_value_nowhere_it_can_look(live: Live) -> Non
     # On the host: the CA's key is in the state directory, the value only in the proxy's memory.
     assert (state_dir / "interception" / "ca-key.pem").stat().st_mode & 0o077 == 0
     assert live.supervisor.asks.audit.redact({"note": f"x {REAL} y"}) == {"note": "x [redacted] y"}
+
+
+async def sent_value(live: Live, variable: str = "DEMO_TOKEN") -> str:
+    """The Authorization value the origin received for a kernel's request with the placeholder in
+    `variable` (a new kernel of the workspace)."""
+    live.origin.origin.seen.clear()
+    out = await live.run(request_code(live.origin.origin.port, variable))
+    assert json.loads(out.splitlines()[-1])["body"].startswith("GET /x "), out
+    heads = live.origin.origin.heads()
+    values = [
+        line.split(": ", 1)[1]
+        for head in heads
+        for line in head.split("\r\n")
+        if line.startswith("Authorization:")
+    ]
+    assert len(values) == 1, heads
+    return values[0]
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.05)
+
+
+async def edited(live: Live, write: Callable[[], None]) -> None:
+    """Make an edit and wait until the workspace replaced its kernels for it."""
+    generation = live.supervisor.kernel_generation
+    write()
+    await until(lambda: live.supervisor.kernel_generation > generation, "the kernels were replaced")
+
+
+# The tests below edit the workspace: they run last (in file order), the first leaves it as it was.
+
+
+async def test_an_edited_value_reaches_the_origin_and_a_bad_edit_keeps_the_last_good_one(live: Live) -> None:
+    dotenv = live.workspace / ".env"
+    await edited(live, lambda: dotenv.write_text("DEMO_TOKEN=rotated-token-8d2e\n"))
+    assert await sent_value(live) == "Bearer rotated-token-8d2e"
+    assert live.supervisor.reconciler is not None and live.supervisor.reconciler.error is None
+    # The variable goes: the edit is refused, shown where a bad file is, and the kernels keep the value.
+    generation = live.supervisor.kernel_generation
+    dotenv.write_text("OTHER=1\n")
+    await until(lambda: live.supervisor.status().config_error is not None, "the edit was refused")
+    error = live.supervisor.status().config_error or ""
+    assert f"{live.workspace / 'ipybox.toml'}:" in error and ": secret 'demo': " in error, error
+    assert "DEMO_TOKEN" in error and "rotated-token" not in error, error
+    assert live.supervisor.kernel_generation == generation
+    assert await sent_value(live) == "Bearer rotated-token-8d2e"
+    await edited(live, lambda: dotenv.write_text(f"DEMO_TOKEN={REAL}\n"))  # fixed: applies
+    assert live.supervisor.status().config_error is None
+
+
+async def test_a_command_planted_by_a_kernel_on_path_is_not_run(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The host's PATH has a directory of the workspace first (a venv activated there, say), then the
+    # directory the real program is in. A kernel plants a program of the same name in the first.
+    marker = tmp_path / "planted-ran"
+    planted = live.workspace / "bin" / "get-token"
+    out = await live.run(
+        "import os\n"
+        f"with open({str(planted)!r}, 'w') as f:\n"
+        f"    f.write('#!/bin/sh\\ntouch {marker}\\necho planted-token\\n')\n"
+        f"os.chmod({str(planted)!r}, 0o755)\n"
+        "print('planted')\n"
+    )
+    assert out == "planted", out
+    real_dir = tmp_path / "real-bin"
+    real_dir.mkdir()
+    (real_dir / "get-token").write_text("#!/bin/sh\necho host-command-token\n")
+    (real_dir / "get-token").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{planted.parent}:{real_dir}:{os.environ['PATH']}")
+    config = live.workspace / "ipybox.toml"
+    command = '[secrets.cmd]\ncommand = ["get-token"]\nenv = "CMD_TOKEN"\nhosts = ["localhost"]\n'
+    await edited(live, lambda: config.write_text(workspace_file() + "\n" + command))
+    assert await sent_value(live, "CMD_TOKEN") == "Bearer host-command-token"
+    assert not marker.exists(), "the host ran the program a kernel planted"
 
 
 def test_an_unresolvable_secret_stops_ipybox_up_with_one_line(tmp_path: Path) -> None:
