@@ -130,6 +130,9 @@ _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 # A request target is visible ASCII (RFC 9112 3.2; obs-text is allowed in no URI).
 _TARGET_FORBIDDEN = re.compile(rb"[^\x21-\x7e]")
 _NO_BODY_STATUSES = (204, 304)
+# A reason phrase is visible ASCII and spaces (RFC 9112 4); a refusal's message goes there, cut to this.
+_PHRASE_UNSAFE = re.compile(r"[^\x20-\x7e]")
+_PHRASE_CHARS = 400
 
 Unknown = Literal["deny", "ask"]
 """What happens to a host no allowed entry covers: refused, or asked about (`DomainProxy`'s `ask`)."""
@@ -405,7 +408,7 @@ class DomainProxy:
         name = normalize_host(host)
         if unknown == "deny" or hosts.denies(name):
             logger.info("sandbox network: refused %s (not in allowedDomains)", name)
-            raise _Refused(403, "Forbidden", f"ipybox sandbox: {name} is not in network.allowedDomains")
+            raise _Refused(403, "Forbidden", _not_allowed(name, denied=hosts.denies(name)))
         answer = self._granted.get(name)
         if answer is not None and not answer.allow:
             raise _Refused(403, "Forbidden", _asked_refusal(name, answer))
@@ -515,7 +518,7 @@ class DomainProxy:
         asked = addresses is not None
         if not asked and not hosts.allows(name):
             logger.info("sandbox network: refused %s:%d (not in allowedDomains)", name, port)
-            raise _Refused(403, "Forbidden", f"ipybox sandbox: {name} is not in network.allowedDomains")
+            raise _Refused(403, "Forbidden", _not_allowed(name, denied=hosts.denies(name)))
         if addresses is None:
             addresses = await _resolve(name, port)
         if not asked and not hosts.names_exactly(name):
@@ -573,6 +576,20 @@ def _checked_unknown(unknown: str, read_only: bool) -> Unknown:
     if unknown == "ask" and read_only:
         raise ValueError(ASK_WITH_READ_ONLY)
     return "ask" if unknown == "ask" else "deny"
+
+
+def _not_allowed(name: str, *, denied: bool) -> str:
+    """Why `name` is refused, and what a person changes to allow it (the model reads this, and tells them)."""
+    if denied:
+        return (
+            f"ipybox sandbox: {name} is not in network.allowedDomains: it is in network.deniedDomains, which "
+            "wins; a person allows it by removing it there ([sandbox.network] in ipybox.toml, or the "
+            "sandbox policy file)"
+        )
+    return (
+        f"ipybox sandbox: {name} is not in network.allowedDomains; a person allows it by adding it there "
+        '([sandbox.network] in ipybox.toml, or the sandbox policy file), or has hosts asked about with unknown = "ask"'
+    )
 
 
 def _asked_refusal(name: str, answer: HostAnswer) -> str:
@@ -1137,7 +1154,17 @@ def _origin_form(method: str, path: str, version: str, header_block: bytes) -> b
 
 
 async def _answer(writer: asyncio.StreamWriter, status: int, reason: str, message: str) -> None:
+    """Answer with `status`, `message` as the plain-text body and also in the reason phrase: clients report
+    a refused `CONNECT` by its status line alone (Python's `http.client`, hence requests, urllib3 and pip:
+    `Tunnel connection failed: 403 Forbidden (ipybox sandbox: x.org is not in ...)`; curl -v), and the
+    body is all a plain-HTTP client sees."""
     body = (message + "\n").encode()
-    head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
+    phrase = _PHRASE_UNSAFE.sub("?", message)
+    if len(phrase) > _PHRASE_CHARS:
+        phrase = phrase[: _PHRASE_CHARS - 3] + "..."
+    head = (
+        f"HTTP/1.1 {status} {reason} ({phrase})\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\n"
+    )
     writer.write(head.encode() + b"Connection: close\r\n\r\n" + body)
     await writer.drain()
