@@ -407,12 +407,18 @@ class KernelConnection:
     async def shutdown(self, delete: bool = True) -> None:
         """Close the websocket, stop its reader and writer, and (unless `delete` is false) delete the kernel
         on the gateway. Raises nothing but the caller's own cancellation (the kernel is then not deleted:
-        a later `shutdown()` finishes)."""
+        a later `shutdown()` finishes; the reader and writer are cancelled all the same, so a connection
+        dropped after a shutdown cut short leaves no task behind)."""
         self.dead = True
-        if self._ws is not None:
-            with contextlib.suppress(Exception):
-                await self._ws.close()
-        await self._tasks.aclose()
+        try:
+            if self._ws is not None:
+                with contextlib.suppress(Exception):
+                    await self._ws.close()
+        finally:
+            # A caller cancelled while the websocket closes (a claim of the pool's kernel, cut short) never
+            # comes back: without this its task group would wait forever, until the garbage collector
+            # destroyed it pending (seen: "Task was destroyed but it is pending!" in the test suite).
+            await self._tasks.aclose()
         if delete:
             with contextlib.suppress(Exception):
                 async with self.http.delete(f"{self.endpoint.url}/api/kernels/{self.kernel_id}"):

@@ -108,6 +108,9 @@ class KernelPool:
         self.version = 0
         self.versions: dict[str, int] = {}
         self._idle: dict[str, KernelConnection] = {}  # in the order they became ready
+        # Connections of idle kernels that died, until closed: `stop()` closes those whose closing it cut
+        # short or that died while it stopped (a connection owns a task group: dropping it leaks it).
+        self._dead: set[KernelConnection] = set()
         # Kernel starts under way (each one's outcome, which a claim waiting for it reads), and the pool's
         # background work: all of it runs in the task group of `_tasks`, which `stop()` closes.
         self._starting: set[asyncio.Future[None]] = set()
@@ -162,7 +165,13 @@ class KernelPool:
                 kernel = self._idle.pop(kernel_id)
                 if kernel.dead:  # its death is being handled (`_idle_died`)
                     continue
-                await kernel.shutdown(delete=False)  # the attaching client opens its own websocket
+                try:
+                    await kernel.shutdown(delete=False)  # the attaching client opens its own websocket
+                except (
+                    asyncio.CancelledError
+                ):  # claimed by nobody after all: deleted, not left on the gateway
+                    self.discard(kernel_id)
+                    raise
                 self._deaths_in_a_row = 0
                 self._refill_after_claim()
                 return kernel_id
@@ -215,7 +224,8 @@ class KernelPool:
         for start in list(self._starting):
             start.cancel()  # a claim waiting for it fails with PoolStoppedError
         idle, self._idle = self._idle, {}
-        await asyncio.gather(*(kernel.shutdown(delete=False) for kernel in idle.values()))
+        dead, self._dead = self._dead, set()
+        await asyncio.gather(*(kernel.shutdown(delete=False) for kernel in [*idle.values(), *dead]))
         if http is not None:
             await http.close()
 
@@ -337,6 +347,10 @@ class KernelPool:
         """Warm an idle kernel up until it is claimed (or dies: `_idle_died` replaces it)."""
         await warm_up_kernel(kernel, lambda: self._idle.get(kernel.kernel_id) is kernel)
 
+    async def _close_dead(self, kernel: KernelConnection) -> None:
+        await kernel.shutdown(delete=False)
+        self._dead.discard(kernel)
+
     def _idle_died(self, kernel: KernelConnection) -> None:
         if self._idle.get(kernel.kernel_id) is not kernel:
             return  # claimed (or dropped) before it died
@@ -344,7 +358,8 @@ class KernelPool:
         self.callers.pop(kernel.kernel_id, None)
         self.versions.pop(kernel.kernel_id, None)
         # Its connection is closed for good: it ends its own tasks (a connection owns a task group).
-        self._spawn(kernel.shutdown(delete=False), "ipybox-pool-close-dead")
+        self._dead.add(kernel)
+        self._spawn(self._close_dead(kernel), "ipybox-pool-close-dead")
         if self._http is None or kernel.death_cause != "process":
             # The connection closed without the gateway saying the kernel died: the gateway exited (its
             # restart brings a new pool) or deleted the kernel; the next claim starts one if needed.

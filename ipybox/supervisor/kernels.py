@@ -519,15 +519,31 @@ class KernelsService(Service):
         """
         lease = self.leases.new_lease(PARSER_CHECK_REFUSAL)
         try:
-            gateway = self.gateway
-            if gateway is None:
-                raise GatewayError(f"the kernel gateway is not running: {self.failure_reason or 'stopped'}")
 
             async def kernel_source() -> str:
                 return (await self.lease_kernel(lease)).kernel_id
 
-            client = KernelClient(gateway.endpoint, kernel_source=kernel_source, spare_kernel=False)
-            await client.connect()
+            # The client talks to the gateway read here, and its kernel is claimed from the pool after (the
+            # claim waits while kernels are being replaced): when an edit replaced the gateway meanwhile,
+            # the kernel is on the new one and the old one is gone. Then it is tried once more, on the new
+            # gateway (a second replacement within one check is an error like any other).
+            for attempt in range(2):
+                gateway = self.gateway
+                if gateway is None:
+                    raise GatewayError(
+                        f"the kernel gateway is not running: {self.failure_reason or 'stopped'}"
+                    )
+                client = KernelClient(gateway.endpoint, kernel_source=kernel_source, spare_kernel=False)
+                try:
+                    await client.connect()
+                except GatewayError:
+                    if attempt == 0 and self.gateway is not gateway:
+                        logger.info(
+                            "the kernel gateway was replaced while a check started: starting it again"
+                        )
+                        continue
+                    raise
+                break
             try:
                 result = await client.execute(code, timeout=_CHECK_TIMEOUT)
             finally:

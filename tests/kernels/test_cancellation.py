@@ -66,6 +66,30 @@ async def test_a_caller_cancelled_while_a_kernel_connection_closes_sees_its_canc
         await kernel.shutdown()
 
 
+async def test_a_connection_dropped_after_a_shutdown_cut_short_leaves_no_task_behind(
+    gateway: KernelGateway, http: aiohttp.ClientSession, before: set[asyncio.Task[object]]
+) -> None:
+    # A pool's claim cancelled while it closed the claimed kernel's connection never shuts it down again:
+    # its task group must end all the same (it used to wait forever, until the garbage collector destroyed
+    # it pending, which on Python 3.11.7 can break an `ast.parse` running meanwhile).
+    kernel = await KernelConnection.open(http, gateway.endpoint, ready_timeout=60)
+    try:
+        for steps in range(1, 4):  # from 1: a task cancelled before its first step never starts the shutdown
+            connection = await KernelConnection.attach(http, gateway.endpoint, kernel.kernel_id)
+            closing = asyncio.create_task(connection.shutdown(delete=False))
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            closing.cancel()
+            await asyncio.wait({closing})
+            assert closing.cancelled()
+        async with asyncio.timeout(10):
+            while tasks_named("ipybox-kernel connection", before) != [kernel._tasks._host]:
+                await asyncio.sleep(0.01)
+        assert len(tasks_named(f"ipybox-kernel-{kernel.kernel_id[:8]}", before)) == 1
+    finally:
+        await kernel.shutdown()
+
+
 async def test_a_connection_whose_kernel_went_away_keeps_no_reader_or_writer(
     gateway: KernelGateway, http: aiohttp.ClientSession, before: set[asyncio.Task[object]]
 ) -> None:
