@@ -10,12 +10,14 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
 
     IpyboxError                          ipybox.errors
     ├── ConfigError                      ipybox.config                       ValueError
+    ├── SecretError                      ipybox.config.secrets               ValueError
     ├── ListenError                      ipybox.asgi_server                  OSError
     ├── RuleWriteError                   ipybox.config.rule_writer           ValueError
     ├── ServerWriteError                 ipybox.config.server_writer         ValueError
     ├── LockFileError                    ipybox.config.tool_lock             ValueError
     ├── SandboxUnavailableError          ipybox.sandbox                      RuntimeError
     ├── SandboxPolicyError               ipybox.sandbox.policy               ValueError
+    ├── InterceptionError                ipybox.sandbox.interception         RuntimeError
     ├── LimitUnavailableError            ipybox.limits.enforcement           RuntimeError
     ├── SeccompUnavailableError          ipybox.limits.seccomp               OSError
     ├── KernelError                      ipybox.errors

@@ -27,6 +27,12 @@ Contracts:
   client without elicitation, no console page or `ipybox approve` open), or whose application leaves
   mid-question or declines it (`CodeExecutor.execute()` answers no asks) with no person present, is
   `NoOneToAsk`, with the allow rule to add; it is audited as unanswered.
+- A sandboxed kernel's connection to a host no `allowedDomains` entry covers (`[sandbox.network] unknown =
+  "ask"`: `ask_host`, the kernels' proxy's asker) is put to the people `[approval] ask` lists only (the
+  proxy can't tell which kernel connected, so no application or MCP client), as the call
+  `ipybox.network(host, port, method)` with the subject `connect to host:port`; nobody present refuses
+  it at once; "for this session" holds for the host while the proxy runs; `always` writes the host into
+  `allowedDomains` (or `deniedDomains`) through `write_domain`. It is audited like a call.
 - A decision that can't be audited is not acted on: the `OSError` propagates and the call fails.
 - A kernel's question about a shell command (`ipybox.shell` / `ipybox.shell_magic`) is split into the
   commands it runs ([shell_commands][ipybox.rules.shell_commands]), each decided by the rules as
@@ -77,10 +83,22 @@ from ipybox.rules.shell_commands import (
     is_shell_question,
     shell_calls,
 )
+from ipybox.sandbox.host_asks import HostAnswer, HostQuestion
 
-__all__ = ["LARGE_ARGUMENTS", "LARGE_SHELL_COMMAND", "WorkspaceApprover", "explain_call", "for_shell"]
+__all__ = [
+    "LARGE_ARGUMENTS",
+    "LARGE_SHELL_COMMAND",
+    "NETWORK_TOOL",
+    "WorkspaceApprover",
+    "explain_call",
+    "for_shell",
+]
 
 logger = logging.getLogger(__name__)
+
+NETWORK_TOOL: Final = "network"
+"""The tool of an ask about a host (`WorkspaceApprover.ask_host`): `ipybox.network`, ipybox's own server
+name (`KERNEL_SHELL_SERVER`), which no MCP server may take."""
 
 LARGE_ARGUMENTS: Final = 16 * 1024
 """From this size of a call's arguments (characters of strings, plus one per value) the rules decide in
@@ -153,6 +171,9 @@ class WorkspaceApprover:
         pending_tool: Whether a tool differs from its pin in `ipybox.lock`: `"changed"`, `"new"` (on a
             pinned server) or `None`; such a call the rules would allow is decided `[approval]
             changed_tools` instead, until the change is accepted (default: no pins).
+        write_domain: Writes an `always` answer to an ask about a host (`ask_host`) into `ipybox.toml`
+            (host, allowed, who) and has the workspace load it; raises `ValueError` with the reason when it
+            must not be written.
     """
 
     def __init__(
@@ -168,6 +189,7 @@ class WorkspaceApprover:
         links: Callable[[ToolCall], Mapping[str, PathLink]] = lambda call: {},
         refusal_of: Callable[[str], str | None] = lambda caller: None,
         pending_tool: Callable[[str, str], str | None] = lambda server, tool: None,
+        write_domain: Callable[[str, bool, str], Awaitable[object]] | None = None,
     ) -> None:
         self.policy = policy
         self.audit = audit
@@ -179,6 +201,8 @@ class WorkspaceApprover:
         self.links = links
         self.refusal_of = refusal_of
         self.pending_tool = pending_tool
+        self.write_domain = write_domain
+        self._host_asks: dict[str, str] = {}  # pending asks about hosts (`ask_host`): ask id -> host
         self.grants = SessionGrants()
         self.quotas = CallQuotas()
         self._writing = asyncio.Lock()  # one `always` rule written at a time
@@ -401,6 +425,76 @@ class WorkspaceApprover:
             call, verdict, asked_of=asked_of, routes=answerable, timeout=self.policy.ask_timeout
         )
 
+    async def ask_host(self, question: HostQuestion) -> HostAnswer:
+        """Ask the people `[approval] ask` lists (web console, `ipybox approve`) whether a sandboxed
+        kernel may connect to a host no `allowedDomains` entry covers (the proxy's
+        [HostAsker][ipybox.sandbox.host_asks.HostAsker], for `[sandbox.network] unknown = "ask"`).
+
+        The proxy can't tell which kernel connected, so no application or MCP client is asked, and an
+        answer "for this session" holds for the host while the proxy runs. The ask is the call
+        `ipybox.network(host, port, method)` with the subject `connect to host:port`; `always` writes the
+        host into `allowedDomains` (or `deniedDomains`) through `write_domain`. It waits `ask_timeout`
+        at most; with nobody present it is refused at once. The decision is audited.
+        """
+        policy = self.policy
+        call = ToolCall(
+            KERNEL_SHELL_SERVER,
+            NETWORK_TOOL,
+            {"host": question.host, "port": question.port, "method": question.method},
+        )
+        verdict = Verdict("ask", None, f'{question.host} is not in allowedDomains, and unknown = "ask"')
+        people = tuple(route for route in policy.ask if route in PEOPLE)
+        asked_of = next((route for route in people if self.board.people(route) > 0), None)
+        if asked_of is None:
+            if people:
+                why = self._nobody(people)
+            else:
+                why = "nobody can be asked: [approval] ask lists no person (console, terminal) to ask about hosts"
+            await asyncio.to_thread(self._record, _Record(call, verdict, timed_out=True, reason=why))
+            return HostAnswer(False, why=why)
+        ask = self.board.open(
+            call,
+            verdict,
+            asked_of=asked_of,
+            routes=(asked_of, *(route for route in people if route != asked_of)),
+            subject=question.subject,
+            timeout=policy.ask_timeout,
+        )
+        self._host_asks[ask.id] = question.host
+        try:
+            answer = await self._answer_of(ask, policy.ask_timeout)
+        finally:
+            self._host_asks.pop(ask.id, None)
+            self.board.close(ask, why="the connection went away")
+        if isinstance(answer, AskAnswer):
+            record = _Record(call, verdict, _answer(answer.accept), answer.route, answer.scope, answer.by)
+            await asyncio.to_thread(self._record, record)
+            return HostAnswer(answer.accept, answer.scope, answer.describe())
+        why = (
+            f"nobody answered within {policy.ask_timeout:g} s"
+            if answer == "timeout"
+            else "the ask was withdrawn"
+        )
+        await asyncio.to_thread(self._record, _Record(call, verdict, timed_out=True, reason=why))
+        return HostAnswer(False, why=why)
+
+    async def _answer_host(self, ask: PendingAsk, host: str, answer: AskAnswer) -> str | None:
+        """A person's answer to an ask about a host (`ask_host`): `always` writes the host into
+        `ipybox.toml` first; "for this session" needs no lease (it holds for the proxy's run)."""
+        if answer.scope == "always":
+            if self.write_domain is None:
+                return "this workspace cannot write ipybox.toml: answer once or for this session"
+            async with self._writing:
+                if self.board.get(ask.id) is None:
+                    return self._gone(ask.id)
+                try:
+                    await self.write_domain(host, answer.accept, answer.by)
+                except ValueError as e:
+                    return str(e)
+        if not self.board.answer(ask.id, answer):
+            return self._gone(ask.id)
+        return None
+
     def _nobody(self, routes: tuple[AskRoute, ...]) -> str:
         """Who was missing, route by route, for the refusal's message."""
         console = self.console()
@@ -480,6 +574,8 @@ class WorkspaceApprover:
         if answer.route not in ask.routes:
             routes = ", ".join(f'"{route}"' for route in self.policy.ask)
             return f"the {answer.route} does not answer this question ([approval] ask = [{routes}])"
+        if (host := self._host_asks.get(ask_id)) is not None:
+            return await self._answer_host(ask, host, answer)
         if answer.scope == "session" and ask.session is None:
             return "this call comes from a kernel that no session holds: answer once or always"
         if answer.scope == "always" and ask.call.server == KERNEL_SHELL_SERVER:

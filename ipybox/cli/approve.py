@@ -218,7 +218,9 @@ def short_id(ask_id: str) -> str:
 def ask_lines(ask: AskView, now: datetime, *, max_arg_lines: int = MAX_ARG_LINES) -> list[str]:
     """How one ask is shown: the call, where it comes from, why it asks, the time left, the arguments."""
     head = f"ask {short_id(ask.id)}: {ask.call_text}"
-    if ask.subject is not None:
+    if ask.subject is not None and (ask.server, ask.tool) == ("ipybox", "network"):
+        head += "  (a sandboxed kernel's connection to a host not in allowedDomains)"
+    elif ask.subject is not None:
         head += f"  (a shell command, run by {ask.server}.{ask.tool})"
     lines = [head]
     where = f"session {ask.session}" if ask.session is not None else "no session"

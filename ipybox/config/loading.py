@@ -32,7 +32,10 @@ from ipybox.config.admin_policy import domain_allowed, read_admin_policy
 from ipybox.config.diagnostics import ValueSource, in_file, problems_from_errors
 from ipybox.config.errors import ConfigError, ConfigProblem
 from ipybox.config.positions import KeyPath, key_positions, too_deep
+from ipybox.config.secrets import command_problem
 from ipybox.config.workspace_config import ENV_NESTED_DELIMITER, ENV_PREFIX, OwnSettingsOnly, WorkspaceConfig
+from ipybox.mcp_client.placeholders import placeholder_names
+from ipybox.sandbox.domains import covers
 
 CONFIG_FILE = "ipybox.toml"
 
@@ -96,7 +99,7 @@ def _load(path: Path, source: str) -> WorkspaceConfig:
             raise _unknown_keys(reserved, data)
         # mypy knows the fields as __init__'s arguments, not BaseSettings' own `_env_file`.
         config = WorkspaceConfig(_env_file=dotenv, **data)  # type: ignore[call-arg]
-        _check_across_tables(config)
+        _check_across_tables(config, path.parent.resolve())
         config = _under_admin_tiers(config, path.parent.resolve())
     except ValidationError as e:
         raise ConfigError(path, _problems(e.errors(), path, source, data, dotenv)) from None
@@ -147,12 +150,14 @@ def _syntax_problem(path: Path, error: tomllib.TOMLDecodeError) -> ConfigProblem
     return ConfigProblem(str(path), int(place.group(1)), int(place.group(2)), reason)
 
 
-def _check_across_tables(config: WorkspaceConfig) -> None:
+def _check_across_tables(config: WorkspaceConfig, root: Path) -> None:
     """What one table says about another, reported at the key that can't hold (as a `ValidationError`, so it
     is placed like the rest)."""
     limits = config.kernel.limits
     if config.kernel.gateway is not None:
         _check_remote_kernels(config)
+    if config.secrets:
+        _check_secrets(config, root)
     if limits.tmp is not None and "tmp" in limits.model_fields_set and not config.sandbox.enabled:
         _refuse(
             ("kernel", "limits", "tmp"),
@@ -183,13 +188,21 @@ def _under_admin_tiers(config: WorkspaceConfig, root: Path) -> WorkspaceConfig:
             )
         allowed = minimums.allowed_domains
         if allowed is not None:
-            beyond = [d for d in config.sandbox.network.allowed_domains if not domain_allowed(d, allowed)]
+            beyond = [d for d in config.sandbox.network.allowed_hosts if not domain_allowed(d, allowed)]
             if beyond:
                 _refuse(
                     ("sandbox", "network", "allowedDomains"),
                     beyond,
                     f"the {tier.name} admin policy ({tier.path}) lets kernels reach only "
                     f"{', '.join(allowed) or 'no domain'}; remove {', '.join(beyond)}",
+                )
+            if config.sandbox.enabled and config.sandbox.network.unknown == "ask":
+                _refuse(
+                    ("sandbox", "network", "unknown"),
+                    "ask",
+                    f"the {tier.name} admin policy ({tier.path}) lets kernels reach only "
+                    f"{', '.join(allowed) or 'no domain'}, and a person answering an ask could allow any "
+                    'host: set unknown = "deny"',
                 )
     if not tiers:
         return config
@@ -226,7 +239,88 @@ def _check_remote_kernels(config: WorkspaceConfig) -> None:
             )
 
 
-def _refuse(loc: tuple[str, ...], value: Any, reason: str) -> None:
+def _check_secrets(config: WorkspaceConfig, root: Path) -> None:
+    """`[secrets]` against the tables it relies on: a secret reaches a request only through the sandbox's
+    proxy, to hosts the kernels can reach, in a variable of its own, and with its value kept out of
+    kernels."""
+    name, first = next(iter(config.secrets.items()))
+    # Only the proxy of this machine's sandbox puts values in place of placeholders: a kernel that reaches
+    # the network another way would send the placeholder itself, and the secret would silently not work.
+    if config.kernel.gateway is not None:
+        _refuse(
+            ("secrets", name),
+            first.model_dump(),
+            "[secrets] are put in requests by the sandbox's proxy on this machine, and kernels of "
+            "[kernel.gateway] reach the network from their cluster: remove [secrets], and give remote "
+            "kernels credentials through the cluster",
+        )
+    if not config.sandbox.enabled:
+        _refuse(
+            ("secrets", name),
+            first.model_dump(),
+            "[secrets] are put in requests by the sandbox's proxy, and [sandbox] enabled = false: "
+            "unsandboxed kernels reach the network directly, bypassing it. Enable the sandbox, or remove "
+            "[secrets] (and pass the credential some other way)",
+        )
+    kernel_env = config.kernel.env
+    network = config.sandbox.network
+    writable = config.sandbox.policy().allow_write_paths(root, Path.home())
+    owners: dict[str, str] = {}
+    variables: dict[str, str] = {}
+    for name, secret in config.secrets.items():
+        if secret.env in kernel_env:
+            _refuse(
+                ("secrets", name, "env"),
+                secret.env,
+                f"[kernel] env sets {secret.env} too, and a kernel's variable holds one value: remove it "
+                "from [kernel] env (which would put the value in the kernel) or name another variable here",
+            )
+        if secret.env in owners:
+            _refuse(
+                ("secrets", name, "env"),
+                secret.env,
+                f"secret {owners[secret.env]!r} holds its placeholder in {secret.env} already: name another "
+                "variable",
+            )
+        owners[secret.env] = name
+        for variable in placeholder_names(secret.value or ""):
+            variables.setdefault(variable, name)
+        for index, host in enumerate(secret.hosts):
+            denied = next((entry for entry in network.denied_domains if covers(entry, host)), None)
+            if denied is not None:
+                _refuse(
+                    ("secrets", name, "hosts", index),
+                    host,
+                    f"[sandbox.network] deniedDomains has {denied!r}, so kernels can't reach {host!r}: "
+                    "remove one of them",
+                )
+            if not any(covers(entry, host) for entry in network.allowed_hosts):
+                _refuse(
+                    ("secrets", name, "hosts", index),
+                    host,
+                    f"kernels can't reach {host!r}: add it to [sandbox.network] allowedDomains",
+                )
+        if secret.command is not None:
+            # The host runs it with its whole environment, unsandboxed: a kernel that rewrote what it runs
+            # would run its own code there (checked again before it runs: `resolve_secrets`).
+            problem = command_problem(secret.command, environ=os.environ, cwd=root, kernel_writable=writable)
+            if problem is not None:
+                index, reason = problem
+                _refuse(("secrets", name, "command", index), secret.command[index], reason)
+    # A `${VAR}` of a secret's value in [kernel] env would put the value itself in the kernel.
+    for key, value in kernel_env.items():
+        both = sorted(placeholder_names(value) & variables.keys())
+        if both:
+            _refuse(
+                ("kernel", "env", key),
+                value,
+                f"${{{both[0]}}} is the value of secret {variables[both[0]]!r}, which kernels must not see: "
+                f"remove {key} from [kernel] env (kernels get the secret's placeholder in "
+                f"{config.secrets[variables[both[0]]].env})",
+            )
+
+
+def _refuse(loc: tuple[str | int, ...], value: Any, reason: str) -> None:
     error: Any = {"type": "value_error", "loc": loc, "input": value, "ctx": {"error": ValueError(reason)}}
     raise ValidationError.from_exception_data(WorkspaceConfig.__name__, [error])
 

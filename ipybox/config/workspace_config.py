@@ -1,8 +1,9 @@
 """`WorkspaceConfig`: a workspace's `ipybox.toml`, with overrides from the environment and `.env`.
 
 A workspace is a directory with an `ipybox.toml`: its MCP servers (`[servers.<name>]`), the kernel's
-environment and limits (`[kernel]`), the sandbox (`[sandbox]`), tool-call approval rules (`[approval]`)
-and where agents reach it (`[endpoints]`). See `ipybox.toml.example` for every option, and
+environment and limits (`[kernel]`), the sandbox (`[sandbox]`), credentials kernels use without seeing
+them (`[secrets.<name>]`), tool-call approval rules (`[approval]`) and where agents reach it
+(`[endpoints]`). See `ipybox.toml.example` for every option, and
 `schemas/ipybox.schema.json` for editors.
 
 Where a setting comes from, the first that has it winning:
@@ -39,6 +40,7 @@ from pydantic import Field, PrivateAttr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from ipybox.config.secrets import SecretName, SecretSection
 from ipybox.config.sections import EndpointsSection, KernelSection, SandboxSection, WorkspaceSection
 from ipybox.config.servers import ServerName, ServerSection, TaggedServerSection
 from ipybox.rules import ApprovalPolicy
@@ -59,6 +61,9 @@ class WorkspaceConfig(BaseSettings):
         kernel: `[kernel]`: the kernels' environment, warm pool and execution time limit.
         sandbox: `[sandbox]`: whether kernels are sandboxed, and the policy.
         servers: `[servers.<name>]`: the MCP servers, by name.
+        secrets: `[secrets.<name>]`: credentials the host resolves, which kernels use through placeholders
+            that only the sandbox's proxy replaces, in requests to the secret's hosts
+            (`ipybox.config.secrets`).
         approval: `[approval]`: rules deciding whether a tool call runs, is refused, or is asked about.
         endpoints: `[endpoints]`: where `ipybox up` serves the workspace to agents.
     """
@@ -74,6 +79,9 @@ class WorkspaceConfig(BaseSettings):
     kernel: KernelSection = Field(default_factory=KernelSection)
     sandbox: SandboxSection = Field(default_factory=SandboxSection)
     servers: dict[ServerName, TaggedServerSection] = Field(
+        default_factory=dict, json_schema_extra={"additionalProperties": False}
+    )
+    secrets: dict[SecretName, SecretSection] = Field(
         default_factory=dict, json_schema_extra={"additionalProperties": False}
     )
     approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)

@@ -17,7 +17,9 @@ purpose:
   [SandboxPolicy.from_file][ipybox.sandbox.policy.SandboxPolicy.from_file]; default: the default policy),
   not the whole gateway under sandbox-runtime. A machine that can't sandbox fails `start()` with
   `SandboxUnavailableError`; nothing ever runs unsandboxed instead. A policy that allows domains gets its
-  filtering proxy, started and stopped with the gateway. When `env` points kernels at a tool server on a
+  filtering proxy, started and stopped with the gateway; it has no `[secrets]` (they belong to a
+  workspace's `ipybox.toml`, which this gateway has none of) and no interception CA, so a host with
+  method or path rules (`readOnly`) is refused over HTTPS. When `env` points kernels at a tool server on a
   Unix socket (`IPYBOX_TOOL_SERVER=unix:...`, as `ToolServer.kernel_env` does), sandboxed kernels can reach
   that socket; a sandboxed kernel has no network, so a TCP tool server is out of its reach.
 - Kernels get `env` on top of a small, secret-free part of the host's environment (`PATH`, `HOME`,
@@ -167,7 +169,11 @@ class KernelGateway:
         tool_socket = Path(tool_address.removeprefix("unix:")) if tool_address.startswith("unix:") else None
         proxy_socket = None
         if policy.network.allowed_domains:
-            self._proxy = DomainProxy(policy.network.allowed_domains, policy.network.denied_domains)
+            self._proxy = DomainProxy(
+                policy.network.allowed_domains,
+                policy.network.denied_domains,
+                read_only=policy.network.read_only,
+            )
             proxy_socket = await self._proxy.start()
         return sandboxed_kernel_spec(
             policy,

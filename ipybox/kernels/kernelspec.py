@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -103,6 +104,7 @@ def sandboxed_kernel_spec(
     tool_server_dir: Path | None = None,
     tool_socket: Path | None = None,
     proxy_socket: Path | None = None,
+    readable: Sequence[Path] = (),
     home: Path | None = None,
     tmp_size: int | None = None,
 ) -> KernelSpec:
@@ -115,6 +117,8 @@ def sandboxed_kernel_spec(
         tool_socket: The tool server's call socket (Linux: only it is made reachable, not its directory).
         proxy_socket: The [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket, when the policy allows
             domains (Linux only: macOS refuses such policies).
+        readable: More paths kernels may read where they would not (under the private `/tmp`), e.g. the
+            trust bundle of the proxy's interception CA.
         home: What `~` in the policy stands for.
         tmp_size: Each kernel's private `/tmp` size in bytes (Linux only; None: no limit of its own).
 
@@ -137,6 +141,7 @@ def sandboxed_kernel_spec(
         tool_server_dir=tool_server_dir,
         tool_socket=tool_socket,
         proxy_socket=proxy_socket,
+        readable=readable,
         home=home,
         tmp_size=tmp_size,
     )

@@ -13,7 +13,7 @@ checked, decided and written with care:
   writable only the workspace, a top-level entry of it that it doesn't protect, or one of its own
   `allowWrite` paths (as `cwd` and in `allowWrite`); `allowedDomains` covered by the workspace's (an exact
   host only by the same exact host: a wildcard never reaches private addresses, an exact host may),
-  with the workspace's `deniedDomains` that concern them; its `allowUnixSockets` only; its `denyRead`
+  with the workspace's `deniedDomains` that concern them and no more than its request rules allow; its `allowUnixSockets` only; its `denyRead`
   and `denyWrite` kept. A registration beyond that is never allowed by a rule alone.
 - `decide_registration` decides it with the workspace's approval rules as the pseudo tool call
   `ipybox.register_mcp_server(server_name, server_params)`; when no rule decides, it is asked, and an
@@ -52,7 +52,7 @@ from ipybox.mcp_client.params import (
 )
 from ipybox.rules import ApprovalPolicy, Rule, ToolCall, Verdict
 from ipybox.rules.engine import SEVERITY, RuleEngine, rule_id
-from ipybox.sandbox.domains import covers
+from ipybox.sandbox.domains import DomainFilter, covers
 from ipybox.sandbox.policy import DEFAULT_DENY_WRITE, DOTENV_PATTERN
 
 REGISTRATION_SERVER: Final = "ipybox"
@@ -208,7 +208,9 @@ def beyond_workspace(workspace: Path, config: WorkspaceConfig, server: ServerPar
     - `allowedDomains`: each covered by one of the workspace's (the same entry, or a wildcard over it;
       an exact host only by the same exact host, since only an exact entry may resolve to a private
       address); where one of the workspace's `deniedDomains` concerns it, the server's `deniedDomains`
-      must cover that too.
+      must cover that too; where the workspace limits the requests to a host it reaches (an entry's
+      `methods`/`paths`, `readOnly`), the server's entry must allow no more (its methods and path globs
+      among those, compared as written).
     - `allowUnixSockets`: only sockets the workspace's list has.
     - `denyRead` of the workspace, and its `denyWrite` inside what the server may write: kept.
     """
@@ -227,10 +229,11 @@ def beyond_workspace(workspace: Path, config: WorkspaceConfig, server: ServerPar
     for key, path in writable:
         if (why := _not_writable(path, root, own_writable)) is not None:
             beyond.append(f"{key}: {why}")
-    for entry in policy.network.allowed_domains:
+    own_filter, server_filter = ours.network.domain_filter(), policy.network.domain_filter()
+    for entry in policy.network.allowed_hosts:
         exact = not entry.startswith("*.")
         if not any(
-            covers(own, entry) and (not exact or covers(entry, own)) for own in ours.network.allowed_domains
+            covers(own, entry) and (not exact or covers(entry, own)) for own in ours.network.allowed_hosts
         ):
             beyond.append(
                 f"allowedDomains {entry!r}: not covered by the workspace's allowedDomains"
@@ -243,6 +246,8 @@ def beyond_workspace(workspace: Path, config: WorkspaceConfig, server: ServerPar
                 beyond.append(
                     f"allowedDomains {entry!r}: reaches {overlap!r}, which the workspace's deniedDomains has"
                 )
+        if (why := _rules_beyond(entry, server_filter, own_filter)) is not None:
+            beyond.append(why)
     own_sockets = {_absolute(socket, root, home) for socket in ours.network.allow_unix_sockets}
     for socket in policy.network.allow_unix_sockets:
         if _absolute(socket, cwd, home) not in own_sockets:
@@ -257,6 +262,31 @@ def beyond_workspace(workspace: Path, config: WorkspaceConfig, server: ServerPar
         if path not in kept and any(_under(path, place) for _, place in writable):
             beyond.append(f"denyWrite: leaves out the workspace's {entry!r}, which kernels can't write")
     return tuple(beyond)
+
+
+def _rules_beyond(entry: str, server: DomainFilter, own: DomainFilter) -> str | None:
+    """Why the server's `entry` may ask more of a host than the workspace's request rules allow (methods,
+    paths, readOnly), else None. Every restricted entry of the workspace that reaches a host `entry` does
+    must allow at least what `entry` does: its methods and path globs (compared as written) among theirs."""
+    mine = server.rule(entry)
+    if mine is None:
+        return None  # the server denies it itself
+    for host in own.restricted_entries:
+        theirs = own.rule(host)
+        if theirs is None or not (covers(host, entry) or covers(entry, host)):
+            continue
+        if theirs.methods is not None and (mine.methods is None or not mine.methods <= theirs.methods):
+            return (
+                f"allowedDomains {entry!r}: may send methods that the workspace's entry {theirs.entry}"
+                f"{' with readOnly = true' if theirs.read_only else ''} refuses (it allows "
+                f"{', '.join(sorted(theirs.methods))}): give it those methods or fewer"
+            )
+        if theirs.paths is not None and (mine.paths is None or not set(mine.paths) <= set(theirs.paths)):
+            return (
+                f"allowedDomains {entry!r}: may ask for paths that the workspace's entry {theirs.entry} "
+                f"refuses: give it paths among {', '.join(theirs.paths)}"
+            )
+    return None
 
 
 def _absolute(entry: str, base: str, home: Path) -> str:

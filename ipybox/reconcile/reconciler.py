@@ -65,6 +65,7 @@ from ipybox.config.changes import ConfigChanges, diff
 from ipybox.config.errors import ConfigError, ConfigProblem
 from ipybox.config.loading import CONFIG_FILE, load_config
 from ipybox.config.policy_lint import lint_error, located_findings, tool_shapes
+from ipybox.config.secrets import secrets_digest
 from ipybox.config.workspace_config import WorkspaceConfig
 from ipybox.lifecycle import Service, ServiceState, first_of
 from ipybox.mcp_apigen.package import write_mcp_sources
@@ -94,6 +95,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("ipybox.reconcile.reconciler")
 
 _KERNEL_ENV = "kernel.env"
+_SECRETS = "secrets"
 _RETRY_AFTER_WATCH_FAILURE = 1.0
 CHECK_TIMEOUT = 60.0
 """Seconds a parser check in a fresh kernel may take (claiming the kernel included)."""
@@ -108,6 +110,11 @@ class ReconcileHooks(Protocol):
     async def kernels_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
         """The kernels' environment, sandbox or warm pool changed: replace running kernels with ones
         started from `config`. `reasons` are one line each, e.g. `kernel.warm_pool: 1 -> 2`."""
+
+    async def network_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
+        """Only the sandbox's network policy changed (`ConfigChanges.network_changed`): make the running
+        kernels' proxy filter by `config`'s from their next connection on, or replace the kernels when it
+        can't. `reasons` are one line each, e.g. `sandbox.network.allowedDomains: [...] -> [...]`."""
 
 
 class Reconciler(Service):
@@ -277,7 +284,8 @@ class Reconciler(Service):
         Changed approval rules reach `hooks.rules_changed` first, without waiting for anything else. Then
         the packages of removed (or disabled) servers go; then, concurrently, removed servers stop, added
         and changed ones are (re)started and generated (one failing does not hold back the others: see
-        `status()`), and `hooks.kernels_changed` replaces kernels if their settings changed. Servers that
+        `status()`), and `hooks.kernels_changed` replaces kernels if their settings changed (or
+        `hooks.network_changed` updates their proxy, if only the network policy did). Servers that
         failed to start before are tried again. Each package written or removed bumps the generation
         marker at once. Output parsers are checked in a kernel after this returns (`checked()`).
 
@@ -317,10 +325,16 @@ class Reconciler(Service):
                 ),
             ]
             if changes.kernels_changed:
-                reasons = list(changes.kernel_reasons)
+                reasons = [*changes.kernel_reasons, *changes.network_reasons]
                 work.append(self._run_hook("kernels_changed", self.hooks.kernels_changed(config, reasons)))
+            elif changes.network_changed:
+                reasons = list(changes.network_reasons)
+                work.append(self._run_hook("network_changed", self.hooks.network_changed(config, reasons)))
             await asyncio.gather(*work)
             self._digests[_KERNEL_ENV] = placeholder_digest(config.kernel.env, os.environ, self._dotenv_path)
+            if not (changes.kernels_changed and "kernels_changed" in self._hook_errors):
+                # Else the kernels still run the secrets resolved before: the next apply tries again.
+                self._digests[_SECRETS] = self._secrets_digest(config)
             return changes
 
     async def watch(self, stop_event: asyncio.Event | None = None) -> None:
@@ -520,9 +534,18 @@ class Reconciler(Service):
             kernel_reasons.insert(
                 0, f"{_KERNEL_ENV}: a ${{VAR}} now has another value (in {DOTENV_FILE} or the environment)"
             )
+        edited_secrets = any(reason.startswith(_SECRETS) for reason in kernel_reasons)
+        if not edited_secrets and self._secrets_digest(new) != self._digests.get(_SECRETS, ""):
+            kernel_reasons.append(
+                f"{_SECRETS}: a ${{VAR}} now has another value (in {DOTENV_FILE} or the environment), or "
+                "they were not resolved last time"
+            )
         return dataclasses.replace(
             changes, changed=tuple(sorted(changed)), kernel_reasons=tuple(kernel_reasons)
         )
+
+    def _secrets_digest(self, config: WorkspaceConfig) -> str:
+        return secrets_digest(config.secrets, environ=os.environ, dotenv_path=self._dotenv_path)
 
     @property
     def _dotenv_path(self) -> Path:
@@ -783,6 +806,12 @@ class Reconciler(Service):
     async def _run_hook(self, name: str, call: Awaitable[None]) -> None:
         try:
             await call
+        except ConfigError as e:
+            # The hook refused the edit (a secret that does not resolve, the sandbox turned off under
+            # --sandbox): shown as an edit that does not load, with the last good kernels still running.
+            self._hook_errors[name] = f"{type(e).__name__}: {e}"
+            self.error = e
+            logger.error("%s\n(the last good configuration keeps running)", e)
         except Exception as e:
             self._hook_errors[name] = f"{type(e).__name__}: {e}"
             logger.exception("the %s hook failed", name)

@@ -546,6 +546,11 @@ class AuditLog:
         self._head: tuple[tuple[int, int, int], str] | None = None
         self._rotated_pattern = re.compile(re.escape(self.path.name) + r"\.([1-9][0-9]*)")
 
+    def redact_also(self, secrets: Iterable[str]) -> None:
+        """Redact `secrets` too from now on (secrets resolved again after an edit); those given before
+        stay redacted."""
+        self._redactor = self._redactor.more(secrets)
+
     def record(
         self,
         call: ToolCall,
@@ -1240,9 +1245,14 @@ class _Redactor:
 
     def __init__(self, secrets: Iterable[str]) -> None:
         kept = sorted({s for s in secrets if len(s) >= _MIN_SECRET_LENGTH}, key=len, reverse=True)
+        self._given = kept
         # A lookahead finds the longest secret starting at every position, overlapping ones included:
         # replacing only non-overlapping matches would leave the tail of a secret that overlaps another.
         self._secrets = re.compile("(?=(" + "|".join(map(re.escape, kept)) + "))") if kept else None
+
+    def more(self, secrets: Iterable[str]) -> _Redactor:
+        """A redactor of these secrets and `secrets`."""
+        return _Redactor([*self._given, *secrets])
 
     def text(self, text: str) -> str:
         if self._secrets is None:

@@ -211,7 +211,9 @@ def sandboxed_command(
     bwrap = check_sandbox()
     readable = list(readable)
     prefix: list[str] = []
-    if policy.network.allowed_domains:
+    # `unknown = "ask"` without domains needs the proxy only where one asks (a workspace's kernels): without
+    # its socket, the sandbox has no network, as with "deny".
+    if policy.network.allowed_domains or (policy.network.unknown == "ask" and proxy_socket is not None):
         if proxy_socket is None:
             raise ValueError("network.allowedDomains needs a DomainProxy: pass its proxy_socket")
         readable.append(proxy_socket.parent)
@@ -230,6 +232,7 @@ def sandboxed_kernel_launch(
     tool_server_dir: Path | None = None,
     tool_socket: Path | None = None,
     proxy_socket: Path | None = None,
+    readable: Sequence[Path] = (),
     home: Path | None = None,
     tmp_size: int | None = None,
 ) -> SandboxedKernelLaunch:
@@ -248,6 +251,7 @@ def sandboxed_kernel_launch(
         tool_socket: The tool server's call socket, made reachable (instead of `tool_server_dir`).
         proxy_socket: The [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket, when the policy allows
             domains.
+        readable: More paths under `/tmp` to keep visible, read-only (the proxy's trust bundle).
         home: What `~` in the policy stands for.
         tmp_size: Each kernel's private `/tmp` size in bytes (None: no limit of its own); it is part of
             the plan.
@@ -258,13 +262,15 @@ def sandboxed_kernel_launch(
             whole number of bytes above zero.
     """
     bwrap = check_sandbox()
-    readable: list[Path] = []
+    readable = list(readable)
     if tool_socket is not None:
         readable.append(tool_socket)
     if tool_server_dir is not None:
         readable += sorted(tool_server_dir.glob("*.calls.sock"))
     prefix: list[str] = []
-    if policy.network.allowed_domains:
+    # `unknown = "ask"` without domains needs the proxy only where one asks (a workspace's kernels): without
+    # its socket, the sandbox has no network, as with "deny".
+    if policy.network.allowed_domains or (policy.network.unknown == "ask" and proxy_socket is not None):
         if proxy_socket is None:
             raise ValueError("network.allowedDomains needs a DomainProxy: pass its proxy_socket")
         readable.append(proxy_socket.parent)

@@ -17,7 +17,10 @@ async def sandboxed(
     command: Sequence[str], policy: SandboxPolicy, workspace: Path, *, tmp_size: int | None = None
 ) -> AsyncIterator[list[str]]:
     """The command line that runs `command` confined by `policy`, valid while the context is open (a
-    [DomainProxy][ipybox.sandbox.proxy.DomainProxy] serves it then, if the policy allows domains).
+    [DomainProxy][ipybox.sandbox.proxy.DomainProxy] serves it then, if the policy allows domains). That
+    proxy has no secrets and no interception CA: `[secrets]` are a workspace's, for its kernels (a
+    sandboxed MCP server gets credentials through its own `env`), and a host with method or path rules
+    is refused over HTTPS.
 
     Example:
         ```python
@@ -45,7 +48,9 @@ async def sandboxed(
         if not network.allowed_domains:
             yield sandboxed_command(command, policy, workspace, temp_dir=Path(temp_dir), tmp_size=tmp_size)
             return
-        async with DomainProxy(network.allowed_domains, network.denied_domains) as proxy:
+        async with DomainProxy(
+            network.allowed_domains, network.denied_domains, read_only=network.read_only
+        ) as proxy:
             proxy_socket = await proxy.start()
             yield sandboxed_command(
                 command,

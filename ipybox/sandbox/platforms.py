@@ -104,6 +104,7 @@ def sandboxed_kernel_launch(
     tool_server_dir: Path | None = None,
     tool_socket: Path | None = None,
     proxy_socket: Path | None = None,
+    readable: Sequence[Path] = (),
     home: Path | None = None,
     tmp_size: int | None = None,
 ) -> SandboxedKernelLaunch:
@@ -124,6 +125,8 @@ def sandboxed_kernel_launch(
         tool_socket: The tool server's call socket (Linux: only it is made reachable, not its directory).
         proxy_socket: The [DomainProxy][ipybox.sandbox.proxy.DomainProxy] socket, when the policy allows
             domains (Linux only: macOS refuses such policies).
+        readable: More paths under `/tmp` to keep visible, read-only (Linux; on macOS all but hidden paths
+            are).
         home: What `~` in the policy stands for.
         tmp_size: Each kernel's private `/tmp` size in bytes (Linux only; None: no limit of its own).
 
@@ -141,6 +144,7 @@ def sandboxed_kernel_launch(
             tool_server_dir=tool_server_dir,
             tool_socket=tool_socket,
             proxy_socket=proxy_socket,
+            readable=readable,
             home=home,
             tmp_size=tmp_size,
         )

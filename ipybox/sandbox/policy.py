@@ -11,6 +11,11 @@ A policy file in the format of Anthropic's sandbox-runtime (as used by ipybox 0.
 {"filesystem": {"denyRead": ["~/.ssh"], "allowWrite": ["/data/out"], "denyWrite": ["secrets/"]},
  "network": {"allowedDomains": ["pypi.org"], "deniedDomains": []}}
 ```
+
+ipybox's additions to its network keys: an `allowedDomains` entry may be a table that limits the requests
+to its host (`DomainRule`: `{"host": "api.github.com", "methods": ["GET"], "paths": ["/repos/**"]}`), and
+`readOnly` limits every allowed host to GET, HEAD and OPTIONS; what they mean and how they are matched:
+[domains][ipybox.sandbox.domains]. A policy using them is no longer a sandbox-runtime file.
 """
 
 from __future__ import annotations
@@ -19,13 +24,29 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ipybox.errors import IpyboxError
 from ipybox.paths import user_policy_path, user_state_dir
-from ipybox.sandbox.domains import domain_entry_error
+from ipybox.sandbox.domains import (
+    DomainFilter,
+    domain_entry_error,
+    method_error,
+    normalize_host,
+    path_glob_error,
+)
+from ipybox.sandbox.host_asks import ASK_WITH_READ_ONLY
 from ipybox.sandbox.view import PathRule, View, rules_beside
 
 DEFAULT_DENY_READ = (
@@ -130,12 +151,85 @@ class FilesystemPolicy(_Strict):
     deny_write: list[str] = Field(default_factory=list, alias="denyWrite")
 
 
+class DomainRule(_Strict):
+    """An `allowedDomains` entry that limits the requests to its host (see [domains][ipybox.sandbox.domains]
+    for how they are matched and enforced).
+
+    Attributes:
+        host: A host name (`api.github.com`), a wildcard for subdomains (`*.github.com`) or an IP address,
+            as a plain entry.
+        methods: The HTTP methods allowed (upper case, e.g. `["GET", "HEAD"]`). Default: any.
+        paths: Globs over the request's path, each starting with `/` (`*` within a segment, `**` across
+            segments; `/repos/**` is `/repos` and everything below it; the query string is not matched).
+            Requests whose paths have `.`/`..` or empty segments, or an encoded `/`, `\\` or NUL, are
+            refused. Default: any path.
+
+    Example:
+        ```python
+        rule = DomainRule.model_validate({"host": "api.github.com", "methods": ["GET"], "paths": ["/r/**"]})
+        ```
+    """
+
+    host: str
+    methods: list[str] | None = None
+    paths: list[str] | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _valid_host(cls, host: str) -> str:
+        if (problem := domain_entry_error(host)) is not None:
+            raise ValueError(problem)
+        return host
+
+    @field_validator("methods")
+    @classmethod
+    def _valid_methods(cls, methods: list[str] | None) -> list[str] | None:
+        if methods is not None:
+            if not methods:
+                raise ValueError("methods is empty, which would allow nothing: leave it out to allow any")
+            for method in methods:
+                if (problem := method_error(method)) is not None:
+                    raise ValueError(problem)
+        return methods
+
+    @field_validator("paths")
+    @classmethod
+    def _valid_paths(cls, paths: list[str] | None) -> list[str] | None:
+        if paths is not None:
+            if not paths:
+                raise ValueError("paths is empty, which would allow nothing: leave it out to allow any")
+            for glob in paths:
+                if (problem := path_glob_error(glob)) is not None:
+                    raise ValueError(problem)
+        return paths
+
+
+def _entry_kind(value: Any) -> str:
+    # An object is a table, anything else a plain entry: errors then come from that form alone.
+    return "table" if isinstance(value, dict | DomainRule) else "host"
+
+
+AllowedDomain = Annotated[
+    Annotated[str, Tag("host")] | Annotated[DomainRule, Tag("table")], Discriminator(_entry_kind)
+]
+"""An `allowedDomains` entry: a host string, or a `DomainRule` table."""
+
+
 class NetworkPolicy(_Strict):
     """Host names (`pypi.org`), subdomain wildcards (`*.pythonhosted.org`) or IP addresses.
 
     Attributes:
-        allowed_domains: Reachable through ipybox's filtering proxy (nothing by default).
+        allowed_domains: Reachable through ipybox's filtering proxy (nothing by default). An entry may be
+            a table that limits the requests to its host: `{ host = "api.github.com", methods = ["GET"],
+            paths = ["/repos/**"] }` (`DomainRule`).
         denied_domains: Never reachable, even when an allowed entry covers them.
+        read_only: Limit every allowed host to GET, HEAD and OPTIONS requests (a table's own `methods`
+            narrow that further). HTTPS requests are checked by reading them, through the workspace's
+            interception CA.
+        unknown: What a connection to a host no allowed entry covers gets: `"deny"` (refused at once, the
+            default) or `"ask"` (a person at the web console or `ipybox approve` is asked, and the
+            connection waits for the answer: [DomainProxy][ipybox.sandbox.proxy.DomainProxy]). Denied
+            hosts are never asked about. Not with `read_only`.
         allow_unix_sockets: Host Unix sockets the sandbox may connect to (e.g. an SSH agent).
         allow_all_unix_sockets: sandbox-runtime's switch for every socket: refused (name them instead).
         allow_local_binding: Accepted for sandbox-runtime files; a sandbox can always listen on its own
@@ -144,8 +238,10 @@ class NetworkPolicy(_Strict):
         socks_proxy_port: Likewise.
     """
 
-    allowed_domains: list[str] = Field(default_factory=list, alias="allowedDomains")
+    allowed_domains: list[AllowedDomain] = Field(default_factory=list, alias="allowedDomains")
     denied_domains: list[str] = Field(default_factory=list, alias="deniedDomains")
+    read_only: bool = Field(default=False, alias="readOnly")
+    unknown: Literal["deny", "ask"] = "deny"
     allow_unix_sockets: list[str] = Field(default_factory=list, alias="allowUnixSockets")
     allow_all_unix_sockets: bool = Field(default=False, alias="allowAllUnixSockets")
     allow_local_binding: bool = Field(default=True, alias="allowLocalBinding")
@@ -162,13 +258,48 @@ class NetworkPolicy(_Strict):
             )
         return value
 
-    @field_validator("allowed_domains", "denied_domains")
+    @field_validator("allowed_domains")
     @classmethod
-    def _valid_entries(cls, entries: list[str]) -> list[str]:
+    def _valid_allowed(cls, entries: list[str | DomainRule]) -> list[str | DomainRule]:
+        for entry in entries:
+            if isinstance(entry, str) and (problem := domain_entry_error(entry)) is not None:
+                raise ValueError(problem)
+        return entries
+
+    @field_validator("denied_domains")
+    @classmethod
+    def _valid_denied(cls, entries: list[str]) -> list[str]:
         for entry in entries:
             if (problem := domain_entry_error(entry)) is not None:
                 raise ValueError(problem)
         return entries
+
+    @model_validator(mode="after")
+    def _rules_agree(self) -> NetworkPolicy:
+        # A host listed twice with different rules, or an entry readOnly leaves no method: the filter says.
+        self.domain_filter()
+        if self.unknown == "ask" and self.read_only:
+            raise ValueError(ASK_WITH_READ_ONLY)
+        return self
+
+    @property
+    def allowed_hosts(self) -> list[str]:
+        """The host of each `allowedDomains` entry, tables' included (as written)."""
+        return [entry if isinstance(entry, str) else entry.host for entry in self.allowed_domains]
+
+    def domain_filter(self) -> DomainFilter:
+        """The hosts, and the requests to them, this policy lets a sandbox reach.
+
+        Raises:
+            ValueError: A host is listed twice with different rules, or an entry's methods leave none
+                with `read_only`.
+        """
+        return DomainFilter(self.allowed_domains, self.denied_domains, read_only=self.read_only)
+
+    def restricted_hosts(self) -> list[str]:
+        """The allowed entries whose requests are checked (methods or paths limited, or `read_only`),
+        normalized: the proxy's interception CA must be made for these (and the secrets' hosts)."""
+        return [normalize_host(entry) for entry in self.domain_filter().restricted_entries]
 
 
 class SandboxPolicy(_Strict):

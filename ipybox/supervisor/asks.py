@@ -16,7 +16,9 @@ Contract:
   - `serve_asker(ws)`: a question from another process (the MCP server, about a client's
     `register_mcp_server`), answered by people or by the asker's MCP client (elicitation).
 - An `always` answer writes a rule into `ipybox.toml` (refused with the reason when the file would not load
-  with it) and `reload_rules()` applies it now.
+  with it) and `reload_rules()` applies it now; to an ask about a host (`WorkspaceApprover.ask_host`, the
+  kernels' proxy's asker), it writes the host into `[sandbox.network] allowedDomains` (or
+  `deniedDomains`) instead.
 - `forget_session(lease)`: answers "for this session" of a released lease end.
 
 The diagram of an ask's routes: `docs/design.md`, "Data path"; the websockets' protocols: "Protocols".
@@ -27,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -47,6 +49,7 @@ from ipybox.approval.channel import Answers, ApprovalChannel
 from ipybox.approval.links import PathLink, path_links
 from ipybox.approval.rule_approver import WorkspaceApprover
 from ipybox.config import CONFIG_FILE, WorkspaceConfig
+from ipybox.config.domain_writer import write_domain_answer
 from ipybox.config.rule_writer import write_answer_rule
 from ipybox.lifecycle import Service, first_of
 from ipybox.reconcile.pins import ToolPins
@@ -72,6 +75,7 @@ class AsksService(Service):
         reload_rules: Applies `ipybox.toml`'s rules now; returns why the file does not load, if it doesn't.
         console_url: The web console's address, for the people asked (`None` when it is off).
         pins: The workspace's tool pins: calls to tools that differ from them are asked about.
+        secrets: Values the audit log redacts wherever they occur (`[secrets]` resolved on the host).
     """
 
     def __init__(
@@ -84,6 +88,7 @@ class AsksService(Service):
         reload_rules: Callable[[], Awaitable[Exception | None]],
         console_url: Callable[[], str | None],
         pins: ToolPins | None = None,
+        secrets: Iterable[str] = (),
     ) -> None:
         super().__init__("asks")
         self.workspace = workspace
@@ -95,7 +100,7 @@ class AsksService(Service):
         self.board = AskBoard()
         self.approver = WorkspaceApprover(
             config().approval,
-            AuditLog(audit_path),
+            AuditLog(audit_path, secrets=secrets),
             leases.answerer,
             board=self.board,
             session_of=lambda caller: leases.lease_of(CallerId(caller)),
@@ -104,6 +109,7 @@ class AsksService(Service):
             links=self._path_links,
             refusal_of=leases.refusal,
             pending_tool=pins.pending if pins is not None else (lambda server, tool: None),
+            write_domain=self._write_domain_answer,
         )
 
     async def _startup(self) -> None:
@@ -247,6 +253,17 @@ class AsksService(Service):
         cwd = getattr(self.config().servers.get(call.server), "cwd", None)
         base = self.workspace / cwd if isinstance(cwd, str) else self.workspace
         return path_links(call.args, base=base, workspace=self.workspace)
+
+    async def _write_domain_answer(self, host: str, accept: bool, by: str) -> None:
+        """An `always` answer to an ask about a host (`[sandbox.network] unknown = "ask"`): the host goes
+        into `allowedDomains` (or `deniedDomains`) of `ipybox.toml` (refused with the reason when the file
+        would not load or not allow it), and the workspace loads the edit now: the kernels' proxy gets
+        it as any network edit."""
+        key = await asyncio.to_thread(write_domain_answer, self.workspace / CONFIG_FILE, host, accept=accept)
+        logger.info("%s added %s to %s in %s", by, host, key, CONFIG_FILE)
+        error = await self.reload_rules()
+        if error is not None:  # checked before writing: only a concurrent edit gets here
+            logger.warning("%s does not load after %s was added to %s: %s", CONFIG_FILE, host, key, error)
 
     async def _write_answer_rule(self, ask: PendingAsk, accept: bool, by: str) -> None:
         """An `always` answer: the rule it makes goes into `ipybox.toml` (refused with the reason when it

@@ -30,15 +30,16 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ipybox.codeact.layout import module_roots
 from ipybox.config import CONFIG_FILE, WorkspaceConfig
 from ipybox.config.executables import LiveKernels, ServerCodeGuard
+from ipybox.config.secrets import ResolvedSecret
 from ipybox.config.sections import KernelSection
-from ipybox.executor.kernel_setup import start_kernel_gateway, workspace_kernel_setup
+from ipybox.executor.kernel_setup import KernelSetup, start_kernel_gateway, workspace_kernel_setup
 from ipybox.executor.remote_kernels import remote_gateway_of, remote_start_env
 from ipybox.in_kernel.call_protocol import SERVER_ENV
 from ipybox.in_kernel.mcptools_refresh import MCPTOOLS_DIR_ENV
@@ -60,6 +61,7 @@ from ipybox.lifecycle import Service, ServiceState, task_scope
 from ipybox.mcp_client.params import ServerParams
 from ipybox.running.status import CallerId, CallerToken, KernelId, KernelLeased, LeaseId
 from ipybox.sandbox import DomainProxy, SandboxPolicy
+from ipybox.sandbox.host_asks import HostAsker
 from ipybox.supervisor.kernel_health import KernelHealth
 from ipybox.supervisor.leases import LeaseTable
 from ipybox.supervisor.tools import WORKSPACE_ENV, ToolsService
@@ -70,6 +72,8 @@ logger = logging.getLogger("ipybox.supervisor")
 _LEASE_ATTEMPTS = 3
 REMOTE_CHECK_INTERVAL = 2.0
 """Seconds between two checks that a remote gateway (`[kernel.gateway]`) still answers."""
+TRUST_DIR = "trust"
+"""In the run directory: the trust bundle of the proxy's interception CA, which sandboxed kernels read."""
 # Seconds code run by `run_in_fresh_kernel` (a check of agent-written modules) may run.
 _CHECK_TIMEOUT = 60
 # Why the asks of a kernel that checks agent-written code are refused (nobody is asked: a person would be
@@ -96,6 +100,11 @@ class KernelsService(Service):
         forget_session: Called with a lease being released: its answers "for this session" end.
         on_new_gateway: Called after a restart or a recycle started a new gateway.
         on_failure: Called when a watcher of the service fails (a bug).
+        secrets: `[secrets]` resolved on the host: the proxy puts them in requests to their hosts, kernels
+            get placeholders (`workspace_kernel_setup`); the trust bundle kernels use is written to
+            `run_dir`'s `trust` directory (which sandboxed kernels may read, not write).
+        ask_host: Who the proxy asks about a host no entry allows, with `[sandbox.network] unknown = "ask"`
+            (the approver's people: `WorkspaceApprover.ask_host`).
     """
 
     def __init__(
@@ -112,8 +121,12 @@ class KernelsService(Service):
         forget_session: Callable[[LeaseId], None],
         on_new_gateway: Callable[[], None],
         on_failure: Callable[[BaseException], None] | None = None,
+        secrets: Mapping[str, ResolvedSecret] | None = None,
+        ask_host: HostAsker | None = None,
     ) -> None:
         super().__init__("kernels", on_failure=on_failure)
+        self.ask_host = ask_host
+        self.secrets: Mapping[str, ResolvedSecret] = dict(secrets or {})
         self.workspace, self.state_dir, self.run_dir = workspace, state_dir, run_dir
         self.gateway_token = gateway_token
         self.leases = leases
@@ -143,6 +156,16 @@ class KernelsService(Service):
             dotenv_path=workspace / ".env",
         )
 
+    def _setup(self, config: WorkspaceConfig | None = None) -> KernelSetup:
+        """What local kernels start with: the workspace's setup, with the secrets and the trust bundle."""
+        return workspace_kernel_setup(
+            config or self.config(),
+            self.workspace,
+            self.state_dir,
+            secrets=self.secrets,
+            trust_dir=self.run_dir / TRUST_DIR,
+        )
+
     @property
     def _stopping(self) -> bool:
         return self.state in (ServiceState.CLOSING, ServiceState.CLOSED)
@@ -162,7 +185,7 @@ class KernelsService(Service):
             await self._start_remote()
             return
         # The same builder as `CodeExecutor`'s embedded gateway; what differs is described by the setup.
-        setup = workspace_kernel_setup(self.config(), self.workspace, self.state_dir)
+        setup = self._setup()
         kernels = await start_kernel_gateway(
             setup,
             self.tools.calls_address,
@@ -173,6 +196,7 @@ class KernelsService(Service):
             # The same token and socket after a restart or recycle: attached applications reconnect.
             token=self.gateway_token,
             proxy_socket=self.run_dir / "proxy.sock",
+            ask_host=self.ask_host,
         )
         self.gateway, self.proxy = kernels.gateway, kernels.proxy
         self.pool = KernelPool(
@@ -258,14 +282,50 @@ class KernelsService(Service):
             await self.proxy.stop()
             self.proxy = None
 
-    async def recycle(self, why: str) -> None:
+    async def recycle(self, why: str, *, secrets: Mapping[str, ResolvedSecret] | None = None) -> None:
         """Replace every kernel (and the gateway) by ones started from `config()` now; a leased kernel's
-        application is told `why` with its next kernel."""
+        application is told `why` with its next kernel. With `secrets` (resolved again), the new kernels
+        and their proxy use those instead."""
         async with self.lock:
+            if secrets is not None:  # under the lock: no kernel starts with them before the new proxy
+                self.secrets = dict(secrets)
             await self._stop(lost=f"ipybox restarted it to apply a change ({why})")
             await self._start()
             self.on_new_gateway()
             self.generation += 1
+
+    async def update_network(self, config: WorkspaceConfig) -> str | None:
+        """Make the running kernels' proxy filter by `config`'s network policy (`[sandbox.network]`
+        `allowedDomains`, `deniedDomains`, `readOnly`, `unknown`) from their next connection on, without replacing
+        them (`DomainProxy.update`; connections open now keep the policy they were opened under).
+
+        Returns:
+            `None` when it applies (or there is nothing to apply: kernels not sandboxed, or not running),
+            else why it can't, for the caller to replace the kernels instead: no proxy runs (a remote
+            gateway, a sandbox that allowed no domain), or the proxy refused the policy (an entry
+            becomes restricted that its interception CA was not made for).
+        """
+        async with self.lock:  # not while a recycle or restart replaces the proxy
+            if not config.sandbox.enabled or self.gateway is None:
+                return None
+            proxy = self.proxy
+            if proxy is None:
+                return "the kernels have no filtering proxy to update"
+            network = config.sandbox.policy().network
+            try:
+                proxy.update(
+                    network.allowed_domains,
+                    network.denied_domains,
+                    read_only=network.read_only,
+                    unknown=network.unknown,
+                )
+            except ValueError as e:
+                return str(e)
+            if self._spec_policies and (last := self._spec_policies[-1]) is not None:
+                # The gateway's spec is unchanged (the proxy's socket is all a sandbox knows of the policy):
+                # record the policy it now confines kernels by, so `protect_servers` compares like with like.
+                self._spec_policies[-1] = last.model_copy(update={"network": network})
+            return None
 
     async def _watch_gateway(self) -> None:
         while True:
@@ -525,7 +585,7 @@ class KernelsService(Service):
                 return
             if isinstance(gateway, RemoteGateway):
                 return  # its kernels see nothing of this machine's (they import over the channel)
-            setup = workspace_kernel_setup(self.config(), self.workspace, self.state_dir)
+            setup = self._setup()
             if setup.sandbox is None or setup.sandbox == self._spec_policies[-1]:
                 return
             proxy_socket = self.run_dir / "proxy.sock" if setup.needs_proxy else None

@@ -19,6 +19,15 @@ endpoint, console, reconciler hooks); `workspace_status()` assembles the status.
 Progress: `progress` (a `ProgressHub`, `ipybox.progress`) carries the events of long operations: while
 `start(progress=...)` runs, its listener sees the parts come up (`ipybox.supervisor.startup` lists them);
 `apply_server(name, progress=...)` passes on the events of that server alone.
+
+Secrets: `[secrets]` are resolved on the host when the supervisor is made (a `SecretError` stops
+`ipybox up` before anything starts, as a bad `ipybox.toml` does); their values go to the kernels' proxy
+(`KernelsService`) and to the audit log, which redacts them, never to a kernel. An edit of `[secrets]`, or
+of the `.env` a `${VAR}` value comes from, resolves them again (`kernels_changed`) and replaces the kernels
+(new placeholders, a proxy with the new routes, the CA made again only if the hosts changed); one that
+does not resolve is refused as an edit that does not load is (`ipybox status` shows it, placed at the
+secret's table), and the kernels keep the secrets they have. A command's new output is not watched: it is
+read again at such an edit or the next `ipybox up`.
 """
 
 from __future__ import annotations
@@ -38,8 +47,16 @@ from starlette.websockets import WebSocket
 
 from ipybox.approval.asks import AskAnswer, AskBoard
 from ipybox.asgi_server import EmbeddedServer
-from ipybox.config import CONFIG_FILE, WorkspaceConfig, load_config
+from ipybox.config import CONFIG_FILE, ConfigError, ConfigProblem, WorkspaceConfig, load_config
+from ipybox.config.loading import setting_source
 from ipybox.config.policy_lint import lint_error
+from ipybox.config.secrets import (
+    ResolvedSecret,
+    SecretError,
+    resolve_secrets,
+    secret_values,
+    secrets_digest,
+)
 from ipybox.config.sections import KernelSection
 from ipybox.console.endpoint import ConsoleEndpoint
 from ipybox.kernels.gateway import KernelGateway
@@ -91,7 +108,7 @@ class Supervisor(Service):
 
     Example:
         ```python
-        supervisor = Supervisor(Path("example-workspace"))  # raises ConfigError
+        supervisor = Supervisor(Path("example-workspace"))  # raises ConfigError, SecretError
         with supervisor.handle_signals():
             await supervisor.start()  # raises AlreadyRunningError, SandboxUnavailableError
             try:
@@ -110,6 +127,9 @@ class Supervisor(Service):
         self.config: WorkspaceConfig = load_config(self.workspace / CONFIG_FILE)
         if require_sandbox:
             check_sandboxed(self.config)
+        # On the host: kernels get placeholders, the proxy and the audit log the values.
+        self._secrets_digest = self._secrets_source(self.config)
+        self.resolved_secrets = self._resolve(self.config)
         self.paths = StatePaths(self.config.resolve(self.config.workspace.state_dir))
         self.started_at = datetime.now(UTC)
         self.progress = ProgressHub()
@@ -123,6 +143,7 @@ class Supervisor(Service):
         self.asks = AsksService(
             self.workspace, self.paths.audit, leases=self.leases, config=lambda: self.config,
             reload_rules=self._reload_rules, console_url=lambda: self.console_url, pins=self.pins,
+            secrets=secret_values(self.resolved_secrets),
         )  # fmt: skip
         self.tools = ToolsService(
             self.workspace, self.run_dir / "tools.sock", config=lambda: self.config, approver=self.asks.approver,
@@ -133,7 +154,8 @@ class Supervisor(Service):
             self.workspace, self.paths.dir, self.run_dir, gateway_token=secrets.token_urlsafe(32),
             leases=self.leases, tools=self.tools, config=lambda: with_servers(self.config, self.reconciler),
             settings=self.kernel_settings, forget_session=self.asks.forget_session,
-            on_new_gateway=self._write_state, on_failure=self._failed,
+            on_new_gateway=self._write_state, on_failure=self._failed, secrets=self.resolved_secrets,
+            ask_host=self.asks.approver.ask_host,
         )  # fmt: skip
         self.reconciler: Reconciler | None = None  # made by `start()`, on the tool server's servers
         self._lock = SupervisorLock(self.paths)
@@ -404,10 +426,52 @@ class Supervisor(Service):
     async def kernels_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
         if self.require_sandbox:
             check_sandboxed(config)  # refused before anything stops: the sandboxed kernels keep running
+        # Resolved before anything stops too: a secret that does not resolve keeps the kernels running.
+        digest = self._secrets_source(config)
+        resolved = None
+        if digest != self._secrets_digest:
+            try:
+                resolved = await asyncio.to_thread(self._resolve, config)
+            except SecretError as e:
+                raise _secret_config_error(config, e) from None  # no context: it may hold what was read
+            self.asks.audit.redact_also(secret_values(resolved))
         logger.warning("%s: recycling kernels (running code in leased kernels is lost)", "; ".join(reasons))
         self.config = config
+        if resolved is not None:
+            self.resolved_secrets, self._secrets_digest = resolved, digest
         if self.kernels.running:  # else they start from it
-            await self.kernels.recycle("; ".join(reasons))
+            await self.kernels.recycle("; ".join(reasons), secrets=resolved)
+        elif resolved is not None:
+            self.kernels.secrets = resolved
+
+    def _secrets_source(self, config: WorkspaceConfig) -> str:
+        """What the secrets resolved from `config` depend on (`secrets_digest`); empty without any."""
+        if not config.sandbox.enabled:
+            return ""
+        return secrets_digest(config.secrets, environ=os.environ, dotenv_path=self.workspace / ".env")
+
+    def _resolve(self, config: WorkspaceConfig) -> dict[str, ResolvedSecret]:
+        """`[secrets]` of `config` resolved on the host (none unless the sandbox is on: loading refuses
+        them without it). Raises `SecretError`."""
+        if not (config.secrets and config.sandbox.enabled):
+            return {}
+        return resolve_secrets(
+            config.secrets,
+            environ=os.environ,
+            dotenv_path=self.workspace / ".env",
+            cwd=self.workspace,
+            kernel_writable=config.sandbox.policy().allow_write_paths(self.workspace, Path.home()),
+        )
+
+    async def network_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
+        """Apply a new network policy to the running kernels' proxy (their next connections); replace
+        the kernels when it can't be (no proxy runs, or it refused the policy: `KernelsService.update_network`)."""
+        why_not = await self.kernels.update_network(config) if self.kernels.running else None
+        if why_not is not None:
+            await self.kernels_changed(config, [*reasons, f"not applied to running kernels: {why_not}"])
+            return
+        self.config = config
+        logger.info("network policy updated for running kernels: %s", "; ".join(reasons))
 
     async def _reload_rules(self) -> Exception | None:
         if (reconciler := self.reconciler) is not None:
@@ -425,3 +489,12 @@ class Supervisor(Service):
 
     def _write_state(self) -> None:
         self._files.write_state(self.gateway, self._mcp, ready=self._ready)
+
+
+def _secret_config_error(config: WorkspaceConfig, error: SecretError) -> ConfigError:
+    """`error` as an edit's problem, placed at its secret's table (`[secrets.<name>]`)."""
+    path = config.path if config.path is not None else config.root / CONFIG_FILE
+    if error.secret is None:
+        return ConfigError(path, [ConfigProblem(str(path), None, None, str(error))])
+    source, line, column = setting_source(config, ("secrets", error.secret))
+    return ConfigError(path, [ConfigProblem(source, line, column, str(error))])

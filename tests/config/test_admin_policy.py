@@ -97,6 +97,12 @@ def test_a_workspace_may_reach_no_domain_beyond_the_tiers_list(
         ConfigError, match=r"lets kernels reach only pypi.org, \*.pythonhosted.org; remove evil.example"
     ):
         load_config(workspace(tmp_path, beyond))
+    # Asking about unknown hosts would let a person allow any host: refused, at the key.
+    asking = SANDBOXED + 'unknown = "ask"\n'
+    with pytest.raises(
+        ConfigError, match=r'ipybox.toml:5:\d+: sandbox.network.unknown: .*set unknown = "deny"'
+    ):
+        load_config(workspace(tmp_path, asking))
 
 
 @pytest.mark.parametrize(

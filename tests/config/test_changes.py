@@ -134,6 +134,85 @@ def test_sandbox_and_warm_pool_changes_replace_kernels(write_config: WriteConfig
     )
 
 
+def test_secret_edits_replace_kernels_naming_the_secrets(write_config: WriteConfig) -> None:
+    network = '[sandbox.network]\nallowedDomains = ["api.github.com", "api.example.com"]\n'
+    one = '[secrets.github]\nvalue = "${GH}"\nenv = "GH"\nhosts = ["api.github.com"]\n'
+    other = '[secrets.other]\nvalue = "${OTHER}"\nenv = "OTHER"\nhosts = ["api.example.com"]\n'
+    before = _load(write_config, BASE + network + one)
+    after = _load(write_config, BASE + network + one.replace("${GH}", "${GH2}") + other)
+    changes = diff(before, after)
+    assert changes.kernel_reasons == ("secrets changed: other added, github changed",)
+    assert diff(after, before).kernel_reasons == ("secrets changed: other removed, github changed",)
+
+
+def _diff_network(write_config: WriteConfig, old: str, new: str) -> ConfigChanges:
+    """`diff()` between BASE with `[sandbox] network = old` and with `network = new`."""
+    before = BASE.replace("enabled = true", f"enabled = true\nnetwork = {old}")
+    after = BASE.replace("enabled = true", f"enabled = true\nnetwork = {new}")
+    return diff(_load(write_config, before), _load(write_config, after))
+
+
+def test_network_policy_edits_update_the_proxy_without_replacing_kernels(write_config: WriteConfig) -> None:
+    changes = _diff_network(
+        write_config, '{ allowedDomains = ["pypi.org"] }', '{ allowedDomains = ["pypi.org", "example.com"] }'
+    )
+    assert changes == ConfigChanges(
+        network_reasons=("sandbox.network.allowedDomains: ['pypi.org'] -> ['pypi.org', 'example.com']",)
+    )
+    assert changes.network_changed and not changes.kernels_changed
+    denied = _diff_network(
+        write_config,
+        '{ allowedDomains = ["*.example.com"] }',
+        '{ allowedDomains = ["*.example.com"], deniedDomains = ["x.example.com"], readOnly = true }',
+    )
+    assert denied.network_reasons == (
+        "sandbox.network.deniedDomains: [] -> ['x.example.com']",
+        "sandbox.network.readOnly: false -> true",
+    )
+    assert denied.network_changed and not denied.kernel_reasons
+    # From some domains to none: the proxy stays, and refuses everything.
+    emptied = _diff_network(write_config, '{ allowedDomains = ["pypi.org"] }', "{ allowedDomains = [] }")
+    assert emptied.network_changed and not emptied.kernels_changed
+
+
+def test_unknown_is_a_network_edit_and_ask_brings_the_proxy_kernels_without_one_lack(
+    write_config: WriteConfig,
+) -> None:
+    edited = _diff_network(
+        write_config,
+        '{ allowedDomains = ["pypi.org"] }',
+        '{ allowedDomains = ["pypi.org"], unknown = "ask" }',
+    )
+    assert edited.network_reasons == ("sandbox.network.unknown: 'deny' -> 'ask'",)
+    assert edited.network_changed and not edited.kernels_changed
+    # No domain and "deny": no proxy in the running kernels' sandboxes; "ask" needs one.
+    asked = _diff_network(write_config, "{}", '{ unknown = "ask" }')
+    assert asked.kernel_reasons == ("sandbox.network.unknown: 'deny' -> 'ask'",) and asked.kernels_changed
+    # Asking already, with no domain: a proxy runs, and the first allowed domain reaches it.
+    listed = _diff_network(
+        write_config, '{ unknown = "ask" }', '{ unknown = "ask", allowedDomains = ["pypi.org"] }'
+    )
+    assert listed.network_changed and not listed.kernels_changed
+
+
+def test_network_edits_that_change_the_sandbox_replace_kernels(write_config: WriteConfig) -> None:
+    # No domain before: the running kernels' sandboxes have no proxy socket to reach a proxy through.
+    added = _diff_network(write_config, "{ allowedDomains = [] }", '{ allowedDomains = ["pypi.org"] }')
+    assert added.kernel_reasons == ("sandbox.network.allowedDomains: [] -> ['pypi.org']",)
+    assert added.kernels_changed and not added.network_changed and not added.network_reasons
+    # What the sandbox is started with is not the proxy's: new kernels.
+    sockets = _diff_network(
+        write_config,
+        '{ allowedDomains = ["pypi.org"] }',
+        '{ allowedDomains = ["example.com"], allowUnixSockets = ["/tmp/agent.sock"] }',
+    )
+    assert sockets.kernel_reasons == ("sandbox.network.allowUnixSockets: [] -> ['/tmp/agent.sock']",)
+    assert sockets.network_reasons == ("sandbox.network.allowedDomains: ['pypi.org'] -> ['example.com']",)
+    assert sockets.kernels_changed and not sockets.network_changed
+    binding = _diff_network(write_config, "{}", "{ allowLocalBinding = false }")
+    assert binding.kernel_reasons == ("sandbox.network.allowLocalBinding: true -> false",)
+
+
 def test_shell_approval_changes_replace_kernels(write_config: WriteConfig) -> None:
     # Kernels install the approval of shell commands when they start: running ones must be replaced.
     assert _edit(write_config, "warm_pool = 1", "warm_pool = 1\napprove_shell = true").kernel_reasons == (

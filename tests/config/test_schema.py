@@ -117,6 +117,6 @@ def test_examples_mention_every_key() -> None:
     schema = workspace_schema()
     tables = ["WorkspaceSection", "KernelSection", "SandboxSection", "FilesystemPolicy", "NetworkPolicy"]
     tables += ["StdioServerSection", "RemoteServerSection", "ServerSandbox", "ApprovalPolicy", "Rule"]
-    tables += ["EndpointsSection"]
+    tables += ["EndpointsSection", "SecretSection"]
     missing = [f"{table}.{key}" for table in tables for key in _properties(schema, table) if key not in text]
     assert missing == []

@@ -207,3 +207,51 @@ def test_a_sandboxed_workspace_sizes_its_kernels_private_tmp(tmp_path: Path) -> 
     spec = supervisor.kernel_spec(TOOLS)
     assert spec is not None and spec.sandboxed
     assert str(64 * 1024**2) in next(iter(spec.resources.values()))  # the launch plan's tmpfs size
+
+
+SECRET_WORKSPACE = (
+    '[sandbox]\nenabled = true\n\n[sandbox.network]\nallowedDomains = ["api.example.com"]\n\n'
+    '[secrets.demo]\nvalue = "${DEMO_TOKEN}"\nenv = "DEMO_TOKEN"\nhosts = ["api.example.com"]\n'
+)
+
+
+def test_a_workspace_with_secrets_intercepts_and_kernels_get_placeholders_and_the_trust_bundle(
+    tmp_path: Path,
+) -> None:
+    from ipybox.config.secrets import resolve_secrets
+
+    workspace = _workspace(
+        tmp_path, SECRET_WORKSPACE, "DEMO_TOKEN=the-real-value-123\nKERNEL_ENV_DEMO_TOKEN=x\n"
+    )
+    config = load_config(workspace / "ipybox.toml")
+    resolved = resolve_secrets(config.secrets, environ={}, dotenv_path=workspace / ".env")
+    trust_dir = tmp_path / "run" / "trust"
+    setup = workspace_kernel_setup(
+        config, workspace, workspace / ".ipybox", secrets=resolved, trust_dir=trust_dir
+    )
+    assert setup.intercepts and setup.interception_hosts == ["api.example.com"]
+    interception = setup.interception()
+    assert interception is not None
+    # The CA's key stays in the state directory; kernels read the bundle and the CA only.
+    assert (workspace / ".ipybox" / "interception" / "ca-key.pem").is_file()
+    assert sorted(p.name for p in trust_dir.iterdir()) == ["ca-bundle.pem", "interception-ca.pem"]
+    assert "the-real-value-123" not in "".join(p.read_text() for p in trust_dir.iterdir())
+    [route] = interception.routes
+    assert (route.name, route.value, route.hosts) == ("demo", "the-real-value-123", ("api.example.com",))
+    env = setup.kernel_env(TOOLS, environ={}, interception=interception.env)
+    # The placeholder wins over a KERNEL_ENV_ variable of the same name; the value is nowhere.
+    assert env["DEMO_TOKEN"] == resolved["demo"].placeholder
+    assert env["SSL_CERT_FILE"] == str(trust_dir / "ca-bundle.pem")
+    assert env["NODE_EXTRA_CA_CERTS"] == str(trust_dir / "interception-ca.pem")
+    assert "the-real-value-123" not in repr(setup) and "the-real-value-123" not in str(env)
+
+
+def test_without_a_trust_dir_or_a_sandbox_nothing_is_intercepted(tmp_path: Path) -> None:
+    from ipybox.config.secrets import resolve_secrets
+
+    workspace = _workspace(tmp_path, SECRET_WORKSPACE, "DEMO_TOKEN=the-real-value-123\n")
+    config = load_config(workspace / "ipybox.toml")
+    resolved = resolve_secrets(config.secrets, environ={}, dotenv_path=workspace / ".env")
+    setup = workspace_kernel_setup(config, workspace, workspace / ".ipybox", secrets=resolved)
+    assert not setup.intercepts and setup.interception() is None
+    assert not (workspace / ".ipybox").exists()

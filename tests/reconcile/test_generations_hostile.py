@@ -25,6 +25,9 @@ class NoHooks:
     async def kernels_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
         pass
 
+    async def network_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
+        pass
+
 
 @pytest.fixture
 async def reconciler(workspace: Path) -> AsyncIterator[Reconciler]:

@@ -35,12 +35,16 @@ class RecordingHooks:
     def __init__(self) -> None:
         self.policies: list[ApprovalPolicy] = []
         self.kernel_changes: list[tuple[WorkspaceConfig, list[str]]] = []
+        self.network_changes: list[tuple[WorkspaceConfig, list[str]]] = []
 
     async def rules_changed(self, policy: ApprovalPolicy) -> None:
         self.policies.append(policy)
 
     async def kernels_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
         self.kernel_changes.append((config, reasons))
+
+    async def network_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
+        self.network_changes.append((config, reasons))
 
 
 def save(workspace: Path, text: str, name: str = "ipybox.toml") -> None:

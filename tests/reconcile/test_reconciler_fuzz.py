@@ -29,6 +29,9 @@ class NoHooks:
     async def kernels_changed(self, config: object, reasons: list[str]) -> None:
         raise AssertionError("loading must not apply anything")
 
+    async def network_changed(self, config: object, reasons: list[str]) -> None:
+        raise AssertionError("loading must not apply anything")
+
 
 def flip_bytes(data: bytes, rng: random.Random) -> bytes:
     out = bytearray(data)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import socket
 import stat
 from collections.abc import AsyncIterator
@@ -75,6 +76,46 @@ async def test_refusals_are_answered_with_the_reason(
     request = f"{request_line.format(port=host_http_server)} HTTP/1.1\r\n\r\n".encode()
     answer = await exchange(proxy, request)
     assert answer.split(b" ")[1] == status and reason in answer
+
+
+class _UnixProxyConnection(http.client.HTTPSConnection):
+    """`http.client` through a proxy on a Unix socket, as the sandbox's bridge hands it connections."""
+
+    def __init__(self, proxy_socket: Path) -> None:
+        super().__init__("proxy")
+        self.proxy_socket = proxy_socket
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.settimeout(10)
+        sock.connect(str(self.proxy_socket))
+        self.sock = sock
+        self._tunnel()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("host", "says"),
+    [
+        ("example.com", "a person allows it by adding it there ([sandbox.network] in ipybox.toml"),
+        (
+            "blocked.localhost",
+            "it is in network.deniedDomains, which wins; a person allows it by removing it",
+        ),
+    ],
+)
+async def test_a_python_client_refused_a_tunnel_shows_the_host_and_how_to_allow_it(
+    proxy: DomainProxy, host: str, says: str
+) -> None:
+    # http.client (and so requests, urllib3, pip) reports a refused CONNECT by its status line alone: the
+    # reason is all the model gets to read, so it carries the message.
+    assert proxy.unix_socket is not None
+    connection = _UnixProxyConnection(proxy.unix_socket)
+    connection.set_tunnel(host, 443)
+    with pytest.raises(OSError) as refused:
+        await asyncio.to_thread(connection.connect)
+    message = str(refused.value)
+    assert message.startswith(f"Tunnel connection failed: 403 Forbidden (ipybox sandbox: {host} is not in")
+    assert says in message
 
 
 def test_internal_addresses() -> None:
