@@ -139,13 +139,15 @@ def replace_file(
     dir_fd: int, name: str, data: str | bytes, mode: int = 0o600, *, durable: bool = False
 ) -> None:
     """Replace `name` in the directory `dir_fd` with `data`, atomically (a reader sees the old file or
-    the new one, never half of one) and without writing through whatever `name` was. `durable`: the new
-    content is on disk before the rename makes it the file, and the rename is synced after (for files a
-    crash must not leave empty, such as `ipybox.lock`)."""
+    the new one, never half of one) and without writing through whatever `name` was. The new file has
+    exactly `mode`, whatever the umask (a file meant for sandboxed readers, 0644, stays readable). `durable`:
+    the new content is on disk before the rename makes it the file, and the rename is synced after (for
+    files a crash must not leave empty, such as `ipybox.lock`)."""
     temp = f".{name}.{secrets.token_hex(8)}.tmp"
-    fd = os.open(temp, NEW_FILE_FLAGS, mode, dir_fd=dir_fd)
+    fd = os.open(temp, NEW_FILE_FLAGS, 0o600, dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "wb") as file:
+            os.fchmod(file.fileno(), mode)
             file.write(data.encode() if isinstance(data, str) else data)
             if durable:
                 file.flush()

@@ -46,7 +46,6 @@ from __future__ import annotations
 import base64
 import binascii
 import collections
-import contextlib
 import datetime as dt
 import errno
 import fcntl
@@ -55,7 +54,6 @@ import ipaddress
 import logging
 import os
 import re
-import secrets
 import ssl
 import stat
 import tempfile
@@ -71,7 +69,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ipybox.errors import IpyboxError
-from ipybox.safefs import NEW_FILE_FLAGS, open_dir, open_own_dir
+from ipybox.safefs import NEW_FILE_FLAGS, open_dir, open_own_dir, replace_file
 from ipybox.sandbox.domains import DomainFilter, covers, domain_entry_error, normalize_host
 
 __all__ = [
@@ -280,8 +278,8 @@ class InterceptionCA:
             key_pem = key.private_bytes(
                 serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
             )
-            _write_atomic(dir_fd, CA_KEY_FILE, key_pem, 0o600)
-            _write_atomic(dir_fd, CA_CERT_FILE, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+            replace_file(dir_fd, CA_KEY_FILE, key_pem, 0o600)
+            replace_file(dir_fd, CA_CERT_FILE, cert.public_bytes(serialization.Encoding.PEM), 0o644)
             return cls(key, cert, directory / CA_CERT_FILE)
         finally:
             os.close(dir_fd)  # releases the lock
@@ -606,26 +604,10 @@ def _read_own(dir_fd: int, directory: Path, name: str) -> tuple[bytes, int]:
         return file.read(_MAX_FILE_BYTES), stat.S_IMODE(info.st_mode)
 
 
-def _write_atomic(dir_fd: int, name: str, data: bytes, mode: int) -> None:
-    """Replace `name` in `dir_fd` by a new file with `data` and exactly `mode` (not narrowed or widened by
-    the umask), by a rename: never written through, never seen half-written."""
-    temp = f".{name}.{secrets.token_hex(8)}.tmp"
-    fd = os.open(temp, NEW_FILE_FLAGS, 0o600, dir_fd=dir_fd)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            os.fchmod(file.fileno(), mode)
-            file.write(data)
-        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp, dir_fd=dir_fd)
-        raise
-
-
 def _write_public(path: Path, data: bytes) -> None:
     dir_fd = open_dir(path.parent, create_mode=0o755)
     try:
-        _write_atomic(dir_fd, path.name, data, 0o644)
+        replace_file(dir_fd, path.name, data, 0o644)
     finally:
         os.close(dir_fd)
 
