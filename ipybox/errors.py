@@ -14,6 +14,7 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     ├── ListenError                      ipybox.asgi_server                  OSError
     ├── RuleWriteError                   ipybox.config.rule_writer           ValueError
     ├── ServerWriteError                 ipybox.config.server_writer         ValueError
+    ├── DomainWriteError                 ipybox.config.domain_writer         ValueError
     ├── LockFileError                    ipybox.config.tool_lock             ValueError
     ├── SandboxUnavailableError          ipybox.sandbox                      RuntimeError
     ├── SandboxPolicyError               ipybox.sandbox.policy               ValueError

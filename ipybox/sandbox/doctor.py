@@ -79,7 +79,23 @@ THREAT_MODEL: tuple[tuple[str, str], ...] = (
     (
         "kernel reaches",
         "no network; the tool server's call socket with a token valid for its own calls only; "
-        "`allowedDomains` through the host's filtering proxy; `allowUnixSockets`",
+        "`allowedDomains` through the host's filtering proxy (methods and paths per entry, "
+        "`readOnly`; changes apply at the next connection); `allowUnixSockets`",
+    ),
+    (
+        "secrets (`[secrets]`)",
+        "resolved on the host; a kernel holds only a placeholder; the proxy puts the value only in "
+        "the allowed headers of HTTPS requests to the secret's hosts, over TLS it terminates with a "
+        "workspace CA name-constrained to those hosts, its key hidden in `.ipybox/`; sent elsewhere "
+        "the placeholder stays a placeholder (refused and logged in plain HTTP and wherever the proxy "
+        "reads requests); a `Host` that differs from the `CONNECT` is refused; smuggling shapes are "
+        "refused; the value is redacted from the audit log; a secret's command in the workspace or on "
+        "a kernel-writable `PATH` is refused",
+    ),
+    (
+        "unknown hosts",
+        'refused, or with `unknown = "ask"` asked of the people present (never of code in the '
+        "kernel): once, for the session, or always (written into `allowedDomains` by the host)",
     ),
     (
         "kernel's resources",

@@ -19,11 +19,11 @@ import pytest
 
 from ipybox import CodeExecutor
 from ipybox.approval.asks import AskAnswer, AskOpened
-from ipybox.limits import unenforceable_defaults
 from ipybox.sandbox.platforms import sandbox_supported
 from ipybox.supervisor import Supervisor
 from tests.sandbox.tls_harness import OriginServer, start_origin
 from tests.supervisor.test_network_live import request_code
+from tests.supervisor.workspaces import sandboxed_kernels
 
 pytestmark = [
     pytest.mark.integration,
@@ -32,13 +32,7 @@ pytestmark = [
 
 
 def workspace_file() -> str:
-    lifted = unenforceable_defaults(sandboxed=True)
-    limits = "[kernel.limits]\n" + "".join(f'{n} = "unlimited"\n' for n in lifted) + "\n" if lifted else ""
-    return (
-        f"[kernel]\nwarm_pool = 1\n\n{limits}"
-        "[sandbox]\nenabled = true\n\n"
-        '[sandbox.network]\nallowedDomains = []\nunknown = "ask"\n'
-    )
+    return sandboxed_kernels('allowedDomains = []\nunknown = "ask"')
 
 
 @pytest.fixture

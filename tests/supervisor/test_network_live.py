@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from ipybox import CodeExecutor
-from ipybox.limits import unenforceable_defaults
 from ipybox.sandbox.platforms import sandbox_supported
 from ipybox.supervisor import Supervisor
 from tests.sandbox.tls_harness import OriginServer, start_origin
+from tests.supervisor.workspaces import sandboxed_kernels
 
 pytestmark = [
     pytest.mark.integration,
@@ -28,13 +28,7 @@ pytestmark = [
 
 
 def workspace_file(allowed: str) -> str:
-    lifted = unenforceable_defaults(sandboxed=True)
-    limits = "[kernel.limits]\n" + "".join(f'{n} = "unlimited"\n' for n in lifted) + "\n" if lifted else ""
-    return (
-        f"[kernel]\nwarm_pool = 1\n\n{limits}"
-        "[sandbox]\nenabled = true\n\n"
-        f"[sandbox.network]\nallowedDomains = {allowed}\n"
-    )
+    return sandboxed_kernels(f"allowedDomains = {allowed}")
 
 
 @pytest.fixture

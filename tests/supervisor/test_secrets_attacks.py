@@ -26,6 +26,7 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -35,11 +36,11 @@ import pytest
 
 from ipybox import CodeExecutor
 from ipybox.config.secrets import PLACEHOLDER_PREFIX
-from ipybox.limits import unenforceable_defaults
 from ipybox.sandbox.platforms import sandbox_supported
 from ipybox.supervisor import Supervisor
 from tests.sandbox.netns import NetnsError, NetnsOrigin, origins
 from tests.servers.params import EDGE_SERVER
+from tests.supervisor.workspaces import sandboxed_kernels
 
 pytestmark = [
     pytest.mark.integration,
@@ -48,7 +49,8 @@ pytestmark = [
     pytest.mark.skipif(not sandbox_supported(), reason="the sandbox can't run here (ipybox doctor)"),
 ]
 
-REAL = "real-attack-token-8d2e6b41c7"
+# Made at run time: no file a sandboxed kernel can read (this test's source among them) holds it.
+REAL = "real-attack-token-" + secrets.token_hex(8)
 """The secret's value, in the workspace's `.env` (hidden from kernels)."""
 # The kernel looks for the value in memory in two halves, never holding the whole value itself.
 HALF = len(REAL) // 2
@@ -56,12 +58,7 @@ PROXY_LOGGER = "ipybox.sandbox.proxy"
 
 
 def workspace_file(a: str, b: str) -> str:
-    lifted = unenforceable_defaults(sandboxed=True)
-    limits = "[kernel.limits]\n" + "".join(f'{n} = "unlimited"\n' for n in lifted) + "\n" if lifted else ""
-    return (
-        f"[kernel]\nwarm_pool = 1\n\n{limits}"
-        "[sandbox]\nenabled = true\n\n"
-        f'[sandbox.network]\nallowedDomains = ["{a}", "{b}"]\n\n'
+    return sandboxed_kernels(f'allowedDomains = ["{a}", "{b}"]') + (
         "[secrets.demo]\n"
         'value = "${DEMO_TOKEN}"\n'
         'env = "DEMO_TOKEN"\n'

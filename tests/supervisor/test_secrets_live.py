@@ -12,8 +12,10 @@ origin (no product setting exists for tests).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -24,27 +26,23 @@ import pytest
 
 from ipybox import CodeExecutor
 from ipybox.config.secrets import PLACEHOLDER_PREFIX
-from ipybox.limits import unenforceable_defaults
 from ipybox.sandbox.platforms import sandbox_supported
 from ipybox.supervisor import Supervisor
 from tests.sandbox.tls_harness import OriginServer, start_origin
+from tests.supervisor.workspaces import sandboxed_kernels
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(not sandbox_supported(), reason="the sandbox can't run here (ipybox doctor)"),
 ]
 
-REAL = "real-demo-token-4f1c9a7e2b"
+# Made at run time: no file a sandboxed kernel can read (this test's source among them) holds it.
+REAL = "real-demo-token-" + secrets.token_hex(8)
 """The secret's value, in the workspace's `.env` (hidden from kernels)."""
 
 
 def workspace_file() -> str:
-    lifted = unenforceable_defaults(sandboxed=True)
-    limits = "[kernel.limits]\n" + "".join(f'{n} = "unlimited"\n' for n in lifted) + "\n" if lifted else ""
-    return (
-        f"[kernel]\nwarm_pool = 1\n\n{limits}"
-        "[sandbox]\nenabled = true\n\n"
-        '[sandbox.network]\nallowedDomains = ["localhost"]\n\n'
+    return sandboxed_kernels('allowedDomains = ["localhost"]') + (
         "[secrets.demo]\n"
         'value = "${DEMO_TOKEN}"\n'
         'env = "DEMO_TOKEN"\n'
@@ -160,6 +158,57 @@ async def test_the_kernel_finds_the_value_nowhere_it_can_look(live: Live) -> Non
     # On the host: the CA's key is in the state directory, the value only in the proxy's memory.
     assert (state_dir / "interception" / "ca-key.pem").stat().st_mode & 0o077 == 0
     assert live.supervisor.asks.audit.redact({"note": f"x {REAL} y"}) == {"note": "x [redacted] y"}
+
+
+NODE_CLIENT = r"""
+const http = require('http'), tls = require('tls');
+const proxy = new URL(process.env.HTTPS_PROXY), target = 'localhost:' + process.argv[1];
+const connect = http.request({host: proxy.hostname, port: proxy.port, method: 'CONNECT', path: target});
+connect.on('connect', (answer, socket) => {
+  const secure = tls.connect({socket, servername: 'localhost'}, () => secure.end(
+    'GET /client-node HTTP/1.1\r\nHost: ' + target + '\r\nAuthorization: Bearer ' + process.env.DEMO_TOKEN +
+    '\r\nConnection: close\r\n\r\n'));
+  secure.on('data', () => {});
+  secure.on('error', (e) => { console.log('node: ' + e.message); process.exitCode = 1; });
+});
+connect.end();
+"""
+
+
+async def test_every_client_the_sandbox_trusts_gets_the_secret_in(live: Live) -> None:
+    # Each client finds the workspace CA its own way (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE,
+    # GIT_SSL_CAINFO, PIP_CERT, NODE_EXTRA_CA_CERTS): one that did not would fail its TLS handshake with
+    # the proxy, and its request would never reach the origin.
+    port = live.origin.origin.port
+    base = f"https://localhost:{port}"
+    code = (
+        "import os, subprocess, requests, httpx\n"
+        "for name in ('NO_PROXY', 'no_proxy'):\n"
+        "    os.environ.pop(name, None)\n"
+        "auth = {'Authorization': 'Bearer ' + os.environ['DEMO_TOKEN']}\n"
+        f"requests.get({base + '/client-requests'!r}, headers=auth, timeout=30)\n"
+        f"httpx.get({base + '/client-httpx'!r}, headers=auth, timeout=30)\n"
+        "def run(*argv):\n"
+        "    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)\n"
+        "    print(argv[0], done.returncode, done.stderr.strip()[-300:])\n"
+        f"run('curl', '-sS', '-o', '/dev/null', '-H', 'Authorization: Bearer ' + os.environ['DEMO_TOKEN'], {base + '/client-curl'!r})\n"
+        "run('git', '-c', 'http.extraHeader=Authorization: Bearer ' + os.environ['DEMO_TOKEN'], 'ls-remote', "
+        f"{base + '/client-git'!r})\n"
+        f"run('node', '-e', {NODE_CLIENT!r}, '{port}')\n"
+        "run('python', '-m', 'pip', 'download', '--no-deps', '--no-cache-dir', '--retries', '0', '-d', "
+        "'/tmp/pip-out', '--index-url', "
+        f"'https://__token__:' + os.environ['DEMO_TOKEN'] + '@localhost:{port}/client-pip/', 'nothing-here')\n"
+    )
+    live.origin.origin.seen.clear()
+    out = await live.run(code)
+    assert REAL not in out
+    heads = live.origin.origin.heads()
+    basic = base64.b64encode(f"__token__:{REAL}".encode()).decode()
+    for client in ("requests", "httpx", "curl", "git", "node", "pip"):
+        mine = [head for head in heads if head.split(" ")[1].startswith(f"/client-{client}")]
+        assert mine, f"{client}'s request never reached the origin:\n{out}"
+        credentials = f"Basic {basic}" if client == "pip" else f"Bearer {REAL}"
+        assert all(f"\r\nAuthorization: {credentials}\r\n" in head for head in mine), (client, mine)
 
 
 async def sent_value(live: Live, variable: str = "DEMO_TOKEN") -> str:

@@ -38,6 +38,14 @@ def edge_server(tag: str, name: str = "edge") -> str:
     )
 
 
+def sandboxed_kernels(network: str) -> str:
+    """The head of an `ipybox.toml` for one sandboxed warm kernel (with what this machine can't enforce
+    lifted, as `ipybox init` writes it), and `[sandbox.network]` with the lines in `network`."""
+    lifted = unenforceable_defaults(sandboxed=True)
+    limits = "[kernel.limits]\n" + "".join(f'{n} = "unlimited"\n' for n in lifted) + "\n" if lifted else ""
+    return f"[kernel]\nwarm_pool = 1\n\n{limits}[sandbox]\nenabled = true\n\n[sandbox.network]\n{network}\n"
+
+
 def make_workspace(
     directory: Path, tag: str, *, sandbox: bool = False, warm_pool: int = 1, ask_timeout: float = 10
 ) -> Path:
