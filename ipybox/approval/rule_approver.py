@@ -83,7 +83,7 @@ from ipybox.rules.shell_commands import (
     is_shell_question,
     shell_calls,
 )
-from ipybox.sandbox.host_asks import HostAnswer, HostQuestion
+from ipybox.sandbox.host_asks import HostAnswer, HostQuestion, HostScope
 
 __all__ = [
     "LARGE_ARGUMENTS",
@@ -174,6 +174,9 @@ class WorkspaceApprover:
         write_domain: Writes an `always` answer to an ask about a host (`ask_host`) into `ipybox.toml`
             (host, allowed, who) and has the workspace load it; raises `ValueError` with the reason when it
             must not be written.
+        caller_of_client: The caller (tool-call token holder) of the kernel a process connecting to the
+            sandbox's proxy belongs to, by the process's id, when a lease holds that kernel; else `None`
+            (default: none, so asks about hosts go to the people).
     """
 
     def __init__(
@@ -190,6 +193,7 @@ class WorkspaceApprover:
         refusal_of: Callable[[str], str | None] = lambda caller: None,
         pending_tool: Callable[[str, str], str | None] = lambda server, tool: None,
         write_domain: Callable[[str, bool, str], Awaitable[object]] | None = None,
+        caller_of_client: Callable[[int], str | None] = lambda pid: None,
     ) -> None:
         self.policy = policy
         self.audit = audit
@@ -202,6 +206,7 @@ class WorkspaceApprover:
         self.refusal_of = refusal_of
         self.pending_tool = pending_tool
         self.write_domain = write_domain
+        self.caller_of_client = caller_of_client
         self._host_asks: dict[str, str] = {}  # pending asks about hosts (`ask_host`): ask id -> host
         self.grants = SessionGrants()
         self.quotas = CallQuotas()
@@ -301,20 +306,26 @@ class WorkspaceApprover:
         timeout: float | None,
         subject: str | None = None,
         hint: str | None = None,
+        host: str | None = None,
     ) -> tuple[Approval, _Record]:
         """Put a call a rule answers `ask` to whoever can answer (see the module's contracts): the outcome
         for the calling code (the rules' word on no answer is "deny") and the audit record of the decision.
         `subject` names the command of a shell line in the messages; `hint` says why the call is asked
-        about when a quota or a pin made an allow an ask (instead of suggesting an allow rule)."""
+        about when a quota or a pin made an allow an ask (instead of suggesting an allow rule). `host`
+        makes it an ask about a host (`ask_host`): session grants are neither consulted nor made (they
+        cover a whole tool, here every host; the proxy keeps `session` answers per host), and people's
+        answers go through `_answer_host`."""
         source = _source(verdict.rule_id)
-        on = f" on {subject}" if subject is not None else ""
+        # An ask about a host is refused with the proxy's message, which names the host and how to allow it.
+        on = f" on {subject}" if subject is not None and host is None else ""
+        tail = f"; {hint or _allow_rule_hint(call)}" if host is None else ""
         what = subject if subject is not None else f"the call {call.server}.{call.tool}"
         refusal = self.refusal_of(call.caller) if call.caller else None
         if refusal is not None:
             reason = f"{what} was refused: {source} asks, but {refusal}"
             return _rejected(reason, verdict), _Record(call, verdict, timed_out=True, reason=reason)
         session = self.session_of(call.caller) if call.caller else None
-        grant = self.grants.lookup(session, call)
+        grant = self.grants.lookup(session, call) if host is None else None
         if grant is not None:
             verb = "allowed" if grant.accept else "denied"
             reason = f"{verdict.reason}; {verb} for this session by {grant.by}"
@@ -326,7 +337,7 @@ class WorkspaceApprover:
         channel = self.answerer(call.caller)
         asked_of = self._first_route(routes, channel)
         if asked_of is None:
-            reason = f"{source} asks, but {self._nobody(routes)}{on}; {hint or _allow_rule_hint(call)}"
+            reason = f"{source} asks, but {self._nobody(routes)}{on}{tail}"
             if channel is not None:
                 await channel.refused(call, reason)
             return NoOneToAsk(reason), _Record(call, verdict, timed_out=True, reason=reason)
@@ -342,6 +353,8 @@ class WorkspaceApprover:
             timeout=timeout,
             links=self.links(call) if subject is None else None,  # a shell command's text is no path
         )
+        if host is not None:
+            self._host_asks[ask.id] = host
         loop = asyncio.get_running_loop()
         settled: Settled = loop.create_future()
         app_reason: list[str] = []  # an application's reason for refusing, when it gave one
@@ -362,7 +375,10 @@ class WorkspaceApprover:
                         _settle(settled, answer)
             finally:
                 _settle(settled, None)
-                self.board.close(ask, why="the calling code went away")
+                self._host_asks.pop(ask.id, None)
+                self.board.close(
+                    ask, why="the calling code went away" if host is None else "the connection went away"
+                )
                 if app_task is not None:
                     # Settled now, it tells the application to drop the question and ends: waited for also
                     # when this call goes away (the scope would cancel it untold). A second cancellation of
@@ -370,11 +386,11 @@ class WorkspaceApprover:
                     await asyncio.wait({app_task})
         match answer:
             case AskAnswer(accept=True):
-                if answer.scope == "session" and session is not None:
+                if answer.scope == "session" and session is not None and host is None:
                     self.grants.grant(session, call, True, answer.by)
                 return Approved(), _Record(call, verdict, "allow", answer.route, answer.scope, answer.by)
             case AskAnswer(accept=False):
-                if answer.scope == "session" and session is not None:
+                if answer.scope == "session" and session is not None and host is None:
                     self.grants.grant(session, call, False, answer.by)
                 if answer.route in ("application", "elicitation") and subject is None:
                     reason = (app_reason[0] if app_reason else "") or f"rejected by {answer.by}"
@@ -391,7 +407,7 @@ class WorkspaceApprover:
                 return _rejected(reason, verdict), _Record(call, verdict, timed_out=True, reason=reason)
             case _:  # withdrawn: the application asked left, and no person is there
                 why = app_reason[0] if app_reason else "the application left before answering"
-                reason = f"{source} asks, but {why}{on}; {hint or _allow_rule_hint(call)}"
+                reason = f"{source} asks, but {why}{on}{tail}"
                 return NoOneToAsk(reason), _Record(call, verdict, timed_out=True, reason=reason)
 
     def _first_route(self, routes: tuple[AskRoute, ...], channel: ApprovalChannel | None) -> AskRoute | None:
@@ -426,23 +442,46 @@ class WorkspaceApprover:
         )
 
     async def ask_host(self, question: HostQuestion) -> HostAnswer:
-        """Ask the people `[approval] ask` lists (web console, `ipybox approve`) whether a sandboxed
-        kernel may connect to a host no `allowedDomains` entry covers (the proxy's
-        [HostAsker][ipybox.sandbox.host_asks.HostAsker], for `[sandbox.network] unknown = "ask"`).
+        """Ask whether a sandboxed kernel may connect to a host no `allowedDomains` entry covers (the
+        proxy's [HostAsker][ipybox.sandbox.host_asks.HostAsker], for `[sandbox.network] unknown = "ask"`).
 
-        The proxy can't tell which kernel connected, so no application or MCP client is asked, and an
-        answer "for this session" holds for the host while the proxy runs. The ask is the call
-        `ipybox.network(host, port, method)` with the subject `connect to host:port`; `always` writes the
-        host into `allowedDomains` (or `deniedDomains`) through `write_domain`. It waits `ask_timeout`
-        at most; with nobody present it is refused at once. The decision is audited.
+        The ask is the call `ipybox.network(host, port, method)` with the subject `connect to host:port`.
+        When `caller_of_client` attributes the connection (`question.client_pid`) to a kernel's caller
+        that a lease holds, it is routed as that caller's tool-call asks are, in `[approval] ask` order:
+        the lease's application (`application`), its MCP client (`elicitation`, through the same channel),
+        the people present; a kernel whose lease checks agent-written code is refused at once. Otherwise
+        (a process no kernel's token names, or a kernel no lease holds) only the people `[approval] ask`
+        lists are asked (web console, `ipybox approve`).
+
+        Attribution only ever selects who is asked, never whether: a kernel can connect to the proxy's
+        socket itself and rewrite its own environment, but it holds no other kernel's token, so at most it
+        routes its ask to its own application, or to the people; every route waits for an answer, and the
+        people listed may answer any ask first.
+
+        Applications answer once. A person's answer "for this session" holds for the host while the
+        proxy runs (the supervisor's run), for every kernel: it is not a grant of the lease, since grants
+        cover a whole tool (here every host). `always` writes the host into `allowedDomains` (or
+        `deniedDomains`) through `write_domain`. It waits `ask_timeout` at most; with nobody to answer it
+        is refused at once. The decision is audited.
         """
         policy = self.policy
+        caller = self.caller_of_client(question.client_pid) if question.client_pid is not None else None
         call = ToolCall(
             KERNEL_SHELL_SERVER,
             NETWORK_TOOL,
             {"host": question.host, "port": question.port, "method": question.method},
+            caller=caller or "",
         )
         verdict = Verdict("ask", None, f'{question.host} is not in allowedDomains, and unknown = "ask"')
+        if caller:
+            outcome, record = await self._ask(
+                call, verdict, policy.ask_timeout, subject=question.subject, host=question.host
+            )
+            await asyncio.to_thread(self._record, record)
+            scope: HostScope = record.scope if record.scope in ("session", "always") else "once"
+            if isinstance(outcome, Approved):
+                return HostAnswer(True, scope, f"allowed {scope} by {record.by}")
+            return HostAnswer(False, scope if record.answer == "deny" else "once", _reason(outcome))
         people = tuple(route for route in policy.ask if route in PEOPLE)
         asked_of = next((route for route in people if self.board.people(route) > 0), None)
         if asked_of is None:

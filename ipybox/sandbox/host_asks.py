@@ -1,9 +1,10 @@
 """What [DomainProxy][ipybox.sandbox.proxy.DomainProxy] asks, and is answered, about a host that is not in
 `allowedDomains` when `[sandbox.network] unknown = "ask"`.
 
-The proxy knows nobody who could answer: it is given a `HostAsker`, an async callable (in a workspace, the
-supervisor's approver puts the question on its ask board, for the people at the web console and in
-`ipybox approve`) that returns a `HostAnswer`. The asker bounds the wait itself (`[approval] ask_timeout`)
+The proxy knows nobody who could answer: it is given a `HostAsker`, an async callable that returns a
+`HostAnswer` (in a workspace, the supervisor's approver puts the question on its ask board and routes it
+as the tool-call asks of the kernel that connected, when it can tell which one did: see
+`HostQuestion.client_pid`; else to the people at the web console and in `ipybox approve`). The asker bounds the wait itself (`[approval] ask_timeout`)
 and answers at once, with a refusal, when nobody can answer: the proxy holds the connection until it
 returns.
 """
@@ -39,12 +40,18 @@ class HostQuestion:
         internal: When the host resolves to an address that is not globally reachable, which one and why
             (`"127.0.0.1: 127.0.0.0/8 (Loopback)"`): an answer that allows it lets the connection reach
             it, as an exact `allowedDomains` entry would; else `None`.
+        client_pid: The id (in the proxy's pid namespace) of the process at the other end of the proxy's
+            Unix socket, from the socket's peer credentials (`SO_PEERCRED`): in a sandbox, the kernel's
+            bridge (`ipybox.sandbox.netbridge`), whose environment is the kernel's; `None` when it could
+            not be read. A hint for choosing who is asked, never a credential: any process in the sandbox
+            can connect to the socket, and a process can rewrite its own environment.
     """
 
     host: str
     port: int
     method: str
     internal: str | None = None
+    client_pid: int | None = None
 
     @property
     def subject(self) -> str:

@@ -101,6 +101,7 @@ import re
 import shutil
 import socket
 import ssl
+import struct
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -207,7 +208,8 @@ class DomainProxy:
         self._ask = ask
         # Answers for the proxy's session (host -> the answer); `always` ones until the next `update`.
         self._granted: dict[str, HostAnswer] = {}
-        self._asking: dict[str, asyncio.Task[HostAnswer]] = {}  # one pending ask per host, shared
+        # One pending ask per host and client process, shared by its waiting connections.
+        self._asking: dict[tuple[str, int | None], asyncio.Task[HostAnswer]] = {}
         self.secrets = tuple(secrets)
         _check_secrets(self.secrets, ca)
         _check_restricted(self.hosts.restricted_entries, ca)
@@ -317,14 +319,16 @@ class DomainProxy:
         assert task is not None
         self._connections.add(task)
         try:
-            await self._serve(reader, writer)
+            await self._serve(reader, writer, _peer_pid(writer))
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         finally:
             self._connections.discard(task)
             writer.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_pid: int | None = None
+    ) -> None:
         # The policy the connection was accepted under, for all of it (`update` swaps `self.hosts`).
         hosts, unknown = self.hosts, self.unknown
         head = await reader.readuntil(b"\r\n\r\n")
@@ -337,7 +341,7 @@ class DomainProxy:
             if method == "CONNECT":
                 host, port = _split_host_port(target, default_port=None)
                 routes = tuple(route for route in self.secrets if route.applies_to(host))
-                rule, addresses = await self._admit(hosts, unknown, host, port, method)
+                rule, addresses = await self._admit(hosts, unknown, host, port, method, client_pid)
                 if rule.restricts and self._ca is None:
                     name = normalize_host(host)
                     logger.info("sandbox network: refused CONNECT %s: its requests can't be checked", name)
@@ -352,7 +356,7 @@ class DomainProxy:
             else:
                 host, port, path = _parse_absolute_http(target)
                 self._refuse_in_clear(head, host)
-                rule, addresses = await self._admit(hosts, unknown, host, port, method)
+                rule, addresses = await self._admit(hosts, unknown, host, port, method, client_pid)
                 if rule.restricts:
                     body = _checked_plain_request(head, rule, normalize_host(host), method, path)
             intercept = method == "CONNECT" and (bool(routes) or rule.restricts)
@@ -394,7 +398,7 @@ class DomainProxy:
             upstream_writer.close()
 
     async def _admit(
-        self, hosts: DomainFilter, unknown: Unknown, host: str, port: int, method: str
+        self, hosts: DomainFilter, unknown: Unknown, host: str, port: int, method: str, client_pid: int | None
     ) -> tuple[RequestRule, list[_Address] | None]:
         """What `hosts` lets be asked of `host`, and, for a host a person let through (`unknown = "ask"`),
         the addresses checked before asking, which the connection goes to (no second lookup).
@@ -418,7 +422,7 @@ class DomainProxy:
                 (f"{ip}: {why}" for _, _, ip, _ in addresses if (why := internal_reason(ip)) is not None),
                 None,
             )
-            answer = await self._asked(HostQuestion(name, port, method, internal))
+            answer = await self._asked(HostQuestion(name, port, method, internal, client_pid))
             if not answer.allow:
                 logger.info("sandbox network: refused %s:%d: %s", name, port, answer.why)
                 raise _Refused(403, "Forbidden", _asked_refusal(name, answer))
@@ -434,10 +438,13 @@ class DomainProxy:
                 why='network.unknown = "ask", but this proxy has nobody to ask (only a workspace\'s '
                 "supervisor asks: the web console, `ipybox approve`)",
             )
-        task = self._asking.get(question.host)
+        # Shared per host and client process (in a sandbox, one kernel's bridge): clients that the asker
+        # may route to different answerers each get their own question.
+        key = (question.host, question.client_pid)
+        task = self._asking.get(key)
         if task is None:
             task = asyncio.ensure_future(self._ask_now(question))
-            self._asking[question.host] = task
+            self._asking[key] = task
         # Shielded: a client that goes away does not withdraw the question others wait for too.
         return await asyncio.shield(task)
 
@@ -449,7 +456,7 @@ class DomainProxy:
             logger.exception("sandbox network: asking about %s failed", question.host)
             answer = HostAnswer(False, why=f"asking failed ({type(e).__name__})")
         finally:
-            self._asking.pop(question.host, None)
+            self._asking.pop((question.host, question.client_pid), None)
         if answer.scope != "once":
             self._granted[question.host] = answer
         return answer
@@ -559,6 +566,20 @@ class DomainProxy:
         raise _Refused(
             502, "Bad Gateway", f"ipybox sandbox proxy: cannot connect to {name}: {'; '.join(errors)}"
         )
+
+
+def _peer_pid(writer: asyncio.StreamWriter) -> int | None:
+    """The pid of the process at the other end of a Unix socket (`SO_PEERCRED`, translated by the kernel
+    into this process's pid namespace), or `None` when the platform or the socket can't tell."""
+    sock = writer.get_extra_info("socket")
+    option = getattr(socket, "SO_PEERCRED", None)
+    if sock is None or option is None:
+        return None
+    try:
+        pid, _, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+    except (OSError, struct.error):
+        return None
+    return pid if pid > 0 else None
 
 
 async def _resolve(name: str, port: int) -> list[_Address]:

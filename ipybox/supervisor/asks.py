@@ -56,6 +56,7 @@ from ipybox.reconcile.pins import ToolPins
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
 from ipybox.running.status import CallerId, LeaseId
 from ipybox.supervisor.leases import LeaseTable
+from ipybox.supervisor.proxy_clients import caller_of_client
 
 logger = logging.getLogger("ipybox.supervisor")
 
@@ -110,6 +111,7 @@ class AsksService(Service):
             refusal_of=leases.refusal,
             pending_tool=pins.pending if pins is not None else (lambda server, tool: None),
             write_domain=self._write_domain_answer,
+            caller_of_client=lambda pid: caller_of_client(leases, pid),
         )
 
     async def _startup(self) -> None:

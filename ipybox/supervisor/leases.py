@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -166,6 +167,13 @@ class LeaseTable:
             self._lease_of[caller] = lease
         lost, entry.lost = entry.lost, None
         return Bound(tuple(replaced), tuple(t for t in tokens if t is not None), lost)
+
+    def caller_of_token(self, token: str) -> CallerId | None:
+        """The caller whose kernel was started with `token` (`add_caller`), while the table knows it."""
+        for caller, known in self._tokens.items():
+            if hmac.compare_digest(known.encode(), token.encode()):
+                return caller
+        return None
 
     def lease_of(self, caller: CallerId) -> LeaseId | None:
         """The lease whose application answers for `caller`'s kernel (`None`: a kernel nobody holds)."""

@@ -64,10 +64,12 @@ async def test_a_person_answers_always_and_the_host_joins_allowed_domains_of_the
             await executor.execute("kept = 'before'", timeout=60)
             generation = supervisor.kernel_generation
 
-            # Nobody at the console or in `ipybox approve`: refused at once, saying so.
+            # The kernel's application is asked first (its connection is attributed to its kernel), and
+            # `execute()` answers no asks; nobody at the console or in `ipybox approve`: refused at once.
             alone = await asyncio.wait_for(request(), 30)
             status, body = alone["got"]  # type: ignore[misc]
-            assert status == 403 and "nobody is connected to answer" in body, alone
+            assert status == 403 and "execute() answers no asks" in body, alone
+            assert "no person [approval] ask lists" in body, alone
             assert "allowedDomains" in body and board.pending == []
 
             with board.present("console"), board.subscribe() as events:
