@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ipybox import CodeExecutor
+from ipybox import ApprovalRequest, CodeExecutionResult, CodeExecutor
 from ipybox.approval.asks import AskAnswer, AskOpened
 from ipybox.sandbox.platforms import sandbox_supported
 from ipybox.supervisor import Supervisor
@@ -103,5 +103,39 @@ async def test_a_person_answers_always_and_the_host_joins_allowed_domains_of_the
                 while not events.events.empty():  # the first ask's closing, and nothing else
                     assert not isinstance(events.events.get_nowait(), AskOpened)
             assert supervisor.kernel_generation == generation
+    finally:
+        await supervisor.stop()
+
+
+async def test_the_attached_application_is_asked_about_its_own_kernels_connection_and_lets_it_through(
+    tmp_path: Path, origin: OriginServer
+) -> None:
+    (tmp_path / "ipybox.toml").write_text(workspace_file())
+    supervisor = Supervisor(tmp_path)
+    await supervisor.start()
+    try:
+        async with CodeExecutor(workspace=tmp_path) as executor:
+            await executor.execute("kept = 'before'", timeout=60)
+            requests: list[ApprovalRequest] = []
+            text = None
+            async for item in executor.stream(request_code(origin.origin.port), timeout=60):
+                if isinstance(item, ApprovalRequest):
+                    requests.append(item)
+                    await item.accept()
+                elif isinstance(item, CodeExecutionResult):
+                    text = item.text
+            assert [(r.server_name, r.tool_name, r.tool_args) for r in requests] == [
+                ("ipybox", "network", {"host": "localhost", "port": origin.origin.port, "method": "GET"})
+            ]
+            got = json.loads((text or "").strip().splitlines()[-1])["got"]
+            assert got == [200, "GET /x body=0 conn=1"], got
+            last = json.loads(supervisor.asks.audit_path.read_text().splitlines()[-1])
+            assert (last["tool"], last["decision"], last["decided_by"]) == ("network", "allow", "application")
+
+            # Once: the next connection is asked again, and `execute()` answers no asks, nor does anyone
+            # else: refused at once (well within the ask timeout).
+            out = await asyncio.wait_for(executor.execute(request_code(origin.origin.port), timeout=60), 30)
+            status, body = json.loads((out.text or "").strip().splitlines()[-1])["got"]
+            assert status == 403 and "execute() answers no asks" in body, body
     finally:
         await supervisor.stop()
