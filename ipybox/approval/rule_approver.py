@@ -28,11 +28,13 @@ Contracts:
   mid-question or declines it (`CodeExecutor.execute()` answers no asks) with no person present, is
   `NoOneToAsk`, with the allow rule to add; it is audited as unanswered.
 - A sandboxed kernel's connection to a host no `allowedDomains` entry covers (`[sandbox.network] unknown =
-  "ask"`: `ask_host`, the kernels' proxy's asker) is put to the people `[approval] ask` lists only (the
-  proxy can't tell which kernel connected, so no application or MCP client), as the call
-  `ipybox.network(host, port, method)` with the subject `connect to host:port`; nobody present refuses
-  it at once; "for this session" holds for the host while the proxy runs; `always` writes the host into
-  `allowedDomains` (or `deniedDomains`) through `write_domain`. It is audited like a call.
+  "ask"`: `ask_host`, the kernels' proxy's asker) is asked as the call `ipybox.network(host, port,
+  method)` with the subject `connect to host:port`: routed as the connecting kernel's tool-call asks when
+  `caller_of_client` attributes the connection to a kernel a lease holds (its application, its MCP
+  client, the people), else to the people `[approval] ask` lists only. Attribution chooses who is asked,
+  never whether. Nobody to answer refuses it at once; "for this session" holds for the host while the
+  proxy runs (not a grant of the lease: grants cover a tool, here every host); `always` writes the host
+  into `allowedDomains` (or `deniedDomains`) through `write_domain`. It is audited like a call.
 - A decision that can't be audited is not acted on: the `OSError` propagates and the call fails.
 - A kernel's question about a shell command (`ipybox.shell` / `ipybox.shell_magic`) is split into the
   commands it runs ([shell_commands][ipybox.rules.shell_commands]), each decided by the rules as

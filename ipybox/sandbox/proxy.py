@@ -59,8 +59,9 @@ Unknown hosts (`unknown = "ask"`, with a [HostAsker][ipybox.sandbox.host_asks.Ho
 plain-HTTP request to a host no allowed entry covers is not refused at once. A denied host is (no answer
 lets it through), as is one that can't be resolved (`502`). Otherwise the proxy resolves the name, asks
 about it (`HostQuestion`: the host, the port, the method, and the internal address it resolves to, if it
-does) and holds the connection until the asker returns; connections to the same host meanwhile wait for
-the same ask. Allowed, the connection goes to the addresses checked before asking (no second lookup), an
+does, and `client_pid`, the pid of the process at the other end of the socket from its peer credentials:
+in a sandbox, the kernel's bridge) and holds the connection until the asker returns; connections to the
+same host from the same process meanwhile wait for the same ask. Allowed, the connection goes to the addresses checked before asking (no second lookup), an
 internal one included: the person was shown it, as an exact `allowedDomains` entry would reach it. An
 asked host's requests are not restricted (hence `readOnly` and `ask` are refused together: its HTTPS
 could not be read). Refused, timed out, or with nobody to answer (the asker says so at once), the client
@@ -68,8 +69,10 @@ gets `403` naming the host, what happened, and that `allowedDomains` in `ipybox.
 `once` answers the waiting connections; `session` answers (allow or deny) hold for the host until the
 proxy stops; `always` ones (the asker wrote the host into `ipybox.toml`) hold until the next `update`,
 which the edit brings. Without an asker, `unknown = "ask"` refuses, saying nobody can be asked. Who can
-answer is the asker's business: in a workspace, the people at the web console and in `ipybox approve`
-(the proxy can't tell which kernel connected, so not an application or MCP client).
+answer is the asker's business: in a workspace, the supervisor tells the kernel from the client's pid and
+asks as for that kernel's tool calls (its application, its MCP client, the people at the web console and
+in `ipybox approve`), or only the people when it can't tell (`WorkspaceApprover.ask_host`). The pid only
+chooses who is asked: any process in the sandbox can connect to the socket.
 
 Policy updates (`DomainProxy.update`): the allowed and denied hosts, `readOnly` and `unknown` can change
 while the proxy runs; connections accepted afterwards get the new policy, open ones keep the one they were accepted
@@ -436,7 +439,7 @@ class DomainProxy:
             return HostAnswer(
                 False,
                 why='network.unknown = "ask", but this proxy has nobody to ask (only a workspace\'s '
-                "supervisor asks: the web console, `ipybox approve`)",
+                "supervisor asks: the kernel's application, the web console, `ipybox approve`)",
             )
         # Shared per host and client process (in a sandbox, one kernel's bridge): clients that the asker
         # may route to different answerers each get their own question.

@@ -104,7 +104,8 @@ class KernelsService(Service):
             get placeholders (`workspace_kernel_setup`); the trust bundle kernels use is written to
             `run_dir`'s `trust` directory (which sandboxed kernels may read, not write).
         ask_host: Who the proxy asks about a host no entry allows, with `[sandbox.network] unknown = "ask"`
-            (the approver's people: `WorkspaceApprover.ask_host`).
+            (`WorkspaceApprover.ask_host`: the connecting kernel's application and MCP client, and the
+            people, or only the people when the connection can't be attributed to a leased kernel).
     """
 
     def __init__(
