@@ -150,5 +150,7 @@ async def test_a_session_whose_kernel_died_holds_its_new_kernel_only(
     await asyncio.wait_for(pool_ready(supervisor), GUARD)
     kernel = attached.kernel_client.kernel_id
     assert kernel != dead and supervisor.leases.kernels(lease) == (kernel,)
-    assert supervisor.status().pool.leased == leased
-    assert len(supervisor.tool_server._callers) == tokens  # the dead kernel's token went with it
+    # No more leased kernels than before the death (fewer when an earlier test's MCP session, closed just
+    # before this test, was still handing its kernel back when the count was taken).
+    assert supervisor.status().pool.leased <= leased
+    assert len(supervisor.tool_server._callers) <= tokens  # the dead kernel's token went with it
