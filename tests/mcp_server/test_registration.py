@@ -36,7 +36,11 @@ from tests.supervisor.workspaces import make_workspace
 
 pytestmark = pytest.mark.integration
 
-BOUND_DOMAINS = 'network = { allowedDomains = ["*.example.com", "api.github.com"] }'
+# api.github.com with request rules: a registered server may ask no more of it than kernels may.
+BOUND_DOMAINS = (
+    'network = { allowedDomains = ["*.example.com", { host = "api.github.com", methods = ["GET", "HEAD"] }] }'
+)
+GITHUB_WRITES = "allowedDomains 'api.github.com': may send methods that the workspace's entry"
 
 
 @pytest.fixture(scope="module")
@@ -401,6 +405,7 @@ async def test_a_registration_beyond_the_workspaces_sandbox_that_nobody_can_answ
     beyond = [
         ({"cwd": str(tmp_path)}, f"cwd {str(tmp_path)!r}: {tmp_path} is outside the workspace"),
         ({"sandbox": {"network": {"allowedDomains": ["*.com"]}}}, "allowedDomains '*.com': not covered"),
+        ({"sandbox": {"network": {"allowedDomains": ["api.github.com"]}}}, GITHUB_WRITES),
     ]
     for params, why in beyond:
         result, _ = await register(supervisor, "unasked", edge(**params), elicit=False)
@@ -428,8 +433,13 @@ async def test_a_current_revision_client_gets_a_registration_beyond_the_bound_re
         result = await client.call_tool(
             "register_mcp_server", {"server_name": "current", "server_params": edge(sandbox=sandbox)}
         )
+        writes = {"network": {"allowedDomains": ["api.github.com"]}}  # all methods, where kernels may GET
+        writing = await client.call_tool(
+            "register_mcp_server", {"server_name": "current", "server_params": edge(sandbox=writes)}
+        )
     assert result.is_error
     assert "allowWrite '/etc': /etc is outside the workspace" in text(result)
+    assert writing.is_error and GITHUB_WRITES in text(writing)
     assert config.read_bytes() == before
 
 
