@@ -5,6 +5,7 @@ ipybox server add NAME [--sandbox | --no-sandbox] [--env K=V]... [--cwd DIR] [--
 ipybox server add NAME --url URL [--header 'K: V']... [--transport streamable_http|sse]
 ipybox server remove NAME
 ipybox server list
+ipybox server import FILE | --from claude-code|claude-desktop|codex|cursor|vscode [--only NAME...] [--dry-run]
 ```
 
 All take `-w/--workspace DIR` (default `.`: the positional arguments are the server's name and command)
@@ -27,6 +28,14 @@ Contract:
   (`--env GITHUB_TOKEN=...`, `--header 'Authorization: ...'`) given literally gets a one-line hint that
   a placeholder keeps it out of the file.
 - A server of that name is replaced only with `--force`.
+- Names as other clients write them (`my-server`, `my.server`) are taken and mapped to the server's name
+  in ipybox (`my_server`: the name of its package, `mcptools.my_server`), which is what `ipybox.toml`
+  holds and rules and kernels use; the command says so once (`map_server_name`).
+- `import` reads another client's configuration (`ipybox.config.server_import`) and writes every server
+  it can run in one edit of `ipybox.toml` (all or none), literal secrets into `.env` (written first, and
+  put back as it was if `ipybox.toml` can't be written; `.gitignore` made to ignore `.env`); it prints
+  what it imported (source name -> ipybox name, transport) and what it skipped and why, and exits 1 when
+  a server was skipped for anything but being there already, or failed to start.
 - When the workspace is up, the command waits for it to apply the file (`ControlClient.apply_server`,
   its steps drawn by `progress_on_terminal` on a terminal) and prints the generated modules, or the
   error and exits 1. The server then stays in `ipybox.toml`, as `claude mcp add` keeps what it added, and
@@ -43,6 +52,7 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
@@ -57,6 +67,9 @@ if TYPE_CHECKING:
     from ipybox.running.status import ServerOutcome, WorkspaceStatus
 
 EXIT_ERROR = 1
+
+# `ipybox.config.server_import.SOURCES`, spelled out: importing it would load pydantic for every command.
+SOURCES = ("claude-code", "claude-desktop", "codex", "cursor", "vscode")
 
 # What a key of a server's table is called on the command line, for the model's messages.
 _OPTIONS = {
@@ -225,7 +238,45 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     remove = verbs.add_parser("remove", help="remove an MCP server from ipybox.toml (and its package)")
     remove.add_argument("name", metavar="NAME", help="the server's name")
     listing = verbs.add_parser("list", help="list the MCP servers of ipybox.toml (and their state when up)")
-    for verb in (add, remove, listing):
+    importing = verbs.add_parser(
+        "import",
+        help="add the MCP servers of another client's configuration (.mcp.json, Claude, Codex, Cursor, "
+        "VS Code) to ipybox.toml",
+        usage="ipybox server import (FILE | --from CLIENT) [-w DIR] [--only NAME...] [--dry-run] [--force] "
+        "[--json]",
+        description="Read the MCP servers of an .mcp.json, claude_desktop_config.json, .cursor/mcp.json, "
+        ".vscode/mcp.json or Codex config.toml and write them into the workspace's ipybox.toml in one "
+        "edit (comments and layout kept; all or nothing). Names that are not Python identifiers are "
+        "mapped (my-server -> my_server: a server's name is its package, mcptools.my_server). Literal "
+        "secrets (tokens in env, headers or arguments) are written to the workspace's .env, which "
+        "ipybox.toml refers to as ${VAR}; ${env:VAR} and ${VAR:-default} become ${VAR}. Servers "
+        "ipybox.toml has already are skipped unless --force.",
+    )
+    importing.add_argument(
+        "file", nargs="?", type=Path, metavar="FILE", help="the configuration file to read (or use --from)"
+    )
+    importing.add_argument(
+        "--from",
+        dest="source",
+        choices=SOURCES,
+        metavar="CLIENT",
+        help="read the client's own configuration: claude-code (.mcp.json in the workspace, then "
+        "~/.claude.json), claude-desktop (claude_desktop_config.json), codex ($CODEX_HOME/config.toml or "
+        "~/.codex/config.toml), cursor (.cursor/mcp.json in the workspace, else ~/.cursor/mcp.json), "
+        "vscode (.vscode/mcp.json in the workspace, else the user's mcp.json)",
+    )
+    importing.add_argument(
+        "--only",
+        nargs="+",
+        action="extend",
+        metavar="NAME",
+        help="import only these servers (their names in the source, or in ipybox)",
+    )
+    importing.add_argument(
+        "--dry-run", action="store_true", help="show what would be imported, and write nothing"
+    )
+    importing.add_argument("--force", action="store_true", help="replace servers ipybox.toml has already")
+    for verb in (add, remove, listing, importing):
         verb.add_argument(
             "-w",
             "--workspace",
@@ -259,7 +310,9 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, command: list
                 )
             return _add(directory, args, command if command is not None else list(args.server_argv))
         if args.server_command == "remove":
-            return _remove(directory, args.name, as_json=args.json)
+            return _remove(directory, _mapped(args.name), as_json=args.json)
+        if args.server_command == "import":
+            return _import(directory, args)
         return _list(directory, as_json=args.json)
     except _Refused as e:
         _say(f"ipybox: {e}", file=sys.stderr)
@@ -279,16 +332,17 @@ def _add(directory: Path, args: argparse.Namespace, command: list[str]) -> int:
     from ipybox.config import CONFIG_FILE, write_server
 
     config = _load(directory)
-    name: str = args.name
+    name = _mapped(args.name)
     _check_name(name)
     table = _table(args, command, sandboxed_workspace=config.sandbox.enabled)
     notes = _notes(directory, name, table, sandboxed_workspace=config.sandbox.enabled)
     path = directory / CONFIG_FILE
     if not args.force and (line := _configured(path).get(name, -1)) != -1:
         at = f" (line {line})" if line is not None else ""
+        given = f" (the name {args.name!r} maps to)" if name != args.name else ""
         raise _Refused(
-            f"{path} has a server {name!r} already{at}: --force replaces it, `ipybox server remove {name}` "
-            "removes it"
+            f"{path} has a server {name!r}{given} already{at}: --force replaces it, `ipybox server remove "
+            f"{name}` removes it"
         )
     for note in notes:
         _say(f"ipybox: {note}", file=sys.stderr)
@@ -334,6 +388,21 @@ def _add(directory: Path, args: argparse.Namespace, command: list[str]) -> int:
         _say(f"ipybox: {_failure(path, name, outcome)}", file=sys.stderr)
         return EXIT_ERROR
     return 0
+
+
+def _mapped(name: str) -> str:
+    """The server's name in ipybox for `name` as given (`my-server` -> `my_server`), said once when it
+    differs."""
+    from ipybox.config.servers import map_server_name
+
+    mapped = map_server_name(name)
+    if mapped != name:
+        _say(
+            f"ipybox: {name!r} is the server {mapped!r} in ipybox: a server's name is its Python package "
+            f"(mcptools.{mapped}), so ipybox.toml, rules and `ipybox server` use {mapped!r}",
+            file=sys.stderr,
+        )
+    return mapped
 
 
 def _check_name(name: str) -> None:
@@ -446,7 +515,14 @@ def _problems(error: ValidationError) -> str:
 _PACKAGE_RUNNERS = frozenset({"npx", "uvx", "pipx", "bunx", "pnpx", "dlx"})
 
 
-def _notes(directory: Path, name: str, table: dict[str, Any], *, sandboxed_workspace: bool) -> list[str]:
+def _notes(
+    directory: Path,
+    name: str,
+    table: dict[str, Any],
+    *,
+    sandboxed_workspace: bool,
+    also_set: Mapping[str, str] | None = None,
+) -> list[str]:
     """Warnings about what was given: placeholders whose variables are set nowhere, secrets given
     literally, an unsandboxed server in a sandboxed workspace, a working directory that isn't there."""
     from dotenv import dotenv_values
@@ -457,6 +533,7 @@ def _notes(directory: Path, name: str, table: dict[str, Any], *, sandboxed_works
     dotenv_path = directory / ".env"
     dotenv = dotenv_values(dotenv_path) if dotenv_path.is_file() else {}
     known = {*os.environ, *(key for key, value in dotenv.items() if value is not None), "IPYBOX_WORKSPACE"}
+    known |= set(also_set or ())
     notes = []
     for where, value in _strings(table):
         for match in PLACEHOLDER.finditer(value):
@@ -570,6 +647,277 @@ def _failure(path: Path, name: str, outcome: ServerOutcome) -> str:
         f"[servers.{name}] is in {path}, but {why}  Fix it there (or `ipybox server add {name} --force ...`), "
         f"or `ipybox server remove {name}` removes it."
     )
+
+
+# import
+
+
+@dataclass(frozen=True)
+class ImportedEntry:
+    """One server of `ipybox server import --json`.
+
+    Attributes:
+        original: Its name in the source.
+        name: Its name in ipybox (`[servers.<name>]`, `mcptools.<name>`).
+        transport: `stdio`, `streamable_http` or `sse`.
+        action: `added` or `replaced` (`None` with `--dry-run`).
+        line: The line of its table in `ipybox.toml` (`None` with `--dry-run`).
+        server: Its table as written.
+        dotenv: The variables written to `.env` for it (names only: the values are secrets).
+        notes: What was changed on the way, and warnings.
+        state: With the workspace up, its state once applied (`ready`, `failed`, ...), else `None`.
+        error: Why it failed to start, when it did.
+    """
+
+    original: str
+    name: str
+    transport: str
+    action: str | None
+    line: int | None
+    server: dict[str, Any]
+    dotenv: list[str]
+    notes: list[str]
+    state: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """What `ipybox server import --json` prints.
+
+    Attributes:
+        sources: The files read.
+        config: The `ipybox.toml` written (or that would be, with `--dry-run`).
+        dry_run: Whether nothing was written.
+        imported: The servers imported.
+        skipped: The servers not imported: `{"original", "reason"}`.
+        dotenv: The `.env` written to, when secrets were moved there.
+        gitignore: What was done to `.gitignore` so that it ignores `.env`, if anything.
+        ok: Whether every server was imported (or was there already) and started, when the workspace is up.
+    """
+
+    sources: list[str]
+    config: str
+    dry_run: bool
+    imported: list[ImportedEntry]
+    skipped: list[dict[str, str]]
+    dotenv: str | None
+    gitignore: str | None
+    ok: bool
+
+
+def _import(directory: Path, args: argparse.Namespace) -> int:
+    from dotenv import dotenv_values
+
+    from ipybox.config import CONFIG_FILE, ServerWriteError
+    from ipybox.config.server_writer import write_servers
+    from ipybox.config.server_import import ServerImportError, plan_import, read_source, source_paths
+
+    config = _load(directory)
+    path = directory / CONFIG_FILE
+    if (args.file is None) == (args.source is None):
+        raise _Refused(
+            "give the configuration to import: a FILE (e.g. .mcp.json) or --from CLIENT "
+            f"({', '.join(SOURCES)}), not both"
+        )
+    dotenv_path = directory / ".env"
+    try:
+        paths = [args.file] if args.file is not None else source_paths(args.source, directory)
+        found: dict[str, Any] = {}
+        for source in paths:
+            for entry in read_source(source, workspace=directory):
+                found.setdefault(entry.name, entry)  # the project's .mcp.json wins over ~/.claude.json
+        dotenv = dotenv_values(dotenv_path, interpolate=False) if dotenv_path.is_file() else {}
+        plan = plan_import(
+            found.values(),
+            existing=_configured(path),
+            only=args.only,
+            replace=args.force,
+            sandbox=config.sandbox.enabled,
+            dotenv={k: v for k, v in dotenv.items() if v is not None},
+        )
+    except ServerImportError as e:
+        raise _Refused(str(e)) from None
+    secrets = plan.dotenv
+    notes = {
+        server.name: [
+            *server.notes,
+            *_notes(
+                directory,
+                server.name,
+                server.table,
+                sandboxed_workspace=config.sandbox.enabled,
+                also_set=secrets,
+            ),
+        ]
+        for server in plan.servers
+    }
+    edits: dict[str, Any] = {}
+    wrote_dotenv: str | None = None
+    gitignore: str | None = None
+    if plan.servers and not args.dry_run:
+        restore = _write_dotenv(directory, secrets) if secrets else None
+        try:
+            written = write_servers(path, {s.name: s.table for s in plan.servers}, replace=args.force)
+        except ServerWriteError as e:
+            if restore is not None:
+                restore()
+            raise _Refused(str(e)) from None
+        edits = {edit.name: edit for edit in written}
+        if secrets:
+            wrote_dotenv = str(dotenv_path)
+            gitignore = _ignore_dotenv(directory)
+    outcomes = {}
+    if edits:
+        for server in plan.servers:
+            outcomes[server.name] = _apply(directory, server.name, quiet=args.json)
+    entries = [
+        ImportedEntry(
+            original=server.original,
+            name=server.name,
+            transport=server.transport,
+            action=edits[server.name].action if server.name in edits else None,
+            line=edits[server.name].line if server.name in edits else None,
+            server=server.table,
+            dotenv=sorted(server.dotenv),
+            notes=notes[server.name],
+            state=_state(outcomes.get(server.name)),
+            error=_error(outcomes.get(server.name)),
+        )
+        for server in plan.servers
+    ]
+    already = [s for s in plan.skipped if "already" in s.reason]
+    failed = [
+        e for e in entries if e.state is not None and e.state != "ready" and e.server.get("enabled", True)
+    ]
+    ok = len(already) == len(plan.skipped) and not failed
+    if args.json:
+        report = ImportReport(
+            sources=[str(p) for p in paths],
+            config=str(path),
+            dry_run=args.dry_run,
+            imported=entries,
+            skipped=[{"original": s.original, "reason": s.reason} for s in plan.skipped],
+            dotenv=wrote_dotenv,
+            gitignore=gitignore,
+            ok=ok,
+        )
+        print(json.dumps(asdict(report), indent=2))
+        return 0 if ok else EXIT_ERROR
+    _print_import(directory, path, paths, entries, plan.skipped, args.dry_run, wrote_dotenv)
+    if gitignore is not None:
+        _say(gitignore)
+    return 0 if ok else EXIT_ERROR
+
+
+def _state(outcome: ServerOutcome | None) -> str | None:
+    return outcome.state if outcome is not None else None
+
+
+def _error(outcome: ServerOutcome | None) -> str | None:
+    if outcome is None or outcome.state == "ready":
+        return None
+    return outcome.error or "; ".join(str(problem) for problem in outcome.problems) or None
+
+
+def _print_import(
+    directory: Path,
+    path: Path,
+    paths: list[Path],
+    entries: list[ImportedEntry],
+    skipped: list[Any],
+    dry_run: bool,
+    dotenv: str | None,
+) -> None:
+    sources = ", ".join(str(p) for p in paths)
+    count = f"{len(entries)} server{'s' * (len(entries) != 1)}"
+    if dry_run:
+        _say(f"would import {count} from {sources} into {path} (--dry-run: nothing written)")
+    elif entries:
+        _say(f"imported {count} from {sources} into {path}")
+    else:
+        _say(f"imported nothing from {sources}")
+    width = max((len(e.original) for e in entries), default=0)
+    named = max((len(e.name) for e in entries), default=0)
+    for entry in entries:
+        state = f"  {entry.state}" if entry.state is not None else ""
+        line = f"  (line {entry.line})" if entry.line is not None else ""
+        _say(f"  {entry.original:<{width}} -> {entry.name:<{named}}  {entry.transport}{line}{state}")
+        for note in entry.notes:
+            _say(f"  {'':<{width}}    {note}")
+        if entry.error:
+            _say(f"  {'':<{width}}    error: {entry.error}")
+    if skipped:
+        _say("skipped:")
+        width = max(len(s.original) for s in skipped)
+        for server in skipped:
+            _say(f"  {server.original:<{width}}  {server.reason}")
+    if dotenv:
+        _say(f"secrets written to {dotenv} (git-ignored; ipybox.toml refers to them as ${{VAR}})")
+    if entries and not dry_run and all(e.state is None for e in entries):
+        _say(f"ipybox is not running in {directory}: `ipybox up` starts them")
+
+
+def _write_dotenv(directory: Path, values: dict[str, str]) -> Any:
+    """Add `values` to the workspace's `.env` (created 0600), atomically; a function that puts the file
+    back as it was."""
+    from dotenv import dotenv_values
+
+    from ipybox.safefs import DIR_FLAGS, read_file, replace_file
+
+    path = directory / ".env"
+    try:
+        old: bytes | None = read_file(path)
+        mode = os.stat(path).st_mode & 0o777
+    except FileNotFoundError:
+        old, mode = None, 0o600
+    except OSError as e:
+        raise _Refused(f"{path} can't be read ({e}); nothing was written") from None
+    text = (old or b"").decode("utf-8")
+    lines = [text] if text.endswith("\n") or not text else [text, "\n"]
+    lines.append("# Added by `ipybox server import`: secrets of the servers it imported\n")
+    for key, value in values.items():
+        quoted = value.replace("\\", "\\\\").replace("'", "\\'")
+        lines.append(f"{key}='{quoted}'\n")
+    new = "".join(lines)
+    import io
+
+    parsed = dotenv_values(stream=io.StringIO(new), interpolate=False)
+    if any(parsed.get(key) != value for key, value in values.items()):
+        raise _Refused(
+            f"a secret could not be written to {path} so that it reads back the same; nothing was written"
+        )
+    dir_fd = os.open(directory, DIR_FLAGS)
+    try:
+        replace_file(dir_fd, ".env", new, mode, durable=True)
+    finally:
+        os.close(dir_fd)
+
+    def restore() -> None:
+        dir_fd = os.open(directory, DIR_FLAGS)
+        try:
+            if old is None:
+                os.unlink(".env", dir_fd=dir_fd)
+            else:
+                replace_file(dir_fd, ".env", old, mode, durable=True)
+        finally:
+            os.close(dir_fd)
+
+    return restore
+
+
+def _ignore_dotenv(directory: Path) -> str | None:
+    """Make `.gitignore` ignore `.env` (it now holds secrets); what was done, or `None` when it did."""
+    path = directory / ".gitignore"
+    try:
+        existing = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        existing = ""
+    if any(line.strip() in (".env", "/.env", ".env*", "*.env", ".env.*") for line in existing.splitlines()):
+        return None
+    with open(path, "a", encoding="utf-8") as stream:
+        stream.write(("" if existing.endswith("\n") or not existing else "\n") + ".env\n")
+    return f"added .env to {path} (it holds secrets now)"
 
 
 # remove

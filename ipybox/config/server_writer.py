@@ -1,7 +1,9 @@
 """`write_server()` and `remove_server()`: one `[servers.<name>]` table of `ipybox.toml` written or removed,
 everything else in the file kept byte for byte (comments, layout, line endings).
 
-Used by `ipybox server add/remove` and by `register_mcp_server` (`ipybox.mcp_server.registration`).
+`write_servers()` writes several at once, in one edit (`ipybox server import`: all or nothing).
+
+Used by `ipybox server add/remove/import` and by `register_mcp_server` (`ipybox.mcp_server.registration`).
 
 The file is edited as text, not re-rendered: a parser that keeps comments (tomlkit) attaches the comments
 between two tables to the first one's body, so deleting or appending a table through it moves or drops
@@ -59,7 +61,14 @@ from ipybox.config.workspace_config import WorkspaceConfig
 from ipybox.errors import IpyboxError
 from ipybox.mcp_client.params import dump_server_params
 
-__all__ = ["ServerEdit", "ServerWriteError", "remove_server", "render_server", "write_server"]
+__all__ = [
+    "ServerEdit",
+    "ServerWriteError",
+    "remove_server",
+    "render_server",
+    "write_server",
+    "write_servers",
+]
 
 _LINE: Final = re.compile(r"[^\n]*\n|[^\n]+\Z")
 
@@ -137,6 +146,80 @@ def write_server(
         return server is not None and dump_server_params(server) == expected
 
     return _edit_file(path, edit, want, took_effect)
+
+
+def write_servers(
+    config_path: Path, tables: Mapping[str, Mapping[str, Any]], *, replace: bool = False
+) -> list[ServerEdit]:
+    """Write several `[servers.<name>]` tables into `ipybox.toml` in one edit: all of them or none (what
+    `ipybox server import` writes). Each is written as `write_server` writes it, in the order given.
+
+    Args:
+        config_path: The workspace's `ipybox.toml` (or the workspace directory).
+        tables: The servers' tables by name.
+        replace: Replace servers of those names; without it, one that exists is refused.
+
+    Returns:
+        What was done to each, in the order given, with its line in the new file.
+
+    Raises:
+        ServerWriteError: Nothing was written; the message says why (naming the server).
+    """
+    path = _config_path(config_path)
+    wanted = {name: dict(table) for name, table in tables.items()}
+    for name in wanted:
+        _check_name(path, name)
+    expected = {
+        name: dump_server_params(parse_server_section(table)) if _valid(table) else None
+        for name, table in wanted.items()
+    }
+
+    def changed(text: str, current: WorkspaceConfig) -> tuple[str, list[ServerEdit]]:
+        data = tomllib.loads(text)
+        servers = data.get("servers")
+        if servers is not None and not isinstance(servers, dict):
+            raise _refuse(path, "its `servers` is not a table")
+        edits: list[ServerEdit] = []
+        for name, table in wanted.items():
+            exists = isinstance(servers, dict) and name in servers
+            if exists and not replace:
+                raise _refuse(path, f"it has a server {name!r} already; replace it or choose another name")
+            text, edit = _put(path, text, name, table, exists)
+            edits.append(edit)
+        want = copy.deepcopy(data)
+        want.setdefault("servers", {}).update(copy.deepcopy(wanted))
+        try:
+            same = _without_empty_servers(tomllib.loads(text)) == _without_empty_servers(want)
+        except tomllib.TOMLDecodeError:
+            same = False
+        if not same:
+            first = edits[0] if edits else None
+            raise _layout(path, first.name if first else "", first.text if first else None)
+        positions = key_positions(text)
+        return text, [
+            ServerEdit(e.name, e.action, positions.get(("servers", e.name), (e.line,))[0], e.text)
+            for e in edits
+        ]
+
+    def in_effect(config: WorkspaceConfig, edits: list[ServerEdit]) -> str | None:
+        for name, dumped in expected.items():
+            server = config.servers.get(name)
+            if server is None or dump_server_params(server) != dumped:
+                return (
+                    f"[servers.{name}] would not take effect: the servers in effect come from the "
+                    "environment (an IPYBOX_SERVERS variable, or the workspace's .env); change them there"
+                )
+        return None
+
+    rules = EditRules(
+        refuse=lambda why: _refuse(path, why),
+        fix_first="fix it first (`ipybox validate`)",
+        missing="there is no such file (`ipybox init` writes one)",
+        by_hand="edit it by hand",
+        again="try again",
+        change="these servers",
+    )
+    return edit_config_file(path, changed, in_effect, rules)
 
 
 def remove_server(config_path: Path, name: str) -> ServerEdit:

@@ -53,6 +53,7 @@ __all__ = [
     "StdioServerSection",
     "TaggedServerSection",
     "check_server_name",
+    "map_server_name",
     "parse_server_section",
     "suggest_server_name",
 ]
@@ -70,6 +71,26 @@ def _not_reserved(name: str) -> str:
             f"{decided}; name it e.g. {name + '_server'!r}"
         )
     return name
+
+
+def map_server_name(name: str) -> str:
+    """A server's name in ipybox for `name`, its name in another client's configuration: `name` itself
+    when it is a valid server name, else the closest one (`my-server` and `my.server` -> `my_server`,
+    `2fa` -> `server_2fa`, `class` -> `class_`, the reserved `shell` -> `shell_server`).
+
+    ipybox keeps one name per server, this one: `[servers.<name>]`, the package `mcptools.<name>`,
+    `server = "<name>"` in rules, and what `ipybox server list` shows.
+
+    Example:
+        ```python
+        assert map_server_name("my-server") == "my_server" and map_server_name("time") == "time"
+        ```
+    """
+    try:
+        mapped = check_server_name(name)
+    except ValueError:
+        mapped = suggest_server_name(name)
+    return mapped + "_server" if mapped in RESERVED_SERVER_NAMES else mapped
 
 
 ServerName = Annotated[
@@ -107,6 +128,9 @@ class StdioServerSection(StdioServerParams):
             `limits = { memory = "512MiB", processes = 64 }`. Default: none (a server is a third-party
             program with its own needs). A server killed for going over its memory limit fails the call
             that was running with an error saying so, and starts again on the next call.
+        type: `"stdio"`, optional: accepted because `.mcp.json`, VS Code and Cursor write it next to
+            `command`. A remote transport here (`"http"`, `"sse"`, ...) is an error: a remote server has
+            `url` instead of `command`.
         enabled: Whether the workspace uses the server; a disabled one is kept in the file only.
 
     Example:
@@ -160,7 +184,8 @@ class RemoteServerSection(HttpServerParams):
         url: Endpoint of a remote server (`http://` or `https://`).
         headers: HTTP headers sent with every request to it (e.g. `Authorization`).
         type: Its transport: `streamable_http` or `sse` (default: `sse` when the URL path contains
-            `/sse`, else `streamable_http`).
+            `/sse`, else `streamable_http`); `http` and `streamable-http`, as other MCP clients spell it,
+            are taken for `streamable_http`. `stdio` is an error: that is a server with `command`.
         call_timeout: Seconds a tool call may wait for the server's answer; then the call fails with a
             `call_timeout` error and the server is told to cancel it. Default: 300.
         max_result_size: The largest answer the server may send, in bytes or with a unit ("64MiB",

@@ -91,6 +91,9 @@ _TRANSPORT_ALIASES: dict[str, Transport] = {
     "sse": "sse",
 }
 
+STDIO_TRANSPORT = "stdio"
+"""The `type` of a server with `command`, as `.mcp.json`, VS Code and Cursor spell it."""
+
 # Union tags: not keys of a server's table, so a tag in an error's location never matches one.
 STDIO_TAG = "stdio"
 HTTP_TAG = "http"
@@ -220,7 +223,34 @@ def _boolean_or_table(schema: dict[str, Any]) -> None:
 
 
 def _normalise_transport(value: Any) -> Any:
+    if isinstance(value, str) and value.lower() == STDIO_TRANSPORT:
+        raise PydanticCustomError(
+            "server_type",
+            "'stdio' is the type of a server with 'command', and this one has 'url' (a remote server): "
+            "remove type, or write 'streamable_http' or 'sse'",
+        )
     return _TRANSPORT_ALIASES.get(value.lower(), value) if isinstance(value, str) else value
+
+
+def _stdio_type(value: Any) -> Any:
+    # `.mcp.json`, VS Code and Cursor write `"type": "stdio"` next to `command`: the same server, said twice.
+    if not isinstance(value, str):
+        return value
+    if value.lower() == STDIO_TRANSPORT:
+        return STDIO_TRANSPORT
+    if value.lower() in _TRANSPORT_ALIASES:
+        raise PydanticCustomError(
+            "server_type",
+            "'{given}' is a remote transport, and this server has 'command' (a stdio server, which ipybox "
+            "starts): give 'url' instead of 'command' for a remote server, or write type = 'stdio' (or no "
+            "type)",
+            {"given": value},
+        )
+    raise PydanticCustomError(
+        "server_type",
+        "'{given}' is not a transport: a server with 'command' is type = 'stdio' (or has no type)",
+        {"given": value},
+    )
 
 
 class _Params(BaseModel):
@@ -267,6 +297,8 @@ class StdioServerParams(_Params):
             `[kernel.limits]` (e.g. `{"memory": "512MiB", "processes": 32}`; `tmp` only with `sandbox`).
             Default: none. A server killed for going over its memory limit fails the call that was running
             with `ServerMemoryLimitError`, and starts again on the next call.
+        type: `"stdio"`, as other MCP clients' configurations write it next to `command`; optional, and
+            the only value a server with `command` takes (a remote transport there is an error).
     """
 
     command: str = Field(min_length=1)
@@ -279,6 +311,7 @@ class StdioServerParams(_Params):
     call_timeout: float | None = Field(default=None, gt=0)
     max_result_size: ResultSize | None = None
     limits: ResourceLimits | None = None
+    type: Annotated[Literal["stdio"] | None, BeforeValidator(_stdio_type)] = None
 
     @field_validator("limits")
     @classmethod
@@ -347,7 +380,8 @@ class HttpServerParams(_Params):
         url: Endpoint URL (`http` or `https`).
         headers: HTTP headers sent with every request (e.g. `Authorization`).
         type: Transport, `streamable_http` or `sse` (`http`, `streamable-http` and `streamablehttp` are
-            taken for `streamable_http`); default: see `transport`.
+            taken for `streamable_http`); default: see `transport`. `stdio` is an error (that is a server
+            with `command`).
         call_timeout: Seconds a tool call waits for the server's answer, as for a stdio server.
         max_result_size: The largest tool answer, as for a stdio server (checked once it is read: an
             HTTP response is not read past).
@@ -386,7 +420,7 @@ class HttpServerParams(_Params):
 
 
 STDIO_ONLY_KEYS = ("args", "env", "cwd", "sandbox", "limits")
-HTTP_ONLY_KEYS = ("headers", "type")
+HTTP_ONLY_KEYS = ("headers",)
 STDIO_KEYS = tuple(StdioServerParams.model_fields)
 """The keys of a stdio server's parameters, in documentation order."""
 HTTP_KEYS = tuple(HttpServerParams.model_fields)
