@@ -19,7 +19,8 @@ Contract of `plan_import`:
   `ipybox server list` and the kernels' imports. Two source names that map to one name are refused
   (`ServerImportError` naming both), whether both come from the source or one is already in
   `ipybox.toml` under another spelling.
-- Placeholders: `${VAR}` stays; `${env:VAR}` (VS Code, Cursor) and `${VAR:-default}` (Claude Code, its
+- Placeholders: `${VAR}` stays (in VS Code's format it is one of VS Code's own variables instead, and
+  skips the server unless it is one of the two below); `${env:VAR}` (VS Code, Cursor) and `${VAR:-default}` (Claude Code, its
   default dropped, with a note) become `${VAR}`; `${workspaceFolder}` becomes `${IPYBOX_WORKSPACE}` and
   `${userHome}` `${HOME}`; VS Code's `${input:id}` (a value VS Code prompts for) becomes `${ID}`, with a
   note to set it in `.env`. Any other `${...}` form skips the server, saying which.
@@ -302,6 +303,9 @@ _PLACEHOLDER_ANY: Final = re.compile(r"\$\{([^}]*)\}")
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DEFAULT: Final = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):-(.*)", re.DOTALL)
 _PREDEFINED: Final = {"workspaceFolder": "IPYBOX_WORKSPACE", "userHome": "HOME"}
+_EDITOR_VARIABLES: Final = frozenset(
+    {"workspaceFolderBasename", "pathSeparator", "file", "fileDirname", "cwd", "execPath", "relativeFile"}
+)
 _AUTH_KEYS: Final = ("oauth", "auth")
 
 
@@ -321,13 +325,15 @@ class _Conversion:
 
         def replace(match: re.Match[str]) -> str:
             inner = match.group(1)
-            if _ENV_NAME.fullmatch(inner):
-                return match.group(0)
-            if inner.startswith("env:") and _ENV_NAME.fullmatch(inner[4:]):
-                return f"${{{inner[4:]}}}"
             if inner in _PREDEFINED:
                 self.notes.append(f"{where}: ${{{inner}}} became ${{{_PREDEFINED[inner]}}}")
                 return f"${{{_PREDEFINED[inner]}}}"
+            # VS Code's `${name}` is one of its own variables (an environment variable is `${env:NAME}`);
+            # elsewhere it is an environment variable, except for the editor variables Cursor fills in too.
+            if _ENV_NAME.fullmatch(inner) and self.format != "vscode" and inner not in _EDITOR_VARIABLES:
+                return match.group(0)
+            if inner.startswith("env:") and _ENV_NAME.fullmatch(inner[4:]):
+                return f"${{{inner[4:]}}}"
             if (default := _DEFAULT.fullmatch(inner)) is not None:
                 self.notes.append(
                     f"{where}: ${{{inner}}} became ${{{default.group(1)}}} (ipybox has no defaults: set "

@@ -14,7 +14,7 @@ import pytest
 
 from ipybox.cli.main import main
 from tests.cli.test_main import ipybox
-from tests.servers.params import EDGE_SERVER, time_server
+from tests.servers.params import EDGE_SERVER, memory, time_server
 from tests.supervisor.workspaces import make_workspace
 
 WORKSPACE = """\
@@ -280,6 +280,149 @@ def test_list_shows_each_server_and_that_the_workspace_is_not_running(
     }
 
 
+def test_add_maps_a_hyphenated_name_and_says_so_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = workspace(tmp_path)
+    code, out, err = run(capsys, "server", "add", "my-server", "-w", str(directory), "--", "sh")
+    assert code == 0 and servers(directory)["my_server"] == {"command": "sh"}
+    assert err == (
+        "ipybox: 'my-server' is the server 'my_server' in ipybox: a server's name is its Python package "
+        "(mcptools.my_server), so ipybox.toml, rules and `ipybox server` use 'my_server'\n"
+    )
+    assert out.startswith(f"added [servers.my_server] to {directory / 'ipybox.toml'}:")
+    code, _, err = run(capsys, "server", "add", "my.server", "-w", str(directory), "--", "sh")
+    assert code == 1 and "has a server 'my_server' (the name 'my.server' maps to) already" in err
+    code, out, _ = run(capsys, "server", "remove", "my-server", "-w", str(directory))
+    assert code == 0 and "my_server" not in servers(directory)
+
+
+IMPORTED_WORKSPACE = """\
+# A workspace.
+[sandbox]
+enabled = false
+
+# The edge server, for tests.
+[servers.edge]
+command = "edge"
+# args = ["--verbose"]
+
+# Kernel settings.
+[kernel]
+timeout = 30
+"""
+MCP_JSON = {
+    "mcpServers": {
+        "time-server": {"type": "stdio", "command": "mcp-server-time", "args": ["--local-timezone", "UTC"]},
+        "github": {
+            "type": "http",
+            "url": "https://api.example.com/mcp/",
+            "headers": {"Authorization": "Bearer ghp_1"},
+        },
+        "bad": {"type": "sse", "command": "x"},
+    }
+}
+
+
+def test_import_writes_every_server_in_one_edit_keeping_the_file_and_moves_secrets_to_dotenv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    (tmp_path / "ipybox.toml").write_text(IMPORTED_WORKSPACE)
+    (tmp_path / ".env").write_text("OTHER=1")
+    (tmp_path / ".mcp.json").write_text(json.dumps(MCP_JSON))
+    code, out, err = run(capsys, "server", "import", str(tmp_path / ".mcp.json"), "-w", str(tmp_path))
+    assert code == 1  # 'bad' was skipped for a reason (the others are written)
+    assert (tmp_path / "ipybox.toml").read_text() == (
+        "# A workspace.\n[sandbox]\nenabled = false\n\n# The edge server, for tests.\n[servers.edge]\n"
+        'command = "edge"\n# args = ["--verbose"]\n\n[servers.time_server]\ncommand = "mcp-server-time"\n'
+        'args = ["--local-timezone", "UTC"]\n\n[servers.github]\nurl = "https://api.example.com/mcp/"\n'
+        'headers = { Authorization = "Bearer ${GITHUB_TOKEN}" }\ntype = "streamable_http"\n\n'
+        "# Kernel settings.\n[kernel]\ntimeout = 30\n"
+    )
+    assert (tmp_path / ".env").read_text() == (
+        "OTHER=1\n# Added by `ipybox server import`: secrets of the servers it imported\nGITHUB_TOKEN='ghp_1'\n"
+    )
+    assert (tmp_path / ".gitignore").read_text() == ".env\n"
+    config = tmp_path / "ipybox.toml"
+    assert out.splitlines()[:6] == [
+        f"imported 2 servers from {tmp_path / '.mcp.json'} into {config}",
+        "  time-server -> time_server  stdio  (line 10)",
+        "                 named time_server (its package mcptools.time_server): 'time-server' is not a Python "
+        "identifier",
+        "                 warning: COMMAND mcp-server-time is not on this PATH (the server starts once it is)",
+        "  github      -> github       streamable_http  (line 14)",
+        "                 headers Authorization: the literal value was moved to .env as GITHUB_TOKEN",
+    ]
+    assert "skipped:\n  bad  type: 'sse' is a remote transport, and this server has 'command'" in out
+    assert out.endswith(
+        f"ipybox is not running in {tmp_path}: `ipybox up` starts them\nadded .env to {tmp_path / '.gitignore'} "
+        "(it holds secrets now)\n"
+    )
+    # Again: what is there already is skipped, and that is no failure.
+    code, out, _ = run(
+        capsys, "server", "import", str(tmp_path / ".mcp.json"), "--only", "time-server", "-w", str(tmp_path)
+    )
+    assert code == 0
+    assert out == (
+        f"imported nothing from {tmp_path / '.mcp.json'}\nskipped:\n"
+        "  time-server  ipybox.toml has a server 'time_server' already (--force replaces it)\n"
+    )
+
+
+def test_import_dry_run_and_a_refused_write_leave_ipybox_toml_and_dotenv_as_they_were(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "ipybox.toml").write_text(IMPORTED_WORKSPACE)
+    (tmp_path / ".mcp.json").write_text(json.dumps(MCP_JSON))
+    code, out, _ = run(
+        capsys, "server", "import", str(tmp_path / ".mcp.json"), "--dry-run", "--json", "-w", str(tmp_path)
+    )
+    report = json.loads(out)
+    assert [(s["original"], s["name"], s["action"]) for s in report["imported"]] == [
+        ("time-server", "time_server", None),
+        ("github", "github", None),
+    ]
+    assert report["dry_run"] is True and report["ok"] is False and report["skipped"][0]["original"] == "bad"
+    assert report["imported"][1]["dotenv"] == ["GITHUB_TOKEN"]  # names only: values are secrets
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".mcp.json", "ipybox.toml"]
+    # ipybox.toml is refused once .env is written (ipybox does not write through a symlink): .env is put back.
+    (tmp_path / "real.toml").write_text(IMPORTED_WORKSPACE)
+    (tmp_path / "ipybox.toml").unlink()
+    (tmp_path / "ipybox.toml").symlink_to("real.toml")
+    (tmp_path / ".env").write_text("OTHER=1\n")
+    code, out, err = run(capsys, "server", "import", str(tmp_path / ".mcp.json"), "-w", str(tmp_path))
+    assert code == 1 and out == ""
+    assert err.startswith(f"ipybox: {tmp_path / 'ipybox.toml'} was not changed: it is a symlink")
+    assert (tmp_path / "real.toml").read_text() == IMPORTED_WORKSPACE
+    assert (tmp_path / ".env").read_text() == "OTHER=1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".env", ".mcp.json", "ipybox.toml", "real.toml"]
+
+
+def test_import_needs_a_file_or_a_client_and_names_the_paths_it_tried(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))
+    (tmp_path / "ipybox.toml").write_text(IMPORTED_WORKSPACE)
+    code, _, err = run(capsys, "server", "import", "-w", str(tmp_path))
+    assert code == 1 and err.startswith(
+        "ipybox: give the configuration to import: a FILE (e.g. .mcp.json) or"
+    )
+    code, _, err = run(capsys, "server", "import", "--from", "codex", "-w", str(tmp_path))
+    assert code == 1 and err == (
+        f"ipybox: --from codex: no configuration found (tried {tmp_path / 'codex' / 'config.toml'}); give the "
+        "file instead: `ipybox server import FILE`\n"
+    )
+
+
+def test_the_clients_the_command_line_offers_are_those_import_reads() -> None:
+    from ipybox.cli.servers import SOURCES as OFFERED
+    from ipybox.config.server_import import SOURCES as READ
+
+    assert OFFERED == READ
+
+
 # Against a running workspace
 
 TAG = "cli-servers"
@@ -337,6 +480,38 @@ def test_list_shows_the_live_state_of_each_server(running: Path) -> None:
     listed = ipybox("server", "list", "--json", "-w", str(running))
     entries = {entry["name"]: entry for entry in json.loads(listed.stdout)["servers"]}
     assert entries["edge"]["state"] == "ready" and entries["edge"]["tools"] > 0
+
+
+@pytest.mark.integration
+def test_import_of_an_mcp_json_with_hyphenated_names_starts_them_and_a_kernel_calls_a_tool(
+    running: Path,
+) -> None:
+    time, store = time_server(), memory(running / "memory.jsonl")
+    mcp_json = {
+        "mcpServers": {
+            "time-server": {"type": "stdio", **time},
+            "memory-store": {**store, "env": {**store["env"], "API_TOKEN": "not-a-real-token"}},
+        }
+    }
+    (running / ".mcp.json").write_text(json.dumps(mcp_json, indent=2))
+    # Rules name a server by its name in ipybox.
+    with (running / "ipybox.toml").open("a") as file:
+        file.write(
+            '\n[[approval.rules]]\nserver = "time_server"\ntool = "get_current_time"\ndecision = "allow"\n'
+        )
+    done = ipybox("server", "import", ".mcp.json", cwd=running)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "  time-server  -> time_server   stdio  (line " in done.stdout
+    assert "  memory-store -> memory_store  stdio  (line " in done.stdout
+    assert done.stdout.count("  ready\n") == 2, done.stdout
+    assert "API_TOKEN='not-a-real-token'" in (running / ".env").read_text()
+    assert 'server = "time_server"' in (running / "ipybox.toml").read_text()  # the rule kept
+    code = (
+        "from mcptools.time_server import get_current_time\n"
+        "print(get_current_time.run(get_current_time.Params(timezone='UTC')))"
+    )
+    called = ipybox("exec", "--workspace", str(running), code)
+    assert called.returncode == 0 and "UTC" in called.stdout, called.stderr
 
 
 def test_a_command_the_server_would_not_find_is_a_warning(
