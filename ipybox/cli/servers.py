@@ -710,8 +710,8 @@ def _import(directory: Path, args: argparse.Namespace) -> int:
     from dotenv import dotenv_values
 
     from ipybox.config import CONFIG_FILE, ServerWriteError
-    from ipybox.config.server_writer import write_servers
     from ipybox.config.server_import import ServerImportError, plan_import, read_source, source_paths
+    from ipybox.config.server_writer import write_servers
 
     config = _load(directory)
     path = directory / CONFIG_FILE

@@ -331,7 +331,7 @@ def test_import_writes_every_server_in_one_edit_keeping_the_file_and_moves_secre
     (tmp_path / "ipybox.toml").write_text(IMPORTED_WORKSPACE)
     (tmp_path / ".env").write_text("OTHER=1")
     (tmp_path / ".mcp.json").write_text(json.dumps(MCP_JSON))
-    code, out, err = run(capsys, "server", "import", str(tmp_path / ".mcp.json"), "-w", str(tmp_path))
+    code, out, _ = run(capsys, "server", "import", str(tmp_path / ".mcp.json"), "-w", str(tmp_path))
     assert code == 1  # 'bad' was skipped for a reason (the others are written)
     assert (tmp_path / "ipybox.toml").read_text() == (
         "# A workspace.\n[sandbox]\nenabled = false\n\n# The edge server, for tests.\n[servers.edge]\n"
