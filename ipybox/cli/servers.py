@@ -393,9 +393,10 @@ def _add(directory: Path, args: argparse.Namespace, command: list[str]) -> int:
 def _mapped(name: str) -> str:
     """The server's name in ipybox for `name` as given (`my-server` -> `my_server`), said once when it
     differs."""
-    from ipybox.config.servers import map_server_name
+    from ipybox.config.servers import RESERVED_SERVER_NAMES, map_server_name
 
-    mapped = map_server_name(name)
+    # A reserved name typed here is refused (`_check_name` says which to use), not renamed behind one's back.
+    mapped = name if name in RESERVED_SERVER_NAMES else map_server_name(name)
     if mapped != name:
         _say(
             f"ipybox: {name!r} is the server {mapped!r} in ipybox: a server's name is its Python package "

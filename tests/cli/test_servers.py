@@ -14,7 +14,7 @@ import pytest
 
 from ipybox.cli.main import main
 from tests.cli.test_main import ipybox
-from tests.servers.params import EDGE_SERVER, memory, time_server
+from tests.servers.params import EDGE_SERVER, time_server
 from tests.supervisor.workspaces import make_workspace
 
 WORKSPACE = """\
@@ -108,7 +108,6 @@ def test_a_url_server_takes_headers_and_a_transport(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["bad-name", "--", "x"], "server name 'bad-name' is not a valid Python package name"),
         (["ipybox", "--", "x"], "the server name 'ipybox' is reserved"),
         (["x"], "give the server's command after --, e.g. `ipybox server add x -- uvx mcp-server-time`"),
         (["x", "--env", "NOEQUALS", "--", "c"], "--env 'NOEQUALS': expected NAME=VALUE"),
@@ -486,12 +485,9 @@ def test_list_shows_the_live_state_of_each_server(running: Path) -> None:
 def test_import_of_an_mcp_json_with_hyphenated_names_starts_them_and_a_kernel_calls_a_tool(
     running: Path,
 ) -> None:
-    time, store = time_server(), memory(running / "memory.jsonl")
+    # As Claude Code writes a project's servers; one server only, to keep the test's wall time down.
     mcp_json = {
-        "mcpServers": {
-            "time-server": {"type": "stdio", **time},
-            "memory-store": {**store, "env": {**store["env"], "API_TOKEN": "not-a-real-token"}},
-        }
+        "mcpServers": {"time-server": {"type": "stdio", **time_server(), "env": {"API_TOKEN": "t-1"}}}
     }
     (running / ".mcp.json").write_text(json.dumps(mcp_json, indent=2))
     # Rules name a server by its name in ipybox.
@@ -501,11 +497,10 @@ def test_import_of_an_mcp_json_with_hyphenated_names_starts_them_and_a_kernel_ca
         )
     done = ipybox("server", "import", ".mcp.json", cwd=running)
     assert done.returncode == 0, done.stderr + done.stdout
-    assert "  time-server  -> time_server   stdio  (line " in done.stdout
-    assert "  memory-store -> memory_store  stdio  (line " in done.stdout
-    assert done.stdout.count("  ready\n") == 2, done.stdout
-    assert "API_TOKEN='not-a-real-token'" in (running / ".env").read_text()
-    assert 'server = "time_server"' in (running / "ipybox.toml").read_text()  # the rule kept
+    assert f"imported 1 server from .mcp.json into {running / 'ipybox.toml'}\n" in done.stdout
+    assert "  time-server -> time_server  stdio  (line " in done.stdout and "  ready\n" in done.stdout
+    assert "API_TOKEN='t-1'" in (running / ".env").read_text()
+    assert 'server = "time_server"' in (running / "ipybox.toml").read_text()  # the rule is kept
     code = (
         "from mcptools.time_server import get_current_time\n"
         "print(get_current_time.run(get_current_time.Params(timezone='UTC')))"
