@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import shlex
@@ -728,7 +729,7 @@ def _import(directory: Path, args: argparse.Namespace) -> int:
         for source in paths:
             for entry in read_source(source, workspace=directory):
                 found.setdefault(entry.name, entry)  # the project's .mcp.json wins over ~/.claude.json
-        dotenv = dotenv_values(dotenv_path, interpolate=False) if dotenv_path.is_file() else {}
+        dotenv = dotenv_values(dotenv_path) if dotenv_path.is_file() else {}
         plan = plan_import(
             found.values(),
             existing=_configured(path),
@@ -881,13 +882,15 @@ def _write_dotenv(directory: Path, values: dict[str, str]) -> Any:
         quoted = value.replace("\\", "\\\\").replace("'", "\\'")
         lines.append(f"{key}='{quoted}'\n")
     new = "".join(lines)
-    import io
-
-    parsed = dotenv_values(stream=io.StringIO(new), interpolate=False)
-    if any(parsed.get(key) != value for key, value in values.items()):
-        raise _Refused(
-            f"a secret could not be written to {path} so that it reads back the same; nothing was written"
-        )
+    parsed = dotenv_values(stream=io.StringIO(new))  # as `${VAR}` placeholders are filled in from it
+    for key, value in values.items():
+        if (
+            parsed.get(key) != value
+        ):  # never expected (a `${...}` is a placeholder, not moved): checked anyway
+            raise _Refused(
+                f"the value for {key} would not read back from {path} as it is (does it contain '${{'?); "
+                "nothing was written: add that server by hand, with the value in .env"
+            )
     dir_fd = os.open(directory, DIR_FLAGS)
     try:
         replace_file(dir_fd, ".env", new, mode, durable=True)
