@@ -17,13 +17,14 @@ Contract of `plan_import`:
   rules (`shell`, `ipybox`) gets the name `map_server_name` gives it (`my_server`): a server's name in
   ipybox is its package, `mcptools.<name>`, so `ipybox.toml` holds the mapped name, and so do rules,
   `ipybox server list` and the kernels' imports. Two source names that map to one name are refused
-  (`ServerImportError` naming both), whether both come from the source or one is already in
-  `ipybox.toml` under another spelling.
-- Placeholders: `${VAR}` stays (in VS Code's format it is one of VS Code's own variables instead, and
-  skips the server unless it is one of the two below); `${env:VAR}` (VS Code, Cursor) and `${VAR:-default}` (Claude Code, its
-  default dropped, with a note) become `${VAR}`; `${workspaceFolder}` becomes `${IPYBOX_WORKSPACE}` and
-  `${userHome}` `${HOME}`; VS Code's `${input:id}` (a value VS Code prompts for) becomes `${ID}`, with a
-  note to set it in `.env`. Any other `${...}` form skips the server, saying which.
+  (`ServerImportError` naming both). A server whose name (mapped) `ipybox.toml` has already is skipped,
+  or replaced with `replace`.
+- Placeholders: `${VAR}` stays; `${env:VAR}` (VS Code, Cursor) and `${VAR:-default}` (Claude Code; the
+  default is dropped, with a note) become `${VAR}`; `${workspaceFolder}` (VS Code, Cursor) and
+  `${CLAUDE_PROJECT_DIR}` (Claude Code) become `${IPYBOX_WORKSPACE}`, `${userHome}` becomes `${HOME}`;
+  VS Code's `${input:id}` (a value VS Code prompts for) becomes `${ID}`, with a note to set it in `.env`.
+  In VS Code's format a bare `${name}` is one of VS Code's own variables, not an environment variable:
+  any other than those above skips the server, as does any other `${...}` form, saying which.
 - Secrets: a literal value under a name that names a secret (`names_a_secret`: `*_TOKEN`, `API_KEY`,
   `Authorization`, ...) in `env` or `headers`, or given to such an option in `args` (`--api-key X`,
   `--token=X`), is not copied into `ipybox.toml` (a file meant to be committed): it becomes `${VAR}`,
@@ -302,7 +303,12 @@ def _strip_jsonc(text: str) -> str:
 _PLACEHOLDER_ANY: Final = re.compile(r"\$\{([^}]*)\}")
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DEFAULT: Final = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):-(.*)", re.DOTALL)
-_PREDEFINED: Final = {"workspaceFolder": "IPYBOX_WORKSPACE", "userHome": "HOME"}
+# Directories other clients fill in: the project (the workspace, when it is imported from there) and home.
+_PREDEFINED: Final = {
+    "workspaceFolder": "IPYBOX_WORKSPACE",
+    "CLAUDE_PROJECT_DIR": "IPYBOX_WORKSPACE",
+    "userHome": "HOME",
+}
 _EDITOR_VARIABLES: Final = frozenset(
     {"workspaceFolderBasename", "pathSeparator", "file", "fileDirname", "cwd", "execPath", "relativeFile"}
 )
@@ -606,8 +612,11 @@ def plan_import(
     for server in servers:
         name = names[server.name]
         if name in existing and not replace:
+            mapped = f" ({server.name!r} maps to it)" if name != server.name else ""
             skipped.append(
-                SkippedServer(server.name, f"ipybox.toml has a server {name!r} already (--force replaces it)")
+                SkippedServer(
+                    server.name, f"ipybox.toml has a server {name!r}{mapped} already (--force replaces it)"
+                )
             )
             continue
         inputs = _input_prompts(server.entry)

@@ -365,7 +365,7 @@ def test_import_writes_every_server_in_one_edit_keeping_the_file_and_moves_secre
     assert code == 0
     assert out == (
         f"imported nothing from {tmp_path / '.mcp.json'}\nskipped:\n"
-        "  time-server  ipybox.toml has a server 'time_server' already (--force replaces it)\n"
+        "  time-server  ipybox.toml has a server 'time_server' ('time-server' maps to it) already (--force replaces it)\n"
     )
 
 

@@ -173,7 +173,10 @@ def test_a_server_already_in_ipybox_toml_is_skipped_unless_replaced() -> None:
     plan = plan_import(found, existing=["time_server"], environ={})
     assert [s.name for s in plan.servers] == ["github", "memory"]
     assert plan.skipped[0].original == "time-server"
-    assert plan.skipped[0].reason == "ipybox.toml has a server 'time_server' already (--force replaces it)"
+    assert (
+        plan.skipped[0].reason
+        == "ipybox.toml has a server 'time_server' ('time-server' maps to it) already (--force replaces it)"
+    )
     assert [
         s.name for s in plan_import(found, existing=["time_server"], replace=True, environ={}).servers
     ] == [
@@ -248,6 +251,8 @@ def test_client_placeholders_become_ipybox_placeholders_with_a_note_where_the_me
         "reads ${PERPLEXITY_KEY} instead: set PERPLEXITY_KEY in .env",
     )
     assert plan.dotenv == {}
+    claude = json.dumps({"mcpServers": {"p": {"command": "${CLAUDE_PROJECT_DIR}/bin/server"}}})
+    assert tables(claude, ".mcp.json") == {"p": {"command": "${IPYBOX_WORKSPACE}/bin/server"}}
     assert [(s.original, s.reason) for s in plan.skipped] == [
         ("odd", "args 1 uses ${pathSeparator}, which ipybox can't fill in; add it by hand")
     ]
