@@ -138,15 +138,15 @@ def snippet(client: Client, transport: Transport) -> str:
 
 
 def claude_add_command(transport: Transport, *, scope: str | None = None) -> str:
-    """The `claude mcp add` command line that adds the entry (a shell command, quoted as needed). Every
-    option comes before the name, as `claude mcp add` requires."""
+    """The `claude mcp add` command line that adds the entry (a shell command, quoted as needed). Options
+    come before the name, but `--header`, which takes every word up to the next option, comes last."""
     options = ["--scope", scope] if scope is not None else []
     if isinstance(transport, Stdio):
         words = ["claude", "mcp", "add", *options, SERVER_NAME, "--", transport.command, *transport.args]
     else:
         header = f"Authorization: {transport.authorization}"
-        words = ["claude", "mcp", "add", *options, "--transport", "http", "--header", header]
-        words += [SERVER_NAME, transport.url]
+        words = ["claude", "mcp", "add", *options, "--transport", "http", SERVER_NAME, transport.url]
+        words += ["--header", header]
     return shlex.join(words)
 
 

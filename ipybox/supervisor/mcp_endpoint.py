@@ -94,7 +94,10 @@ class MCPEndpoint:
         except BaseException as e:
             await self.__aexit__(None, None, None)
             if isinstance(e, ListenError):
-                raise ListenError(f"the MCP endpoint: {e} (set by [endpoints] port)") from None
+                # A pinned port (for clients configured once) may be another workspace's pinned port too.
+                raise ListenError(
+                    f"the MCP endpoint: {e} (set by [endpoints] port; each running workspace needs its own)"
+                ) from None
             raise
         logger.info("MCP endpoint at %s", self.url)
         return self

@@ -80,8 +80,9 @@ def test_the_snippets_are_whole_documents_in_each_files_format() -> None:
 def test_the_claude_command_line_puts_every_option_before_the_name() -> None:
     assert claude_add_command(STDIO) == "claude mcp add ipybox -- ipybox mcp --workspace /home/me/project"
     assert claude_add_command(HTTP, scope="project") == (
-        "claude mcp add --scope project --transport http --header 'Authorization: Bearer t0k3n' ipybox "
-        "http://127.0.0.1:8765/mcp"
+        # `--header` takes every word up to the next option: before the name, it would take the name.
+        "claude mcp add --scope project --transport http ipybox http://127.0.0.1:8765/mcp --header "
+        "'Authorization: Bearer t0k3n'"
     )
     spaced = Stdio("/opt/my tools/ipybox", stdio_args(Path("/a b")))
     assert (

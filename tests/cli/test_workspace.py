@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -116,20 +117,22 @@ def test_token_rotate_refuses_the_old_token_at_once(running: tuple[Path, str]) -
     assert json.loads((workspace / ".ipybox" / "state.json").read_text())["mcp_token"] == new
 
 
-def test_claude_code_connects_over_http_with_the_entry_connect_wrote(
+def test_claude_code_connects_over_http_with_the_command_line_connect_printed(
     running: tuple[Path, str], tmp_path: Path
 ) -> None:
+    # (`ipybox connect claude --write`'s .mcp.json is checked in tests/plugin, over stdio.)
     if not CLAUDE.exists():
         pytest.skip(f"Claude Code is not installed ({CLAUDE}): `bash scripts/setup` installs it")
     workspace, _ = running
     home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir(mode=0o700)
     project.mkdir()
-    # As a user who approved the project's server once when `claude` asked.
-    (home / ".claude").mkdir(parents=True)
-    (home / ".claude" / "settings.json").write_text('{"enabledMcpjsonServers": ["ipybox"]}')
     cli = ClaudeCode(CLAUDE, home, marker=uuid.uuid4().hex)
-    wrote = ipybox("connect", "claude", "--http", "--write", "-w", str(workspace), cwd=project)
-    assert wrote.returncode == 0, wrote.stderr
+    printed = ipybox("connect", "claude", "--http", "-w", str(workspace))
+    assert printed.returncode == 0, printed.stderr
+    claude, *args = shlex.split(printed.stdout)
+    assert claude == "claude"
+    cli.run(*args, cwd=project)
     url = json.loads((workspace / ".ipybox" / "state.json").read_text())["mcp_url"]
     listing = cli.run("mcp", "list", cwd=project)
     assert f"ipybox: {url} (HTTP) - ✔ Connected" in listing.splitlines(), listing
