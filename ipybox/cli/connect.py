@@ -224,7 +224,7 @@ def connect(
         transport = _transport(client, workspace, http)
         new = entry(client, transport)
         if not write:
-            _print(client, transport, workspace)
+            _print(client, transport)
             return 0
         where = client_file(client, project or Path.cwd(), home or Path.home())
         return _write(client, where, new, transport, force=force)
@@ -251,7 +251,7 @@ def _port(url: str) -> str:
     return url.rsplit(":", 1)[-1].split("/", 1)[0]
 
 
-def _print(client: Client, transport: Transport, workspace: Path) -> None:
+def _print(client: Client, transport: Transport) -> None:
     if client == "claude":
         print(claude_add_command(transport))
         _note(
@@ -296,12 +296,15 @@ def _write(
             print(f"{path} already has this ipybox entry: nothing written")
             return 0
         backup = None
-        if existing is not None:
-            backup = path.with_name(path.name + ".bak")
-            replace_file(dir_fd, backup.name, existing, 0o600)
         # A token is for the owner's eyes only; otherwise the file keeps its mode (0644 when new).
         holds_token = isinstance(transport, Http)
-        replace_file(dir_fd, path.name, merged.text, 0o600 if holds_token else (mode or 0o644))
+        try:
+            if existing is not None:
+                backup = path.with_name(path.name + ".bak")
+                replace_file(dir_fd, backup.name, existing, 0o600)
+            replace_file(dir_fd, path.name, merged.text, 0o600 if holds_token else (mode or 0o644))
+        except OSError as e:  # the file is as it was: replaced by a rename, or not at all
+            return _fail(f"can't write {path}: {e.strerror or e}")
     finally:
         os.close(dir_fd)
     did = "replaced the ipybox entry in" if merged.replaced else "added the ipybox entry to"
