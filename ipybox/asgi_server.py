@@ -38,6 +38,10 @@ class BearerAuth:
         self.app = app
         self.expected = f"Bearer {token}".encode()
 
+    def set_token(self, token: str) -> None:
+        """Accept `token` from now on, and no longer the one before (requests already let in go on)."""
+        self.expected = f"Bearer {token}".encode()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
             supplied = dict(scope["headers"]).get(b"authorization", b"")

@@ -392,6 +392,76 @@ def _policy_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     return audit.verify(directory, as_json=args.json)
 
 
+def _connect_commands(commands: Any) -> None:
+    """`ipybox connect [CLIENT]`, `ipybox token rotate`."""
+    from ipybox.cli.client_config import CLIENTS
+
+    connect = commands.add_parser(
+        "connect",
+        help="print the entry that connects an MCP client to the workspace, or --write it into the "
+        "client's configuration file",
+        description="Print what CLIENT needs to use the workspace as an MCP server: for claude the `claude mcp "
+        "add` command line, for the others the entry in their configuration file's format. Over stdio (the "
+        "default) the client starts `ipybox mcp --workspace DIR`; with --http it connects to the running "
+        "workspace's HTTP endpoint with its bearer token (kept across restarts; with [endpoints] port pinned "
+        "the URL is too). What to type or paste goes to stdout, notes to stderr.",
+    )
+    connect.add_argument(
+        "client",
+        nargs="?",
+        choices=CLIENTS,
+        default="json",
+        metavar="CLIENT",
+        help="claude (Claude Code), codex, cursor, vscode, desktop (Claude Desktop, stdio only) or json "
+        "(the common mcpServers form; default)",
+    )
+    connect.add_argument("-w", "--workspace", type=Path, default=Path("."), help="the workspace (default: .)")
+    transport = connect.add_mutually_exclusive_group()
+    transport.add_argument(
+        "--stdio", action="store_true", help="the client starts `ipybox mcp --workspace DIR` (default)"
+    )
+    transport.add_argument(
+        "--http",
+        action="store_true",
+        help="the client connects to the workspace's streamable HTTP endpoint with its bearer token: the "
+        "workspace must be running, or pin its port with [endpoints] port in ipybox.toml",
+    )
+    connect.add_argument(
+        "--write",
+        action="store_true",
+        help="merge the entry into the client's file (claude: ./.mcp.json, cursor: ./.cursor/mcp.json, "
+        "vscode: ./.vscode/mcp.json, codex: ~/.codex/config.toml, desktop: claude_desktop_config.json); the "
+        "file as it was is kept as <file>.bak, other entries are left as they are",
+    )
+    connect.add_argument(
+        "--force", action="store_true", help="with --write: replace a different ipybox entry in the file"
+    )
+    token = commands.add_parser("token", help="the bearer token of the workspace's HTTP MCP endpoint")
+    token_verbs = token.add_subparsers(dest="verb", metavar="VERB", required=True)
+    rotate = token_verbs.add_parser(
+        "rotate",
+        help="replace the token with a new one (a running workspace refuses the old one at once)",
+    )
+    rotate.add_argument("-w", "--workspace", type=Path, default=Path("."), help="the workspace (default: .)")
+
+
+def _connect_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from ipybox.cli import connect
+
+    directory: Path = args.workspace
+    if not directory.is_dir():
+        parser.error(f"--workspace {directory}: no such directory")
+    if args.command == "token":
+        if not (directory / "ipybox.toml").is_file():
+            parser.error(f"{directory} is not a workspace: it has no ipybox.toml (`ipybox init` writes one)")
+        return connect.rotate_token(directory.resolve())
+    if args.force and not args.write:
+        parser.error("--force is for --write (it replaces a different ipybox entry in the client's file)")
+    return connect.connect(
+        args.client, directory.resolve(), http=args.http, write=args.write, force=args.force
+    )
+
+
 def _fail(message: str) -> int:
     print(f"ipybox: {printable(message, lines=True)}", file=sys.stderr)
     return EXIT_ERROR
@@ -543,6 +613,7 @@ def _main(argv: list[str] | None) -> int:
         "--json", action="store_true", help="machine-readable output (with --live)"
     )
     _policy_commands(commands)
+    _connect_commands(commands)
     verbs["console"].add_argument("--json", action="store_true", help="machine-readable output")
     verbs["logs"].add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     serve = commands.add_parser("mcp", help="serve the workspace to an MCP client over stdio")
@@ -595,6 +666,8 @@ def _main(argv: list[str] | None) -> int:
         return _workspace_command(parser, args)
     if args.command in ("policy", "lock", "audit"):
         return _policy_command(parser, args)
+    if args.command in ("connect", "token"):
+        return _connect_command(parser, args)
     if args.command in ("init", "schema"):
         from ipybox.cli import init
 

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -313,7 +314,7 @@ def _print_endpoints(status: WorkspaceStatus, log: Path, console_login: str | No
     else:
         _say(f"  gateway:  unix:{state.gateway_socket}")
     if state.mcp_url:
-        _say(f"  mcp:      {state.mcp_url}  (streamable HTTP; bearer token in state.json)")
+        _say(f"  mcp:      {state.mcp_url}  (streamable HTTP, bearer token)")
     if status.console is not None:
         link = console_login or status.console
         _say(f"  console:  {link}  (one-time login link; `ipybox console` prints a new one)")
@@ -325,6 +326,13 @@ def _print_endpoints(status: WorkspaceStatus, log: Path, console_login: str | No
     if servers:
         _say(f"  servers:  {', '.join(sorted(servers))}")
     _say(f"  log:      {log}")
+    _say(f"  connect:  {connect_hint(Path(status.workspace))}")
+
+
+def connect_hint(workspace: Path) -> str:
+    """The `ipybox connect` line of `up` and `status`: how to hand the workspace to an agent."""
+    where = "" if workspace == Path.cwd() else f" -w {shlex.quote(str(workspace))}"
+    return f"`ipybox connect CLIENT{where}` prints an agent's entry (claude, codex, cursor, vscode, desktop)"
 
 
 def is_running(workspace: Path) -> bool:
@@ -384,6 +392,9 @@ def status(workspace: Path, as_json: bool) -> int:
     _say(f"  kernels: {pool.idle} idle of {pool.size}, {pool.leased} leased ({info.leases} leases)")
     if info.kernels is not None:
         _print_kernels(info.kernels)
+    if info.mcp is not None:
+        _say(f"  mcp: {info.mcp}  (streamable HTTP, bearer token)")
+    _say(f"  connect: {connect_hint(Path(info.workspace))}")
     if info.console is not None:
         _say(f"  console: {info.console}  ({info.pending_asks} pending asks; `ipybox console` to log in)")
     elif info.pending_asks:

@@ -283,7 +283,9 @@ class EndpointsSection(_Table):
     Attributes:
         mcp: Serve the workspace as an MCP server over streamable HTTP.
         host: Loopback address to listen on: `127.0.0.1` or `::1`.
-        port: TCP port; 0 picks a free one (reported when `ipybox up` starts).
+        port: TCP port; 0 picks a free one at each start (reported when `ipybox up` starts). Pin it so
+            that a client configured once (`ipybox connect CLIENT --http`, whose bearer token is kept
+            across restarts) keeps working across `ipybox down`/`up`; each running workspace needs its own.
         unix_socket: Also listen on a Unix socket in the state directory, which only users who can open
             that directory can reach.
         console: Serve the web console (where a person answers `ask`s and watches the workspace) on

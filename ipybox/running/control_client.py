@@ -38,6 +38,7 @@ from ipybox.running.status import (
     ServerOutcome,
     ShutdownAccepted,
     StreamFailure,
+    TokenRotated,
     WorkspaceStatus,
 )
 
@@ -176,6 +177,11 @@ class ControlClient:
             ControlRequestError: The console is off (`[endpoints] console = false`).
         """
         return await self._call("POST", "/console/login", ConsoleLogin)
+
+    async def rotate_mcp_token(self) -> TokenRotated:
+        """Replace the MCP endpoint's persisted bearer token (`ipybox token rotate`); the running endpoint
+        refuses the old one from then on."""
+        return await self._call("POST", "/mcp/token", TokenRotated)
 
     async def _stream(self, method: str, path: str) -> AsyncGenerator[bytes]:
         """The lines of a streamed (NDJSON) answer, as they arrive; an answer other than 200 raises as

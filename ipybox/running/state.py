@@ -168,11 +168,21 @@ def write_state(paths: StatePaths, state: SupervisorState) -> None:
 
 
 def _replace_state_file(paths: StatePaths, name: str, model: BaseModel) -> None:
-    dir_fd = _open_dir(paths.dir, paths.dir, write=True)
+    dir_fd = open_state_dir(paths)
     try:
         replace_file(dir_fd, name, model.model_dump_json(indent=2))
     finally:
         os.close(dir_fd)
+
+
+def open_state_dir(paths: StatePaths) -> int:
+    """A descriptor of the state directory for writing in it (never through a symlink; it must be ours,
+    and is narrowed to 0700); the caller closes it. `prepare_state_dir` makes it first.
+
+    Raises:
+        StateDirError: It is a symlink, not a directory, or another user's.
+    """
+    return _open_dir(paths.dir, paths.dir, write=True)
 
 
 def read_state(workspace: Path) -> SupervisorState:

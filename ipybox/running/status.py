@@ -324,6 +324,15 @@ class ConsoleLogin(_Model):
     url: str
 
 
+class TokenRotated(_Model):
+    """`POST /mcp/token`: the MCP endpoint's bearer token was replaced (`ipybox token rotate`). `live`: the
+    endpoint serves with the new token now and refuses the old one; false when this supervisor serves no
+    HTTP endpoint (the next `ipybox up` uses the new token)."""
+
+    live: bool
+    mcp_url: str | None = None
+
+
 class ControlError(_Model):
     """The body of every answer that is not 200: what went wrong, in one line."""
 

@@ -18,6 +18,8 @@ warm pool for attached applications, their approval websockets, applying a serve
 - `WS /asks`: a question put to the workspace's people by another process (the MCP server, about a
   `register_mcp_server` call), as `ipybox.approval.ask_events` describes.
 - `POST /console/login`: a new one-time login link for the web console (`ConsoleLogin`).
+- `POST /mcp/token`: replace the HTTP MCP endpoint's persisted bearer token; the old one is refused from
+  then on (`TokenRotated`).
 - `POST /shutdown`: stop the workspace (`ShutdownAccepted`).
 
 Contract: every answer is a model of `ipybox.running.status`, as JSON (`model_dump(mode="json")`). An
@@ -56,6 +58,7 @@ from ipybox.running.status import (
     ServerOutcome,
     ShutdownAccepted,
     StreamFailure,
+    TokenRotated,
     WorkspaceStatus,
 )
 
@@ -82,6 +85,7 @@ class Controlled(Protocol):
     async def serve_approver(self, websocket: WebSocket, who: str) -> None: ...
     async def serve_asker(self, websocket: WebSocket) -> None: ...
     def console_login(self) -> str: ...
+    def rotate_mcp_token(self) -> TokenRotated: ...
     def request_shutdown(self) -> None: ...
     async def accept_pins(self, server: str | None) -> list[str]: ...
 
@@ -155,8 +159,12 @@ def control_app(target: Controlled, token: str) -> ASGIApp:
         except RuntimeError as e:  # the console is off: the one line says where to turn it on
             return _json(ControlError(error=str(e)), 409)
 
+    async def rotate_mcp_token(request: Request) -> TokenRotated:
+        return target.rotate_mcp_token()
+
     routes = [
         Route("/status", endpoint(status)),
+        Route("/mcp/token", endpoint(rotate_mcp_token), methods=["POST"]),
         Route("/leases", endpoint(new_lease), methods=["POST"]),
         Route("/leases/{lease}", endpoint(release), methods=["DELETE"]),
         Route("/leases/{lease}/kernels", endpoint(kernel), methods=["POST"]),

@@ -2,7 +2,9 @@
 
 Contract: an async context manager entered once by the supervisor. Entering creates the MCP server and
 listens on `[endpoints] host/port` behind a bearer token (browsers may reach it only from a page on the
-same machine); leaving stops listening and gives back every session's kernel.
+same machine); leaving stops listening and gives back every session's kernel. The token is the workspace's
+persisted one (`ipybox.running.mcp_token`, passed in by the supervisor) and `set_token` replaces it while
+serving: a request with the old one is refused from then on.
 
 A session's kernel goes back to the pool as soon as the session ends (`ipybox.mcp_server`): when its client
 DELETEs it (the MCP client's `streamable_http_client` does on exit), and when the MCP SDK closes a session
@@ -38,6 +40,7 @@ class MCPEndpoint:
         output_dir: Where complete outputs too long to return are saved.
         session_idle: Seconds without an HTTP request after which a session is closed and its kernel given
             back, and a 2026-07-28 client's kernel handle expires (default: `[endpoints] kernel_idle`).
+        token: The bearer token clients must send (default: a new random one).
     """
 
     def __init__(
@@ -46,14 +49,22 @@ class MCPEndpoint:
         endpoints: EndpointsSection,
         output_dir: Path,
         session_idle: float | None = None,
+        token: str | None = None,
     ) -> None:
         self.workspace = workspace
         self.endpoints = endpoints
         self.output_dir = output_dir
         self.session_idle = endpoints.kernel_idle if session_idle is None else session_idle
-        self.token = secrets.token_urlsafe(32)
+        self.token = token if token is not None else secrets.token_urlsafe(32)
+        self._auth: BearerAuth | None = None
         self._mcp: WorkspaceMCP | None = None
         self._http: EmbeddedServer | None = None
+
+    def set_token(self, token: str) -> None:
+        """Accept `token` from now on instead of the one before."""
+        self.token = token
+        if self._auth is not None:
+            self._auth.set_token(token)
 
     @property
     def url(self) -> str | None:
@@ -76,13 +87,17 @@ class MCPEndpoint:
         app = self._mcp.server.streamable_http_app(
             transport_security=security, host=host, session_idle_timeout=self.session_idle
         )
-        self._http = EmbeddedServer(BearerAuth(app, self.token), "ipybox-mcp", lifespan=True)
+        self._auth = BearerAuth(app, self.token)
+        self._http = EmbeddedServer(self._auth, "ipybox-mcp", lifespan=True)
         try:
             await self._http.start(host=host, port=self.endpoints.port)
         except BaseException as e:
             await self.__aexit__(None, None, None)
             if isinstance(e, ListenError):
-                raise ListenError(f"the MCP endpoint: {e} (set by [endpoints] port)") from None
+                # A pinned port (for clients configured once) may be another workspace's pinned port too.
+                raise ListenError(
+                    f"the MCP endpoint: {e} (set by [endpoints] port; each running workspace needs its own)"
+                ) from None
             raise
         logger.info("MCP endpoint at %s", self.url)
         return self

@@ -68,8 +68,9 @@ from ipybox.progress import Progress, ProgressHub
 from ipybox.reconcile.pins import ToolPins
 from ipybox.reconcile.reconciler import Reconciler
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
+from ipybox.running import mcp_token
 from ipybox.running.state import StatePaths, SupervisorLock, forget_run_dirs
-from ipybox.running.status import KernelLeased, LeaseId, ServerOutcome, WorkspaceStatus
+from ipybox.running.status import KernelLeased, LeaseId, ServerOutcome, TokenRotated, WorkspaceStatus
 from ipybox.supervisor.asks import AsksService
 from ipybox.supervisor.control_app import control_app
 from ipybox.supervisor.kernel_health import KernelHealth
@@ -236,8 +237,10 @@ class Supervisor(Service):
                 self._console = await parts.enter_async_context(console)
                 served.append(f"console {self.console_url}")
             if self.serve_mcp and endpoints.mcp:
+                # The persisted token: a client configured once keeps working after a restart.
+                token = mcp_token.load_or_create(self.paths)
                 self._mcp = mcp = await parts.enter_async_context(
-                    MCPEndpoint(self.workspace, endpoints, self.paths.outputs)
+                    MCPEndpoint(self.workspace, endpoints, self.paths.outputs, token=token)
                 )
                 self._write_state()
                 self.spawn(mcp.sweep(), name="ipybox-mcp-sweep")
@@ -380,6 +383,17 @@ class Supervisor(Service):
         if self._console is None or self._console.url is None:
             raise RuntimeError("the web console is off in this workspace ([endpoints] console = false)")
         return self._console.login_url()
+
+    def rotate_mcp_token(self) -> TokenRotated:
+        """Replace the MCP endpoint's persisted bearer token with a new one; the endpoint, if it serves,
+        refuses the old one from now on, and `state.json` holds the new one."""
+        token = mcp_token.rotate(self.paths)
+        if self._mcp is None:
+            return TokenRotated(live=False)
+        self._mcp.set_token(token)
+        self._write_state()
+        logger.info("the MCP endpoint's bearer token was rotated")
+        return TokenRotated(live=True, mcp_url=self.mcp_url)
 
     # -- the console's target (`ipybox.console.target.ConsoleTarget`)
 

@@ -6,16 +6,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.cli.test_main import IPYBOX, ipybox
+from tests.plugin.test_claude_code_plugin import CLAUDE, ClaudeCode
 from tests.servers.processes import pids_anywhere
 from tests.supervisor.workspaces import make_workspace
 
@@ -37,9 +42,15 @@ def status_json(workspace: Path) -> dict[str, object]:
     return info
 
 
+# The HTTP endpoint's token an earlier run of the workspace left (`ipybox.running.mcp_token`): served again.
+KEPT_TOKEN = "a-token-an-earlier-run-of-this-workspace-kept"
+
+
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
     workspace = make_workspace(tmp_path_factory.mktemp("ws"), TAG)
+    (workspace / ".ipybox").mkdir(mode=0o700)
+    (workspace / ".ipybox" / "mcp_token").write_text(KEPT_TOKEN + "\n")
     up = ipybox("up", "-d", str(workspace))
     assert up.returncode == 0, up.stderr
     yield workspace, up.stdout
@@ -52,6 +63,79 @@ def test_up_prints_the_endpoints(running: tuple[Path, str]) -> None:
     assert "control:  unix:" in out and "gateway:  unix:" in out and "servers:  edge" in out
     state = workspace / ".ipybox" / "state.json"
     assert oct(state.stat().st_mode & 0o777) == "0o600"
+
+
+def mcp_answer(url: str, token: str) -> int:
+    """The HTTP status of an MCP `initialize` sent to `url` with `token`."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
+    request = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_up_serves_the_token_an_earlier_run_kept_and_says_how_to_connect(running: tuple[Path, str]) -> None:
+    workspace, out = running
+    state = json.loads((workspace / ".ipybox" / "state.json").read_text())
+    assert state["mcp_token"] == KEPT_TOKEN
+    assert f"  mcp:      {state['mcp_url']}  (streamable HTTP, bearer token)" in out
+    assert f"  connect:  `ipybox connect CLIENT -w {workspace}` prints an agent's entry (claude, " in out
+
+
+def test_token_rotate_refuses_the_old_token_at_once(running: tuple[Path, str]) -> None:
+    workspace, _ = running
+    old = json.loads((workspace / ".ipybox" / "state.json").read_text())
+    assert mcp_answer(old["mcp_url"], old["mcp_token"]) == 200
+    rotated = ipybox("token", "rotate", "-w", str(workspace))
+    assert rotated.returncode == 0, rotated.stderr
+    assert "it serves with it now and refuses the old one" in rotated.stdout
+    printed = ipybox("connect", "json", "--http", "-w", str(workspace))
+    [server] = json.loads(printed.stdout)["mcpServers"].values()
+    assert "port changes at each `ipybox up`" in printed.stderr  # the port is not pinned here
+    new = server["headers"]["Authorization"].removeprefix("Bearer ")
+    assert new != old["mcp_token"] and server["url"] == old["mcp_url"]
+    assert mcp_answer(old["mcp_url"], old["mcp_token"]) == 401
+    assert mcp_answer(old["mcp_url"], new) == 200
+    token_file = workspace / ".ipybox" / "mcp_token"
+    assert token_file.read_text().strip() == new and oct(token_file.stat().st_mode & 0o777) == "0o600"
+    assert json.loads((workspace / ".ipybox" / "state.json").read_text())["mcp_token"] == new
+
+
+def test_claude_code_connects_over_http_with_the_command_line_connect_printed(
+    running: tuple[Path, str], tmp_path: Path
+) -> None:
+    # (`ipybox connect claude --write`'s .mcp.json is checked in tests/plugin, over stdio.)
+    if not CLAUDE.exists():
+        pytest.skip(f"Claude Code is not installed ({CLAUDE}): `bash scripts/setup` installs it")
+    workspace, _ = running
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir(mode=0o700)
+    project.mkdir()
+    cli = ClaudeCode(CLAUDE, home, marker=uuid.uuid4().hex)
+    printed = ipybox("connect", "claude", "--http", "-w", str(workspace))
+    assert printed.returncode == 0, printed.stderr
+    claude, *args = shlex.split(printed.stdout)
+    assert claude == "claude"
+    cli.run(*args, cwd=project)
+    url = json.loads((workspace / ".ipybox" / "state.json").read_text())["mcp_url"]
+    listing = cli.run("mcp", "list", cwd=project)
+    assert f"ipybox: {url} (HTTP) - ✔ Connected" in listing.splitlines(), listing
 
 
 def test_a_second_up_says_it_is_already_running(running: tuple[Path, str]) -> None:
@@ -67,6 +151,8 @@ def test_status(running: tuple[Path, str]) -> None:
     assert human.returncode == 0, human.stderr
     assert f"ipybox is running in {workspace}" in human.stdout
     assert "server edge:" in human.stdout
+    assert "  mcp: http://127.0.0.1:" in human.stdout
+    assert f"  connect: `ipybox connect CLIENT -w {workspace}` prints an agent's entry" in human.stdout
     info = status_json(workspace)
     assert info["running"] is True and info["workspace"] == str(workspace)
     assert info["pool"] == {"size": 1, "idle": 1, "leased": 0} or info["pool"]["size"] == 1  # type: ignore[index]

@@ -363,6 +363,40 @@ def test_codeact_sandbox_installed_in_claude_code_connects_with_sandboxed_kernel
     assert config["sandbox"]["enabled"] is True
 
 
+# -- `ipybox connect claude --write`: no plugin, the project's .mcp.json ------------------------------------
+
+
+@pytest.mark.integration
+def test_the_entry_ipybox_connect_claude_writes_connects_a_fresh_workspace(
+    claude: Path, tmp_path_factory: pytest.TempPathFactory, no_process_left: list[tuple[Path, str]]
+) -> None:
+    home = tmp_path_factory.mktemp("claude-home")
+    home.chmod(0o700)
+    # As a user who approved the project's server once when `claude` asked (else it stays pending).
+    (home / ".claude").mkdir()
+    (home / ".claude" / "settings.json").write_text('{"enabledMcpjsonServers": ["ipybox"]}')
+    cli = ClaudeCode(claude, home, marker=uuid.uuid4().hex)
+    project = tmp_path_factory.mktemp("project").resolve()
+    ipybox = [str(Path(sys.executable).parent / "ipybox")]
+    if not Path(ipybox[0]).exists():  # the unprivileged run's venv has no console script
+        ipybox = [sys.executable, "-m", "ipybox.cli"]
+    for command in (["init", "--no-sandbox"], ["connect", "claude", "--write"]):
+        done = subprocess.run(
+            [*ipybox, *command], cwd=project, env=cli.env, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
+
+    listing = mcp_list(cli, project, no_process_left)
+
+    # `ipybox` on PATH is this one: the entry names it bare, as a committed .mcp.json needs.
+    assert read_json(project / ".mcp.json") == {
+        "mcpServers": {
+            "ipybox": {"type": "stdio", "command": "ipybox", "args": ["mcp", "--workspace", str(project)]}
+        }
+    }
+    assert f"ipybox: ipybox mcp --workspace {project} - ✔ Connected" in listing.splitlines(), listing
+
+
 # -- codeact-docker: ipybox's container image ---------------------------------------------------------------
 
 

@@ -243,6 +243,12 @@ async def test_a_workspaces_state_and_tokens_are_hidden(tmp_path: Path) -> None:
     state = tmp_path / ".ipybox"
     state.mkdir()
     (state / "state.json").write_text('{"control_token": "secret-token"}')
+    (state / "mcp_token").write_text("the-http-endpoints-bearer-token\n")  # `ipybox.running.mcp_token`
     async with CodeExecutor(working_dir=tmp_path, sandbox=True, spare_kernel=False) as executor:
         result = await executor.execute(attempt("open('.ipybox/state.json').read()"))
-    assert (result.text or "").strip() == "denied: FileNotFoundError"
+        assert (result.text or "").strip() == "denied: FileNotFoundError"
+        # The endpoint's token can be neither read nor replaced (a kernel's own token would let it in).
+        for action in ("open('.ipybox/mcp_token').read()", "open('.ipybox/mcp_token', 'w').write('mine')"):
+            result = await executor.execute(attempt(action))
+            assert (result.text or "").strip().startswith("denied: "), action
+    assert (state / "mcp_token").read_text() == "the-http-endpoints-bearer-token\n"

@@ -35,6 +35,7 @@ from ipybox.running.status import (
     PoolStatus,
     ReconcilerStatus,
     ServerOutcome,
+    TokenRotated,
     ToolServerStatus,
     WorkspaceStatus,
 )
@@ -149,6 +150,9 @@ class SmallWorkspace:
         if self.console_off:
             raise RuntimeError("the web console is off in this workspace ([endpoints] console = false)")
         return "http://127.0.0.1:1/login?token=t"
+
+    def rotate_mcp_token(self) -> TokenRotated:
+        return TokenRotated(live=False)
 
 
 @pytest.fixture
