@@ -131,7 +131,7 @@ def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
         text = formatter._expand_help(action) if action.help else ""
         if action.choices is not None and not all(str(choice) in text for choice in action.choices):
             text += ("; " if text else "") + "one of " + ", ".join(f"`{choice}`" for choice in action.choices)
-        shown = action.default not in (None, False, argparse.SUPPRESS) and not action.option_strings == []
+        shown = action.default not in (None, False, argparse.SUPPRESS)
         if shown and "default" not in text:
             text += ("; " if text else "") + f"default: `{action.default}`"
         rows.append(f"| `{_cell(invocation)}` | {_cell(text)} |")
@@ -313,13 +313,18 @@ def stale_pages() -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ipybox.devtools.docs", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m ipybox.devtools.docs", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is out of date")
     args = parser.parse_args(argv)
     if args.check:
         if stale := stale_pages():
             for path in stale:
-                print(f"{path.relative_to(ROOT)} is out of date: run python -m ipybox.devtools.docs", file=sys.stderr)
+                print(
+                    f"{path.relative_to(ROOT)} is out of date: run python -m ipybox.devtools.docs",
+                    file=sys.stderr,
+                )
             return 1
         return 0
     for path, text in pages().items():
