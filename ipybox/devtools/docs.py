@@ -275,7 +275,9 @@ def configuration_reference(workspace: dict[str, Any], policy: dict[str, Any]) -
         "editors check the file against (`ipybox schema` prints its path) states them. A commented example of",
         "every section: [`ipybox.toml.example`](../ipybox/data/ipybox.toml.example). Any key can also be set",
         "from the environment or the workspace's `.env` as `IPYBOX_<TABLE>__<KEY>`",
-        "([workspaces.md](workspaces.md#settings-from-the-environment-and-errors)).",
+        "([workspaces.md](workspaces.md#settings-from-the-environment-and-errors)). How the server names and",
+        "types of other clients' configurations map onto `[servers.<name>]`:",
+        "[connect.md](connect.md#server-names-and-type).",
         "",
         (workspace.get("description") or "").strip(),
     ]
