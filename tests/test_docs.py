@@ -38,7 +38,9 @@ GENERATED = {ROOT / "docs" / "configuration.md", ROOT / "docs" / "cli.md"}
 #  - connect: `ipybox connect ...`, `ipybox token rotate`; import: `ipybox server import ...`
 PENDING_COMMANDS = {"connect", "server import"}
 #  - cli: `-w/--workspace DIR` on every workspace command (no more positional DIR for policy/lock/audit)
-PENDING_WORKSPACE_OPTION = {"up", "status", "logs", "policy"}
+PENDING_WORKSPACE_OPTION = {"up", "status", "down", "logs", "policy"}
+#  - cli: `-H` for `--header` in `ipybox server add`
+PENDING_FLAGS = {"-H"}
 
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
 NOT_RUN = re.compile(r"^\s*<!--\s*not run:\s*(?P<reason>.+?)\s*-->\s*$")
@@ -186,7 +188,7 @@ def _pending(argv: list[str]) -> str | None:
             return name
     if words and words[0] in PENDING_WORKSPACE_OPTION:
         return words[0]
-    return None
+    return next((flag for flag in PENDING_FLAGS if flag in argv), None)
 
 
 def test_every_ipybox_command_line_in_the_docs_parses_with_the_real_parser() -> None:
@@ -209,7 +211,7 @@ def test_every_ipybox_command_line_in_the_docs_parses_with_the_real_parser() -> 
                     refused.append(f"{where}: ipybox {shlex.join(argv)}\n    {e}")
     assert parsed > 20
     assert not refused, "\n".join(refused)
-    unneeded = (PENDING_COMMANDS | PENDING_WORKSPACE_OPTION) - pending_needed
+    unneeded = (PENDING_COMMANDS | PENDING_WORKSPACE_OPTION | PENDING_FLAGS) - pending_needed
     assert not unneeded, f"every documented line of {sorted(unneeded)} parses now: remove them from PENDING_*"
 
 
@@ -276,6 +278,7 @@ async def _run_page(page: Path, runnable: list[Block], tmp_path: Path) -> str | 
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # about a dozen executors, kernels and an MCP server, one page after another
 async def test_every_python_example_in_the_docs_runs(tmp_path: Path) -> None:
     runnable: dict[Path, list[Block]] = {}
     for page in PAGES:

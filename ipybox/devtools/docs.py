@@ -147,7 +147,9 @@ def cli_reference(parser: argparse.ArgumentParser) -> str:
         GENERATED.format(source="the parser in `ipybox/cli/main.py`"),
         "",
         "Every `ipybox` command, with its usage and arguments, as `ipybox COMMAND --help` shows them. How they",
-        "fit together: the [README](../README.md#quick-start) and [workspaces.md](workspaces.md).",
+        "fit together: the [README](../README.md#quick-start) and [workspaces.md](workspaces.md); how commands",
+        "name the workspace (`-w DIR`), usage errors and exit statuses:",
+        "[workspaces.md](workspaces.md#naming-the-workspace).",
         "",
     ]
     out += [f"- [`{name}`](#{name.replace(' ', '-')})" for name, _, _ in commands[1:]]
