@@ -231,6 +231,15 @@ def test_the_command_line_check_refuses_a_flag_that_does_not_exist() -> None:
 RUNNER = r"""
 import ast, asyncio, json, sys, traceback
 
+from ipybox.executor.code_executor import CodeExecutor
+
+# No example resets its executor: a spare kernel would only cost a kernel start (CPU the suite shares).
+_init = CodeExecutor.__init__
+def _without_spare(self, *args, **kwargs):
+    kwargs.setdefault("spare_kernel", False)
+    _init(self, *args, **kwargs)
+CodeExecutor.__init__ = _without_spare
+
 blocks = json.load(sys.stdin)
 namespace = {"__name__": "__main__"}
 loop = asyncio.new_event_loop()
