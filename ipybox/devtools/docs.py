@@ -322,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is out of date")
     args = parser.parse_args(argv)
+    if not (ROOT / "pyproject.toml").is_file() or not (ROOT / "docs").is_dir():
+        print(f"ipybox.devtools.docs: {ROOT} is not a checkout of ipybox: run it from one", file=sys.stderr)
+        return 1
     if args.check:
         if stale := stale_pages():
             for path in stale:
