@@ -274,7 +274,8 @@ def embedded_kernel_setup(
 
     `kernel_env` is taken literally: no `${VAR}` placeholders, no `KERNEL_ENV_*` from `.env` or the host.
     The SDK's caller already holds the host's environment and passes what it means to; a kernel of the
-    embedded executor gets nothing of the host that its caller did not name (README, "Kernel environment").
+    embedded executor gets nothing of the host that its caller did not name (docs/sdk.md, "Kernel
+    environment").
     """
     return KernelSetup(
         working_dir=working_dir,
@@ -297,7 +298,7 @@ def workspace_kernel_setup(
     trust_dir: Path | None = None,
 ) -> KernelSetup:
     """What `ipybox up` starts a workspace's kernels with: `[kernel] env` with `${VAR}` placeholders filled,
-    `KERNEL_ENV_*` of the workspace's `.env` and the environment (README, "MCP server"), fresh tool
+    `KERNEL_ENV_*` of the workspace's `.env` and the environment (docs/mcp-server.md), fresh tool
     packages, `[sandbox]` with ipybox's own state directory hidden and what the host executes from the
     workspace read-only (its servers' code, ipybox's own environment: `ipybox.config.executables`), and
     shell-command approval as `[kernel] approve_shell`/`require_shell_escape` say (decided by the

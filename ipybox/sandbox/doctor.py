@@ -1,5 +1,5 @@
 """`ipybox doctor`: what this machine offers for sandboxing, what is missing, and what a sandboxed kernel
-can do (the threat model, the same table as in the README).
+can do (the threat model, the same table as in docs/sandbox.md).
 
 In a container (`ipybox.sandbox.container`) the "container" check says whether bubblewrap can nest there,
 and when it can't, why (the runtime's default seccomp/AppArmor confinement), that the container is then the
@@ -46,7 +46,8 @@ class Check:
 
 
 # What a sandboxed kernel (Linux) can read, write and reach, and how each thing the host reads later from a
-# workspace is kept out of its reach. The README's "Threat model" table holds the same rows (a test checks).
+# workspace is kept out of its reach. The "Threat model" table of docs/sandbox.md holds the same rows (a test
+# checks).
 THREAT_MODEL: tuple[tuple[str, str], ...] = (
     (
         "kernel reads",

@@ -1,6 +1,6 @@
 """`ipybox doctor`'s limits report (`ipybox.cli.doctor`): the lines for an `Enforcement` built by hand (a
 control group; `setrlimit` as root and as another user; a sandbox without a private `/tmp`), the real
-command on this machine (as root and as an unprivileged user), and the README's "Limits" section, whose
+command on this machine (as root and as an unprivileged user), and the limits page (docs/limits.md), whose
 defaults and doctor excerpt must be what the code says."""
 
 from __future__ import annotations
@@ -190,22 +190,21 @@ def test_as_an_unprivileged_user_doctor_reports_setrlimit_and_that_it_enforces_e
     assert list(limits["unenforceable"]["unsandboxed"]) == ["memory"]
 
 
-def _readme_section() -> str:
-    readme = (ROOT / "README.md").read_text()
-    return readme[readme.index("\n## Limits\n") :].split("\n## ", 2)[1]
+def _limits_page() -> str:
+    return (ROOT / "docs" / "limits.md").read_text()
 
 
-def test_the_readmes_limits_table_is_the_workspace_defaults() -> None:
-    block = _readme_section().split("```toml\n", 1)[1].split("```", 1)[0]
+def test_the_limits_pages_table_is_the_workspace_defaults() -> None:
+    block = _limits_page().split("```toml\n", 1)[1].split("```", 1)[0]
     assert WorkspaceLimits(**tomllib.loads(block)["kernel"]["limits"]) == WorkspaceLimits()
 
 
-def test_the_readmes_doctor_excerpt_is_what_doctor_prints_for_that_machine(
+def test_the_limits_pages_doctor_excerpt_is_what_doctor_prints_for_that_machine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if sys.platform != "linux":
         pytest.skip("the excerpt is Linux's")
-    excerpt = _readme_section().split("read-only\n(as in a container):\n\n```\n", 1)[1].split("```", 1)[0]
+    excerpt = _limits_page().split("read-only\n(as in a container):\n\n```\n", 1)[1].split("```", 1)[0]
     lines = excerpt.splitlines()
     # The machine of the excerpt: root, no control group could be made, for the reasons its lines give.
     prefix = "     no  limits via "

@@ -104,12 +104,13 @@ def test_exec_with_a_bad_sandbox_policy_is_one_clear_error(tmp_path: Path) -> No
     assert "Traceback" not in done.stderr
 
 
-def test_doctor_and_readme_state_the_same_threat_model() -> None:
+def test_doctor_and_the_sandbox_docs_state_the_same_threat_model() -> None:
     from ipybox.sandbox.doctor import THREAT_MODEL
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "sandbox.md").read_text()
+    threat_model = docs[docs.index("\n### Threat model\n") :]
     rows = [f"| {what} | {how} |" for what, how in THREAT_MODEL]
-    table = readme[readme.index("| what | how |") :].split("\n\n")[0].splitlines()[2:]
+    table = threat_model[threat_model.index("| what | how |") :].split("\n\n")[0].splitlines()[2:]
     assert table == rows
     human = ipybox("doctor")
     assert "ipybox.toml, .env: read-only or hidden" in human.stdout

@@ -1,0 +1,1 @@
+"""Tools for working on ipybox itself (documentation generators); nothing of ipybox imports them."""
