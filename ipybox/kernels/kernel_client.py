@@ -128,7 +128,10 @@ class KernelClient:
         images_dir: Where displayed images are saved (default: `images` in the working directory).
         output_dir: Where an output larger than `max_output_chars` is saved in full (default: a private
             directory of this process under `$TMPDIR`, mode 0700).
-        max_output_chars: Output kept in memory per execution; more is saved to a file and shortened.
+        max_output_chars: Output kept in memory per execution; more is saved to a file and shortened (to
+            its first and last `max_output_chars // 2` characters around a notice).
+        keep_output_tail: `False`: a shortened output keeps its first `max_output_chars` characters only,
+            as ipybox 0.9.2's MCP server did (its `execute_ipython_cell` sets it).
         max_output_file_bytes: Bytes of an execution's complete output saved to that file, and of the
             images it displays together; past it nothing more is written, and the output says so.
         max_image_bytes: The largest image saved; a larger one is not, and the output says so.
@@ -175,6 +178,7 @@ class KernelClient:
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         max_output_file_bytes: int = DEFAULT_MAX_OUTPUT_FILE_BYTES,
         max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+        keep_output_tail: bool = True,
         kernel_name: str | None = None,
         kernel_env: dict[str, str] | None = None,
         spare_kernel: bool = True,
@@ -194,6 +198,7 @@ class KernelClient:
         self.max_output_chars = max_output_chars
         self.max_output_file_bytes = max_output_file_bytes
         self.max_image_bytes = max_image_bytes
+        self.keep_output_tail = keep_output_tail
         self.kernel_name = kernel_name
         self.kernel_env = kernel_env
         self.spare_kernel = spare_kernel
@@ -532,6 +537,7 @@ class KernelClient:
                     self.output_dir,
                     max_file_bytes=self.max_output_file_bytes,
                     max_image_bytes=self.max_image_bytes,
+                    keep_tail=self.keep_output_tail,
                 )
                 timer = self._timer = ExecutionTimer(timeout)
                 try:
