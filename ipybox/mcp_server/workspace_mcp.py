@@ -19,8 +19,9 @@ and the cell's output says which rule to add. Handshake-era clients get an elici
 2026-07-28 clients get an `InputRequiredResult` and their retry resumes the same running cell
 (`ipybox.mcp_server.rounds`), or, when they take tasks, a long cell becomes a task
 (`ipybox.mcp_server.tasks`). `register_mcp_server` makes the host run what the client names, so it is
-decided by the same rules (as the call `ipybox.register_mcp_server`, asked when no rule decides it; see
-`ipybox.mcp_server.registration`) before anything is written, and asks the same way.
+decided by the same rules (as the call `ipybox.register_mcp_server`; when no rule decides it, asked where
+the kernels are sandboxed and allowed where they run unsandboxed on this host, since they could start it
+themselves; see `ipybox.mcp_server.registration`) before anything is written, and asks the same way.
 """
 
 from __future__ import annotations
@@ -299,7 +300,8 @@ def create_server(
         server_name: str, server_params: dict[str, Any], ctx: Context
     ) -> str | InputRequiredResult:
         """Add an MCP server to the workspace and generate its Python API under mcptools/<server_name>/.
-        The workspace's approval rules decide whether it may be added (usually the user is asked).
+        The workspace's approval rules decide whether it may be added; without a rule for it, the user
+        is asked if the kernels are sandboxed (it is allowed if they are not).
 
         Args:
             server_name: A Python identifier; the package name the generated API gets.
