@@ -250,7 +250,9 @@ class KernelClient:
         client = self._connected()
         if timeout is not None and timeout <= 0:
             await self.disconnect()
-            raise TimeoutError("the kernel was not set up within kernel_init_timeout: raise it (None: no limit)")
+            raise TimeoutError(
+                "the kernel was not set up within kernel_init_timeout: raise it (None: no limit)"
+            )
         try:
             await client.execute(code, timeout=timeout)
         except CodeExecutionError as e:
