@@ -574,9 +574,12 @@ async def _render_task(operation: Operation[Any]) -> types.CallToolResult:
 
 def _bound_output(executor: CodeExecutor, max_output_chars: int) -> None:
     """Have the cell's output kept as ipybox 0.9.2's MCP server returned it: its first `max_output_chars`
-    characters (not the SDK's head and tail); longer output is saved whole to a file."""
+    characters (not the SDK's head and tail); longer output is saved whole to a file.
+
+    One character more is kept than returned: 0.9.2 compared the output without its trailing newline, so
+    a print of exactly `max_output_chars` characters is not truncated (`_render` cuts what is longer)."""
     client = executor.kernel_client
-    client.max_output_chars = max_output_chars
+    client.max_output_chars = max_output_chars + 1
     client.keep_output_tail = False
 
 
@@ -592,13 +595,18 @@ async def _render(
     and the handle of the kernel the call opened."""
     content: _Content = []
     text = error if error is not None else (result.text if result is not None else "") or ""
-    if error is None and result is not None and result.output_file is not None:
-        # As ipybox 0.9.2: the first max_output_chars characters (the collector kept exactly those, see
+    if (
+        error is None
+        and result is not None
+        and (result.output_file is not None or len(text) > max_output_chars)
+    ):
+        # As ipybox 0.9.2: the first max_output_chars characters (the collector kept those, see
         # `_bound_output`; what follows them in `text` is its own notice), then 0.9.2's notice, which
         # agents may look for; then where the whole output is, which 0.9.2 did not keep.
         text = text[:max_output_chars]
         text += f"\n\n[Output truncated: exceeded {max_output_chars} character limit]"
-        text += f"\n[the complete output is in {result.output_file}]"
+        if result.output_file is not None:
+            text += f"\n[the complete output is in {result.output_file}]"
     if denied and not can_elicit:
         text += (
             "\n[ipybox: nobody could answer the approval questions of these calls, so they were denied: "

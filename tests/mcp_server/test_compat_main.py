@@ -115,6 +115,15 @@ async def test_short_output_carries_no_truncation_notice(
         "execute_ipython_cell", {"code": "print('short')", "max_output_chars": 500}
     )
     assert text(result) == "short"
+    # As 0.9.2, which compared the output without its trailing newline: exactly 500 characters fit.
+    result = await session.call_tool(
+        "execute_ipython_cell", {"code": "print('x' * 500)", "max_output_chars": 500}
+    )
+    assert text(result) == "x" * 500
+    result = await session.call_tool(
+        "execute_ipython_cell", {"code": "print('y' * 501)", "max_output_chars": 500}
+    )
+    assert text(result).startswith("y" * 500 + "\n\n[Output truncated: exceeded 500 character limit]")
 
 
 async def test_the_mcp_server_class_serves_the_current_directory_with_kernel_env(parent: Path) -> None:
