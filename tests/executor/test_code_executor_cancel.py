@@ -177,6 +177,17 @@ async def test_kernel_init_timeout_reaches_the_kernel_client(executor: CodeExecu
     assert executor.kernel_client.ready_timeout == KERNEL_INIT_TIMEOUT
 
 
+async def test_a_tiny_kernel_init_timeout_fails_start_also_with_a_warm_kernel_ready(
+    executor: CodeExecutor,
+) -> None:
+    # As 0.9.2 (TimeoutError from start()): a warm pool's kernel answers in milliseconds, not 0.1 ms.
+    if executor.workspace is None:
+        pytest.skip("the embedded executor's start is tested in test_code_executor_timeouts.py")
+    with pytest.raises(TimeoutError, match="kernel_init_timeout"):
+        async with CodeExecutor(workspace=executor.workspace, kernel_init_timeout=0.0001):
+            pass
+
+
 async def test_stopping_the_executor_while_code_runs_ends_its_stream_with_one_error(tmp_path: Path) -> None:
     executor = CodeExecutor(working_dir=tmp_path, spare_kernel=False, kernel_init_timeout=KERNEL_INIT_TIMEOUT)
     await executor.start()
