@@ -145,7 +145,8 @@ class KernelClient:
             limit). A kernel that dies while starting fails at once (`KernelStartError`), without waiting for
             this.
         kernel_source: Where kernels come from instead of being started on the gateway: returns the id of
-            a running kernel to attach to (a workspace's warm pool).
+            a running kernel to attach to (a workspace's warm pool). Waiting for it counts against
+            `ready_timeout`.
         gateway_log: The gateway's log file (`KernelGateway.log_path`), whose end is added to the error
             about a kernel that died while starting (the kernel's own error output goes there).
         gateway_loss: Says what became of the gateway, as a clause about it ("it exited with signal 9
@@ -329,12 +330,20 @@ class KernelClient:
         assert self._http is not None
         try:
             if self.kernel_source is not None:
-                kernel_id = await self.kernel_source()
+                # The wait for the source's kernel counts too (a workspace's pool may have none ready and
+                # start one): `ready_timeout` bounds the time until a kernel answers, as 0.9.2's
+                # kernel_init_timeout bounded a start. A kernel the source handed out meanwhile is its to
+                # take back (a workspace deletes it with the lease, which the caller then gives back).
+                loop = asyncio.get_running_loop()
+                started = loop.time()
+                async with asyncio.timeout(ready_timeout):
+                    kernel_id = await self.kernel_source()
+                left = None if ready_timeout is None else max(0.0, ready_timeout - (loop.time() - started))
                 return await KernelConnection.attach(
                     self._http,
                     self.endpoint,
                     kernel_id,
-                    ready_timeout=ready_timeout,
+                    ready_timeout=left,
                     gateway_log=self.gateway_log,
                 )
             return await KernelConnection.open(
