@@ -146,7 +146,10 @@ class KernelClient:
             this.
         kernel_source: Where kernels come from instead of being started on the gateway: returns the id of
             a running kernel to attach to (a workspace's warm pool). Waiting for it counts against
-            `ready_timeout`.
+            `ready_timeout`, unless `source_wait_bounded` is `False`.
+        source_wait_bounded: Whether `ready_timeout` bounds the wait for `kernel_source` too. `False` for
+            a source that bounds its own wait (a remote gateway's kernels: a workspace gives a pod its
+            `[kernel.gateway] start_timeout`, minutes by default).
         gateway_log: The gateway's log file (`KernelGateway.log_path`), whose end is added to the error
             about a kernel that died while starting (the kernel's own error output goes there).
         gateway_loss: Says what became of the gateway, as a clause about it ("it exited with signal 9
@@ -186,6 +189,7 @@ class KernelClient:
         interrupt_grace: float = 2.0,
         ready_timeout: float | None = 60,
         kernel_source: Callable[[], Awaitable[str]] | None = None,
+        source_wait_bounded: bool = True,
         gateway_log: Path | None = None,
         gateway_loss: Callable[[], Awaitable[str | None]] | None = None,
         warm_up: bool = False,
@@ -205,6 +209,7 @@ class KernelClient:
         self.spare_kernel = spare_kernel
         self.interrupt_grace = interrupt_grace
         self.ready_timeout = ready_timeout
+        self.source_wait_bounded = source_wait_bounded
         self.kernel_source = kernel_source
         self.gateway_log = gateway_log
         self.gateway_loss = gateway_loss
@@ -336,9 +341,11 @@ class KernelClient:
                 # take back (a workspace deletes it with the lease, which the caller then gives back).
                 loop = asyncio.get_running_loop()
                 started = loop.time()
-                async with asyncio.timeout(ready_timeout):
+                async with asyncio.timeout(ready_timeout if self.source_wait_bounded else None):
                     kernel_id = await self.kernel_source()
-                left = None if ready_timeout is None else max(0.0, ready_timeout - (loop.time() - started))
+                left = ready_timeout
+                if ready_timeout is not None and self.source_wait_bounded:
+                    left = max(0.0, ready_timeout - (loop.time() - started))
                 return await KernelConnection.attach(
                     self._http,
                     self.endpoint,
