@@ -18,11 +18,11 @@ Constructing an executor starts nothing: `start()` (or `async with`) does.
 interrupts the code (`KernelClient.stream`'s `cancellation`), which also ends a tool call waiting in the
 kernel (its connection to the tool server closes, and the server drops the call); approvals asked for
 meanwhile are rejected at once, and those still undecided once the code stopped are rejected then (a
-workspace forgets them). The stream then ends with a `CodeExecutionResult` holding the output so far and
-`cancelled=True`, never with the error the stopped code raised (KeyboardInterrupt, `ApprovalRejectedError`,
-or a timeout that fired meanwhile); a `KernelDiedError` is still raised, since the kernel's state is gone.
-ipybox 0.9.2 ends the stream without a result instead (its `execute()` returns `text=None`): here the
-output is kept.
+workspace forgets them). The stream then ends, as ipybox 0.9.2's, without a result and without the error the
+stopped code raised (KeyboardInterrupt, `ApprovalRejectedError`, or a timeout that fired meanwhile), and
+`execute()` returns 0.9.2's empty result (`text=None`, no images), marked `cancelled=True`; the output up to
+the cancel is what `stream(chunks=True)` yielded. A `KernelDiedError` is still raised, since the kernel's
+state is gone. A cancel that comes after the code finished changes nothing: its result is yielded as usual.
 
 A running execution is a task of the executor's task group (a `Service` of `ipybox.lifecycle`, held from
 `start()` to `stop()`), not of the `stream()` generator: a task group inside a generator would span its
@@ -39,7 +39,7 @@ import contextlib
 import logging
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Self, Unpack, cast
@@ -106,15 +106,15 @@ class _Execution:
                 for request in undecided:
                     group.create_task(_reject_quietly(request), name="ipybox-withdraw-approval")
 
-    def cancelled_result(self, error: BaseException) -> CodeExecutionResult | None:
-        """The result to end a cancelled execution with instead of `error` (`None`: raise `error`)."""
+    def ends_quietly(self, error: BaseException) -> bool:
+        """Whether `error` ends a cancelled execution without being raised (what the cancel caused)."""
         if not self.cancellation.cancelled or isinstance(error, KernelDiedError):
-            return None
+            return False
         if isinstance(error, CodeExecutionError | ExecutionTimeoutError) and error.result is not None:
             if isinstance(error, ExecutionTimeoutError) and error.kernel_restarted:
                 logger.warning("the cancelled code timed out meanwhile: its kernel was replaced")
-            return replace(error.result, cancelled=True)
-        return None
+            return True
+        return False
 
 
 async def _reject_quietly(request: ApprovalRequest) -> None:
@@ -450,8 +450,9 @@ class CodeExecutor:
         task on the executor's event loop, also while an `ApprovalRequest` waits for its decision.
 
         Undecided approval requests of that execution are rejected (a later `accept()` of one raises
-        `RuntimeError`), the code is interrupted and the stream ends without an exception: its last item
-        is a `CodeExecutionResult` with the output so far and `cancelled=True`, which `execute()` returns.
+        `RuntimeError`), the code is interrupted and the stream ends, as in ipybox 0.9.2, without an
+        exception and without a `CodeExecutionResult` (the output so far is what `chunks=True` yielded);
+        `execute()` returns `CodeExecutionResult(text=None, images=[], cancelled=True)`.
         The kernel keeps its state and is ready for the next execution (unless the code ignores interrupts
         for `interrupt_grace` seconds: then its kernel is replaced, with a warning logged). Does nothing
         when no execution runs.
@@ -482,7 +483,7 @@ class CodeExecutor:
                 0.20s (approval wait excluded).").
 
         Returns:
-            The result; after `cancel()`, the output up to then with `cancelled=True`.
+            The result; after `cancel()`, 0.9.2's empty one (`text=None`, no images) with `cancelled=True`.
 
         Raises:
             CodeExecutionError: The code raised an exception (a rejected tool call included), or the kernel
@@ -498,7 +499,8 @@ class CodeExecutor:
                 await item.accept()
             elif isinstance(item, CodeExecutionResult):
                 result = item
-        assert result is not None
+        if result is None:  # cancelled: 0.9.2's empty result (plus `cancelled`)
+            return CodeExecutionResult(None, [], cancelled=True)
         return result
 
     def stream(
@@ -510,7 +512,7 @@ class CodeExecutor:
         Each approval request must be answered with `accept()` or `reject()`; several can be pending at once
         (when the code calls tools from threads or with `asyncio.gather`). A call left undecided fails after
         `approval_timeout` (never, when it is `None`). `timeout=None` lets the code run without a limit.
-        After `cancel()` the stream ends with a result marked `cancelled` (see `cancel`).
+        After `cancel()` the stream ends without a result, as in ipybox 0.9.2 (see `cancel`).
 
         Raises:
             CodeExecutionError: The code raised an exception (a rejected tool call included), or the kernel
@@ -570,13 +572,13 @@ class CodeExecutor:
                 while (item := await queue.get()) is not _DONE:
                     if isinstance(item, _Failed):
                         # The code stopped by a cancel may have failed before the client saw the cancel.
-                        cancelled = execution.cancelled_result(item.error)
-                        if cancelled is None:
+                        if not execution.ends_quietly(item.error):
                             raise item.error
-                        yield cancelled
-                        break
+                        break  # cancelled: no result, as in 0.9.2
                     if isinstance(item, ApprovalRequest) and execution.cancellation.cancelled:
                         continue  # withdrawn (rejected) by the cancel
+                    if isinstance(item, CodeExecutionResult) and item.cancelled:
+                        break  # as in 0.9.2: a cancelled stream ends without a result
                     assert isinstance(item, ApprovalRequest | CodeExecutionChunk | CodeExecutionResult)
                     yield item
             finally:

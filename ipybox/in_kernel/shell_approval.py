@@ -265,9 +265,12 @@ _OS_STARTS = (
 
 
 def _refusal(label: str) -> str:
+    # Starts with ipybox 0.9.2's exact text (callers match on it): `subprocess` for `Popen`, the function's
+    # name for the others.
+    named = "subprocess" if label == "subprocess.Popen()" else label
     return (
-        f"Direct {label} calls are not allowed in this kernel (require_shell_escape). Use ! syntax: "
-        "`!cmd`, `x = !cmd` or a %%bash cell, which ask for approval first."
+        f"Direct {named} calls are not allowed. Use ! syntax. (require_shell_escape: `!cmd`, `x = !cmd` "
+        "and %%bash cells ask for approval first.)"
     )
 
 

@@ -360,6 +360,10 @@ def _cell() -> tuple[int | None, str | None]:
         _shell = ipython.get_ipython() if ipython is not None else None
         if _shell is None:
             return None, None
+        # From now on, the traceback of a call that fails ends at the caller's line, not in ipybox's code.
+        from ipybox.in_kernel.tool_tracebacks import install
+
+        install(_shell)
     count = getattr(_shell, "execution_count", None)
     if not isinstance(count, int) or isinstance(count, bool):
         return None, None

@@ -18,8 +18,9 @@ publishes none (someone else's), it sends none, and a gateway that wants one ref
 that answers and refuses fails at once. After the last attempt it raises `GatewayUnreachableError` (a
 `RuntimeError`) naming the URL it tried.
 
-After every new kernel (`connect()`, `reset()`) the client sets it up within `kernel_init_timeout`
-seconds, when asked to:
+A new kernel (`connect()`, `reset()`) must become ready and be set up within `kernel_init_timeout` seconds,
+or `TimeoutError` is raised and the kernel shut down, as in 0.9.2, whose setup code ran on every new kernel
+(a tiny timeout fails also when there is nothing to set up). The client sets a kernel up when asked to:
 
 - `working_dir`: the kernel starts in it, and each cell starts in it again, saying so
   (`[ipybox] cwd reset to <dir>`) when the previous one changed directory.
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import TracebackType
@@ -75,7 +77,8 @@ class KernelClient:
             `os.posix_spawn*` and `pty.spawn` from cell code. Requires `approve_shell_cmds`.
         tool_server_host: Accepted for 0.9 compatibility (see the module).
         tool_server_port: Accepted for 0.9 compatibility (see the module).
-        kernel_init_timeout: Seconds the setup of a new kernel may take (`connect()` can override it).
+        kernel_init_timeout: Seconds a new kernel may take to become ready and be set up (`connect()` can
+            override it).
         token: The gateway's auth token (default: the one its `KernelGateway` published, if any).
         calls_address: The tool server's call channel for shell approvals (default: the kernel's
             `IPYBOX_TOOL_SERVER`).
@@ -169,14 +172,15 @@ class KernelClient:
         Args:
             retries: Attempts while the gateway does not accept connections.
             retry_interval: Seconds between two attempts.
-            kernel_init_timeout: Seconds the kernel's setup may take (default: the constructor's).
+            kernel_init_timeout: Seconds the kernel may take to become ready and be set up (default: the
+                constructor's).
 
         Raises:
             RuntimeError: Already connected.
             GatewayUnreachableError: The gateway did not accept connections in `retries` attempts (a
                 `RuntimeError`; the message names the URL).
             GatewayError: The gateway refused (a `RuntimeError`; the message says why, e.g. a missing token).
-            TimeoutError: The kernel's setup took longer than `kernel_init_timeout`.
+            TimeoutError: The kernel was not ready and set up within `kernel_init_timeout`.
         """
         if self._client is not None:
             raise RuntimeError("already connected: call disconnect() first")
@@ -189,9 +193,17 @@ class KernelClient:
             if attempt:
                 await asyncio.sleep(retry_interval)
             # Read on every attempt: the gateway may be starting, and publishes its token once it listens.
-            client = _KernelClient(self._endpoint(), images_dir=self.images_dir, spare_kernel=False)
+            # The kernel's start and its setup share `timeout`, as 0.9.2's init code (run on the kernel as
+            # soon as it was created) did: a tiny one raises TimeoutError, also with nothing to set up.
+            started = time.monotonic()
+            client = _KernelClient(
+                self._endpoint(),
+                images_dir=self.images_dir,
+                spare_kernel=False,
+                ready_timeout=self.kernel_init_timeout,
+            )
             try:
-                await client.connect()
+                await client.connect(kernel_init_timeout=timeout)
             except GatewayUnreachableError as e:
                 last = e
                 continue
@@ -204,7 +216,7 @@ class KernelClient:
                 f"could not create a kernel on the kernel gateway at {self.url} in {retries} attempt(s), "
                 f"{retry_interval:g} s apart: {last}"
             )
-        await self._setup(timeout)
+        await self._setup(None if timeout is None else timeout - (time.monotonic() - started))
 
     def _endpoint(self) -> GatewayEndpoint:
         token = self.token
@@ -236,6 +248,11 @@ class KernelClient:
         if code is None:
             return
         client = self._connected()
+        if timeout is not None and timeout <= 0:
+            await self.disconnect()
+            raise TimeoutError(
+                "the kernel was not set up within kernel_init_timeout: raise it (None: no limit)"
+            )
         try:
             await client.execute(code, timeout=timeout)
         except CodeExecutionError as e:

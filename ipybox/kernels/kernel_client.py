@@ -128,7 +128,10 @@ class KernelClient:
         images_dir: Where displayed images are saved (default: `images` in the working directory).
         output_dir: Where an output larger than `max_output_chars` is saved in full (default: a private
             directory of this process under `$TMPDIR`, mode 0700).
-        max_output_chars: Output kept in memory per execution; more is saved to a file and shortened.
+        max_output_chars: Output kept in memory per execution; more is saved to a file and shortened (to
+            its first and last `max_output_chars // 2` characters around a notice).
+        keep_output_tail: `False`: a shortened output keeps its first `max_output_chars` characters only,
+            as ipybox 0.9.2's MCP server did (its `execute_ipython_cell` sets it).
         max_output_file_bytes: Bytes of an execution's complete output saved to that file, and of the
             images it displays together; past it nothing more is written, and the output says so.
         max_image_bytes: The largest image saved; a larger one is not, and the output says so.
@@ -142,7 +145,11 @@ class KernelClient:
             limit). A kernel that dies while starting fails at once (`KernelStartError`), without waiting for
             this.
         kernel_source: Where kernels come from instead of being started on the gateway: returns the id of
-            a running kernel to attach to (a workspace's warm pool).
+            a running kernel to attach to (a workspace's warm pool). Waiting for it counts against
+            `ready_timeout`, unless `source_wait_bounded` is `False`.
+        source_wait_bounded: Whether `ready_timeout` bounds the wait for `kernel_source` too. `False` for
+            a source that bounds its own wait (a remote gateway's kernels: a workspace gives a pod its
+            `[kernel.gateway] start_timeout`, minutes by default).
         gateway_log: The gateway's log file (`KernelGateway.log_path`), whose end is added to the error
             about a kernel that died while starting (the kernel's own error output goes there).
         gateway_loss: Says what became of the gateway, as a clause about it ("it exited with signal 9
@@ -175,12 +182,14 @@ class KernelClient:
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         max_output_file_bytes: int = DEFAULT_MAX_OUTPUT_FILE_BYTES,
         max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+        keep_output_tail: bool = True,
         kernel_name: str | None = None,
         kernel_env: dict[str, str] | None = None,
         spare_kernel: bool = True,
         interrupt_grace: float = 2.0,
         ready_timeout: float | None = 60,
         kernel_source: Callable[[], Awaitable[str]] | None = None,
+        source_wait_bounded: bool = True,
         gateway_log: Path | None = None,
         gateway_loss: Callable[[], Awaitable[str | None]] | None = None,
         warm_up: bool = False,
@@ -194,11 +203,13 @@ class KernelClient:
         self.max_output_chars = max_output_chars
         self.max_output_file_bytes = max_output_file_bytes
         self.max_image_bytes = max_image_bytes
+        self.keep_output_tail = keep_output_tail
         self.kernel_name = kernel_name
         self.kernel_env = kernel_env
         self.spare_kernel = spare_kernel
         self.interrupt_grace = interrupt_grace
         self.ready_timeout = ready_timeout
+        self.source_wait_bounded = source_wait_bounded
         self.kernel_source = kernel_source
         self.gateway_log = gateway_log
         self.gateway_loss = gateway_loss
@@ -324,12 +335,22 @@ class KernelClient:
         assert self._http is not None
         try:
             if self.kernel_source is not None:
-                kernel_id = await self.kernel_source()
+                # The wait for the source's kernel counts too (a workspace's pool may have none ready and
+                # start one): `ready_timeout` bounds the time until a kernel answers, as 0.9.2's
+                # kernel_init_timeout bounded a start. A kernel the source handed out meanwhile is its to
+                # take back (a workspace deletes it with the lease, which the caller then gives back).
+                loop = asyncio.get_running_loop()
+                started = loop.time()
+                async with asyncio.timeout(ready_timeout if self.source_wait_bounded else None):
+                    kernel_id = await self.kernel_source()
+                left = ready_timeout
+                if ready_timeout is not None and self.source_wait_bounded:
+                    left = max(0.0, ready_timeout - (loop.time() - started))
                 return await KernelConnection.attach(
                     self._http,
                     self.endpoint,
                     kernel_id,
-                    ready_timeout=ready_timeout,
+                    ready_timeout=left,
                     gateway_log=self.gateway_log,
                 )
             return await KernelConnection.open(
@@ -532,6 +553,7 @@ class KernelClient:
                     self.output_dir,
                     max_file_bytes=self.max_output_file_bytes,
                     max_image_bytes=self.max_image_bytes,
+                    keep_tail=self.keep_output_tail,
                 )
                 timer = self._timer = ExecutionTimer(timeout)
                 try:

@@ -107,10 +107,12 @@ def _is_shared_default(path: Path) -> bool:
 
 
 class BoundedText:
-    """Text that keeps its first `limit // 2` and last `limit // 2` characters once it exceeds `limit`."""
+    """Text that keeps its first `limit // 2` and last `limit // 2` characters once it exceeds `limit`; with
+    `tail=False`, its first `limit` characters only (ipybox 0.9.2's MCP server showed the first N)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, *, tail: bool = True) -> None:
         self.limit = limit
+        self.head_size = limit // 2 if tail else limit
         self.size = 0
         self._parts: list[str] = []
         self._head = ""
@@ -133,9 +135,11 @@ class BoundedText:
             whole = "".join(self._parts)
             self._parts = []
             self._overflowed = True
-            self._head = whole[: self.limit // 2]
-            text = whole[self.limit // 2 :]
-        half = self.limit - self.limit // 2
+            self._head = whole[: self.head_size]
+            text = whole[self.head_size :]
+        half = self.limit - self.head_size
+        if half == 0:
+            return whole
         self._tail.append(text[-half:])
         self._tail_size += min(len(text), half)
         while self._tail and self._tail_size - len(self._tail[0]) >= half:
@@ -145,8 +149,8 @@ class BoundedText:
     def render(self, notice: str) -> str:
         if not self._overflowed:
             return "".join(self._parts)
-        half = self.limit - self.limit // 2
-        tail = "".join(self._tail)[-half:]
+        half = self.limit - self.head_size
+        tail = "".join(self._tail)[-half:] if half else ""
         return f"{self._head}\n{notice}\n{tail}"
 
 
@@ -160,6 +164,7 @@ class OutputCollector:
             0700); `None`, or the old shared `$TMPDIR/ipybox-output`, for this process's private directory.
         max_file_bytes: Bytes of the complete output written to its file; and of all images together.
         max_image_bytes: The largest image saved.
+        keep_tail: Keep the end of a long output besides its start (`False`: its first `limit` characters).
     """
 
     def __init__(
@@ -170,6 +175,7 @@ class OutputCollector:
         *,
         max_file_bytes: int = DEFAULT_MAX_OUTPUT_FILE_BYTES,
         max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+        keep_tail: bool = True,
     ) -> None:
         self.images_dir = images_dir
         self.output_dir = None if output_dir is None or _is_shared_default(output_dir) else output_dir
@@ -177,10 +183,10 @@ class OutputCollector:
         self.max_image_bytes = max_image_bytes
         self.images: list[Path] = []
         self._image_bytes = 0
-        self._text = BoundedText(limit)
+        self._text = BoundedText(limit, tail=keep_tail)
         self._streams: dict[StreamName, BoundedText] = {
-            "stdout": BoundedText(limit),
-            "stderr": BoundedText(limit),
+            "stdout": BoundedText(limit, tail=keep_tail),
+            "stderr": BoundedText(limit, tail=keep_tail),
         }
         self._spill: IO[bytes] | None = None
         self._spill_path: Path | None = None

@@ -36,9 +36,9 @@ class CodeExecutionResult:
         stdout: What was written to stdout (and displayed results), bounded like `text`.
         stderr: What was written to stderr, bounded like `text`.
         output_file: The file holding the complete output, when `text` had to be truncated.
-        cancelled: The execution was stopped by `cancel()`; the fields hold the output up to then. (ipybox
-            0.9.2's stream ends without a result and its `execute()` returns `text=None`: here nothing of
-            the output is lost.)
+        cancelled: The execution was stopped by `cancel()`. `CodeExecutor.execute()` then returns, as
+            ipybox 0.9.2, an empty result (`text=None`, no images) with this set, and its `stream()` ends
+            without a result; `KernelClient.stream()` ends with one holding the output up to the cancel.
     """
 
     text: str | None

@@ -16,9 +16,11 @@ checked, decided and written with care:
   with the workspace's `deniedDomains` that concern them and no more than its request rules allow; its `allowUnixSockets` only; its `denyRead`
   and `denyWrite` kept. A registration beyond that is never allowed by a rule alone.
 - `decide_registration` decides it with the workspace's approval rules as the pseudo tool call
-  `ipybox.register_mcp_server(server_name, server_params)`; when no rule decides, it is asked, and an
-  allow rule for a registration beyond the workspace's sandbox asks instead (`Registration.exceeds`
-  says why, in the question and in the error when nobody answers).
+  `ipybox.register_mcp_server(server_name, server_params)`; when no rule decides, it is asked where the
+  kernels are confined (sandboxed, or on a remote gateway) and allowed where they are not (see
+  `Registration.kernels_unconfined` for why), and an allow rule for a registration beyond the
+  workspace's sandbox asks instead (`Registration.exceeds` says why, in the question and in the error
+  when nobody answers).
 - `add_server` writes exactly what was parsed (the model's dump, `sandbox` included) into `ipybox.toml`
   with `ipybox.config.server_writer` (as `ipybox server add` does: the rest of the file kept byte for
   byte, atomically), and only if the file still loads afterwards, to the same server.
@@ -80,6 +82,18 @@ class Registration:
         sandboxed_by_default: Whether `sandbox = true` was added because the client gave no policy.
         beyond: What the server's sandbox allows beyond the workspace's (`beyond_workspace`); empty
             when it stays within it.
+        kernels_unconfined: The workspace's kernels run on this host without a sandbox
+            (`[sandbox] enabled = false`, no `[kernel.gateway]`). Then a registration that no rule decides
+            is allowed rather than asked: it gives the MCP client nothing it does not have already. The
+            client runs code in those kernels (`execute_ipython_cell` is not asked about), and code there
+            runs as the user who runs the workspace, on this host: it can start any program
+            (`subprocess`; `require_shell_escape` is a guard against mistakes, not a boundary), read
+            `.env` and the secrets' commands, and write `ipybox.toml`, whose servers the running
+            workspace starts. Asking there only made 0.9.2's `register_mcp_server` fail for clients that
+            can't answer. Rules still apply (a deny or ask rule decides). Where kernels are confined, a
+            registration is a host command the client could not otherwise start (a sandboxed kernel sees
+            neither the host's programs nor `ipybox.toml` writable; a remote gateway's kernel is on
+            another machine): it stays asked.
     """
 
     name: str
@@ -88,6 +102,7 @@ class Registration:
     replaces: bool
     sandboxed_by_default: bool
     beyond: tuple[str, ...] = ()
+    kernels_unconfined: bool = False
 
     @property
     def exceeds(self) -> str | None:
@@ -187,7 +202,10 @@ def parse_registration(
     except MCPServerError as e:
         raise ValueError(str(e)) from None
     beyond = beyond_workspace(workspace, config, resolved)
-    return Registration(server_name, server, table, server_name in config.servers, by_default, beyond)
+    unconfined = not sandboxed and config.kernel.gateway is None
+    return Registration(
+        server_name, server, table, server_name in config.servers, by_default, beyond, unconfined
+    )
 
 
 def beyond_workspace(workspace: Path, config: WorkspaceConfig, server: ServerParams) -> tuple[str, ...]:
@@ -373,11 +391,22 @@ def decide_own_call(policy: ApprovalPolicy, call: ToolCall, default: str) -> Ver
 
 def decide_registration(policy: ApprovalPolicy, registration: Registration) -> Verdict:
     """Decide a registration with the workspace's rules (`decide_own_call`); when none decides, it is
-    asked. A registration whose sandbox goes beyond the workspace's (`Registration.exceeds`) is never
-    allowed by a rule: the allow rule that applies asks instead, and the reason says why."""
+    asked, except in a workspace whose kernels are unconfined (`Registration.kernels_unconfined`), where
+    it is allowed, as in ipybox 0.9.2. A registration whose sandbox goes beyond the workspace's
+    (`Registration.exceeds`) is never allowed by a rule: the allow rule that applies asks instead, and the
+    reason says why."""
     verdict = decide_own_call(
         policy, registration.call(), "no rule applies; registering an MCP server is asked by default"
     )
+    if verdict.rule_id is None and registration.kernels_unconfined:
+        # No widening: the kernels can start any host process and edit ipybox.toml themselves (see
+        # `Registration.kernels_unconfined`). Never reached for a sandboxed workspace, where it is asked.
+        return Verdict(
+            "allow",
+            None,
+            "no rule applies; the workspace's kernels are not sandboxed, so they could start this server "
+            "themselves: registering it is allowed",
+        )
     if registration.exceeds is None or verdict.decision == "deny":
         return verdict
     if verdict.decision == "allow":

@@ -19,8 +19,9 @@ and the cell's output says which rule to add. Handshake-era clients get an elici
 2026-07-28 clients get an `InputRequiredResult` and their retry resumes the same running cell
 (`ipybox.mcp_server.rounds`), or, when they take tasks, a long cell becomes a task
 (`ipybox.mcp_server.tasks`). `register_mcp_server` makes the host run what the client names, so it is
-decided by the same rules (as the call `ipybox.register_mcp_server`, asked when no rule decides it; see
-`ipybox.mcp_server.registration`) before anything is written, and asks the same way.
+decided by the same rules (as the call `ipybox.register_mcp_server`; when no rule decides it, asked where
+the kernels are sandboxed and allowed where they run unsandboxed on this host, since they could start it
+themselves; see `ipybox.mcp_server.registration`) before anything is written, and asks the same way.
 """
 
 from __future__ import annotations
@@ -299,7 +300,8 @@ def create_server(
         server_name: str, server_params: dict[str, Any], ctx: Context
     ) -> str | InputRequiredResult:
         """Add an MCP server to the workspace and generate its Python API under mcptools/<server_name>/.
-        The workspace's approval rules decide whether it may be added (usually the user is asked).
+        The workspace's approval rules decide whether it may be added; without a rule for it, the user
+        is asked if the kernels are sandboxed (it is allowed if they are not).
 
         Args:
             server_name: A Python identifier; the package name the generated API gets.
@@ -332,13 +334,14 @@ def create_server(
     ) -> list[types.TextContent | types.ImageContent] | InputRequiredResult:
         """Execute Python code in a stateful IPython kernel (variables, imports and definitions persist)
         and return its output. Code can import the generated APIs of registered MCP servers
-        (`from mcptools.<server> import <tool>`). Output longer than max_output_chars keeps its head and
-        tail, and the complete text is saved to a file whose path is given. Plots come back as images.
+        (`from mcptools.<server> import <tool>`). Output longer than max_output_chars is cut to its first
+        max_output_chars characters, followed by "[Output truncated: exceeded N character limit]" and the
+        path of a file holding the complete output. Plots come back as images.
 
         Args:
             code: Python code (IPython syntax, top-level await allowed).
             timeout: Seconds the code may run before it is interrupted.
-            max_output_chars: How much output to return.
+            max_output_chars: Characters of output to return at most (the first ones).
             kernel: Which kernel to run in. Omitted: this connection's kernel; a client without one (MCP
                 2026-07-28 over HTTP) gets a new kernel, and the result ends with its handle. "new": a new
                 kernel (several at once are fine). A handle ("kernel-..."): that kernel, with the state
@@ -361,7 +364,7 @@ def create_server(
         target, announce = await kernel_for(ctx, kernel)
         denied: list[str] = []
         async with target.lock:
-            target.executor.kernel_client.max_output_chars = max_output_chars
+            _bound_output(target.executor, max_output_chars)
             result: CodeExecutionResult | None = None
             error: str | None = None
             try:
@@ -467,7 +470,7 @@ class _Cell:
         self.can_elicit = can_elicit
 
     async def cancel(self) -> None:
-        # The stream ends with the output so far; the kernel keeps its state.
+        # The stream ends (without a result, as 0.9.2's); the kernel keeps its state.
         self.kernel.executor.cancel()
 
     async def run(self, operation: Operation[_Content]) -> _Content:
@@ -477,7 +480,7 @@ class _Cell:
         tail = ""
         async with self.kernel.lock:
             executor = self.kernel.executor
-            executor.kernel_client.max_output_chars = self.max_output_chars
+            _bound_output(executor, self.max_output_chars)
             try:
                 async for item in executor.stream(self.code, timeout=self.timeout, chunks=True):
                     if isinstance(item, ApprovalRequest):
@@ -569,6 +572,17 @@ async def _render_task(operation: Operation[Any]) -> types.CallToolResult:
     return types.CallToolResult(content=list(content))
 
 
+def _bound_output(executor: CodeExecutor, max_output_chars: int) -> None:
+    """Have the cell's output kept as ipybox 0.9.2's MCP server returned it: its first `max_output_chars`
+    characters (not the SDK's head and tail); longer output is saved whole to a file.
+
+    One character more is kept than returned: 0.9.2 compared the output without its trailing newline, so
+    a print of exactly `max_output_chars` characters is not truncated (`_render` cuts what is longer)."""
+    client = executor.kernel_client
+    client.max_output_chars = max_output_chars + 1
+    client.keep_output_tail = False
+
+
 async def _render(
     result: CodeExecutionResult | None,
     error: str | None,
@@ -581,10 +595,18 @@ async def _render(
     and the handle of the kernel the call opened."""
     content: _Content = []
     text = error if error is not None else (result.text if result is not None else "") or ""
-    if result is not None and result.output_file is not None:
-        # ipybox 0.9's notice, which agents may look for, then where the whole output is.
+    if (
+        error is None
+        and result is not None
+        and (result.output_file is not None or len(text) > max_output_chars)
+    ):
+        # As ipybox 0.9.2: the first max_output_chars characters (the collector kept those, see
+        # `_bound_output`; what follows them in `text` is its own notice), then 0.9.2's notice, which
+        # agents may look for; then where the whole output is, which 0.9.2 did not keep.
+        text = text[:max_output_chars]
         text += f"\n\n[Output truncated: exceeded {max_output_chars} character limit]"
-        text += f"\n[the complete output is in {result.output_file}]"
+        if result.output_file is not None:
+            text += f"\n[the complete output is in {result.output_file}]"
     if denied and not can_elicit:
         text += (
             "\n[ipybox: nobody could answer the approval questions of these calls, so they were denied: "

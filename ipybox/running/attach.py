@@ -31,8 +31,8 @@ class WorkspaceSession:
         pause_timer: Pauses the running execution's timeout while a human decides; returns the resume.
         images_dir, output_dir, max_output_chars, max_output_file_bytes, max_image_bytes: As for
             `KernelClient`.
-        kernel_init_timeout: Seconds a kernel from the pool gets to answer (`KernelClient`'s
-            `ready_timeout`; `None`: no limit).
+        kernel_init_timeout: Seconds until a kernel from the pool answers, the wait for the pool to have
+            one included when the kernels are local (`KernelClient`'s `ready_timeout`; `None`: no limit).
         answers: What the application does with `ask`s: decides them (`application`), asks its MCP
             client (`elicitation`), or neither (`none`: the workspace asks people instead, and only tells
             it, so the execution's clock stops while they decide).
@@ -86,6 +86,8 @@ class WorkspaceSession:
             spare_kernel=False,  # the workspace's pool is the spare
             ready_timeout=kernel_init_timeout,
             kernel_source=self._lease_kernel,
+            # A remote gateway's pod may take minutes: the workspace bounds that by its start_timeout.
+            source_wait_bounded=state.gateway_url is None,
             gateway_loss=self._gateway_loss,
             replaced=self._replaced,
         )

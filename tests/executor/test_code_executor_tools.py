@@ -116,11 +116,30 @@ except ApprovalRejectedError as e:
     assert not target.exists()
 
 
-async def test_an_uncaught_rejection_is_a_code_execution_error(tool_executor: CodeExecutor) -> None:
-    code = "from mcptools.everything import echo\necho.run(echo.Params(message='no'))"
+def _ends_at_the_users_line(traceback: str, line: str) -> None:
+    """The kernel's traceback of a failed tool call shows the cell's line and nothing of ipybox's or the
+    generated module's code below it (issue 37)."""
+    assert f"----> 2 {line}" in traceback, traceback
+    assert "ipybox/" not in traceback and "mcptools/" not in traceback and "tool_runner" not in traceback, (
+        traceback
+    )
+    assert "skipping hidden" not in traceback, traceback
+
+
+async def test_an_uncaught_rejection_is_a_code_execution_error_ending_at_the_users_line(
+    tool_executor: CodeExecutor,
+) -> None:
+    line = "echo.run(echo.Params(message='no'))"
     with pytest.raises(CodeExecutionError) as info:
-        await _decide(tool_executor, code, decide=False)
+        await _decide(tool_executor, f"from mcptools.everything import echo\n{line}", decide=False)
     assert info.value.ename == "ApprovalRejectedError"
+    _ends_at_the_users_line(info.value.traceback, line)
+    # The async variant too, through asyncio's thread hand-off.
+    line = "await echo.arun(echo.Params(message='no'))"
+    with pytest.raises(CodeExecutionError) as info:
+        await _decide(tool_executor, f"from mcptools.everything import echo\n{line}", decide=False)
+    assert info.value.ename == "ApprovalRejectedError"
+    _ends_at_the_users_line(info.value.traceback, line)
 
 
 async def test_undecided_calls_time_out(tool_executor: CodeExecutor) -> None:
@@ -191,12 +210,15 @@ with ThreadPoolExecutor(4) as pool:
     assert result.text == str(["Echo: 0", "Echo: 1", "rejected 2", "Echo: 3"])
 
 
-async def test_tool_errors_carry_the_servers_message(tool_executor: CodeExecutor) -> None:
-    code = "from mcptools.edge import fail\nfail.run(fail.Params(message='the disk is full'))"
+async def test_tool_errors_carry_the_servers_message_and_end_at_the_users_line(
+    tool_executor: CodeExecutor,
+) -> None:
+    line = "fail.run(fail.Params(message='the disk is full'))"
     with pytest.raises(CodeExecutionError) as info:
-        await tool_executor.execute(code)
+        await tool_executor.execute(f"from mcptools.edge import fail\n{line}")
     assert info.value.ename == "ToolRunnerError"
     assert "the disk is full" in str(info.value)
+    _ends_at_the_users_line(info.value.traceback, line)
 
 
 async def test_secrets_reach_the_server_but_not_the_kernel(tool_executor: CodeExecutor) -> None:

@@ -25,6 +25,14 @@ def test_bounded_text_returns_the_whole_text_once_and_keeps_head_and_tail() -> N
     assert text.render("[cut]") == "abcde\n[cut]\nlmnop"
 
 
+def test_bounded_text_without_tail_keeps_the_first_limit_characters_only() -> None:
+    text = BoundedText(10, tail=False)
+    text.append("abcdefgh")
+    assert text.append("ijkl") == "abcdefghijkl"
+    assert text.append("mnop") is None
+    assert text.render("[cut]") == "abcdefghij\n[cut]\n"
+
+
 def test_bounded_text_tail_stays_bounded_with_many_small_appends() -> None:
     text = BoundedText(100)
     for i in range(10_000):

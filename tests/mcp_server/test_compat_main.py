@@ -92,17 +92,19 @@ async def test_python_m_ipybox_mcp_server_serves_a_created_workspace_with_0_9s_o
     assert not any(" INFO " in line for line in lines)  # --log-level WARNING
 
 
-async def test_truncated_output_carries_0_9s_notice_with_head_tail_and_file(
+async def test_truncated_output_is_0_9s_first_n_characters_and_notice_then_the_file(
     module_session: tuple[ClientSession, Path, Path],
 ) -> None:
     session, _, _ = module_session
     code = "for i in range(5000): print(f'line {i}')"
     result = await session.call_tool("execute_ipython_cell", {"code": code, "max_output_chars": 500})
     out = text(result)
-    assert out.startswith("line 0") and "line 4999" in out
-    assert "\n\n[Output truncated: exceeded 500 character limit]\n[the complete output is in " in out
+    whole = "".join(f"line {i}\n" for i in range(5000))
+    # Exactly 0.9.2's text (`output[:500] + notice`), then where the complete output is.
+    assert out.startswith(whole[:500] + "\n\n[Output truncated: exceeded 500 character limit]\n")
+    assert "line 4999" not in out
     path = out.rsplit("[the complete output is in ", 1)[1].rstrip("]")
-    assert Path(path).read_text().count("\n") >= 5000
+    assert Path(path).read_text() == whole
 
 
 async def test_short_output_carries_no_truncation_notice(
@@ -113,6 +115,15 @@ async def test_short_output_carries_no_truncation_notice(
         "execute_ipython_cell", {"code": "print('short')", "max_output_chars": 500}
     )
     assert text(result) == "short"
+    # As 0.9.2, which compared the output without its trailing newline: exactly 500 characters fit.
+    result = await session.call_tool(
+        "execute_ipython_cell", {"code": "print('x' * 500)", "max_output_chars": 500}
+    )
+    assert text(result) == "x" * 500
+    result = await session.call_tool(
+        "execute_ipython_cell", {"code": "print('y' * 501)", "max_output_chars": 500}
+    )
+    assert text(result).startswith("y" * 500 + "\n\n[Output truncated: exceeded 500 character limit]")
 
 
 async def test_the_mcp_server_class_serves_the_current_directory_with_kernel_env(parent: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from ipybox.supervisor import Supervisor, read_state
 from tests.cli.test_main import IPYBOX
-from tests.mcp_server.sessions import ALLOW_REGISTRATION, BUILT_IN_TOOLS
+from tests.mcp_server.sessions import BUILT_IN_TOOLS
 from tests.servers.params import CACHE, EDGE_SERVER
 from tests.supervisor.workspaces import RULES
 
@@ -63,11 +63,10 @@ def sdk_modules() -> Path:
 
 
 def write_workspace(directory: Path) -> Path:
-    """A workspace without servers whose rules allow registering servers and `edge.echo(text="hi")`, and
-    ask about the rest."""
-    (directory / "ipybox.toml").write_text(
-        "[sandbox]\nenabled = false\n" + RULES.format(ask_timeout=10) + ALLOW_REGISTRATION
-    )
+    """A workspace without servers whose rules allow `edge.echo(text="hi")` and ask about the rest. No rule
+    covers registrations: with unsandboxed kernels, a registration no rule decides is allowed (as in
+    ipybox 0.9.2), which the node client's `register_mcp_server` relies on."""
+    (directory / "ipybox.toml").write_text("[sandbox]\nenabled = false\n" + RULES.format(ask_timeout=10))
     return directory
 
 

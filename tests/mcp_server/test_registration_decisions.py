@@ -126,6 +126,27 @@ def test_no_rule_means_ask_whatever_the_default(tmp_path: Path) -> None:
         assert verdict.decision == "ask" and verdict.rule_id is None
 
 
+def test_with_unsandboxed_local_kernels_no_rule_means_allow_and_rules_still_decide(tmp_path: Path) -> None:
+    # Those kernels can start any host process and edit ipybox.toml themselves: registering adds nothing.
+    unconfined = parse(workspace(tmp_path, sandboxed=False), "fs", {"command": "x"})
+    assert unconfined.kernels_unconfined
+    verdict = decide_registration(policy(), unconfined)
+    assert verdict.decision == "allow" and verdict.rule_id is None and "not sandboxed" in verdict.reason
+    ask = {"id": "ask-me", "server": "ipybox", "decision": "ask"}
+    deny = {"id": "no", "tool": "register_*", "decision": "deny"}
+    assert decide_registration(policy(ask), unconfined).decision == "ask"
+    assert decide_registration(policy(deny), unconfined).decision == "deny"
+
+
+def test_with_kernels_on_a_remote_gateway_no_rule_still_means_ask(tmp_path: Path) -> None:
+    # Unsandboxed there, they are on another machine: a registration starts a command on this one.
+    directory = workspace(tmp_path, sandboxed=False)
+    with (directory / "ipybox.toml").open("a") as file:
+        file.write('\n[kernel.gateway]\nurl = "https://eg.example.com:8888"\n')
+    remote = parse(directory, "fs", {"command": "x"})
+    assert not remote.kernels_unconfined and decide_registration(policy(), remote).decision == "ask"
+
+
 def test_an_allow_rule_must_name_the_ipybox_server(tmp_path: Path) -> None:
     catch_all = {"id": "all", "decision": "allow"}
     glob = {"id": "glob", "server": "ipy*", "decision": "allow"}
