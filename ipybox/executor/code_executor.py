@@ -20,8 +20,8 @@ kernel (its connection to the tool server closes, and the server drops the call)
 meanwhile are rejected at once, and those still undecided once the code stopped are rejected then (a
 workspace forgets them). The stream then ends, as ipybox 0.9.2's, without a result and without the error the
 stopped code raised (KeyboardInterrupt, `ApprovalRejectedError`, or a timeout that fired meanwhile), and
-`execute()` returns 0.9.2's empty result (`text=None`, no images), marked `cancelled=True`; the output up to
-the cancel is what `stream(chunks=True)` yielded. A `KernelDiedError` is still raised, since the kernel's
+`execute()` returns the output up to the cancel, marked `cancelled=True` (0.9.2's `execute()` returns
+`text=None` there: nothing here drops output that was produced). A `KernelDiedError` is still raised, since the kernel's
 state is gone. A cancel that comes after the code finished changes nothing: its result is yielded as usual.
 
 A running execution is a task of the executor's task group (a `Service` of `ipybox.lifecycle`, held from
@@ -39,7 +39,7 @@ import contextlib
 import logging
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Self, Unpack, cast
@@ -452,7 +452,7 @@ class CodeExecutor:
         Undecided approval requests of that execution are rejected (a later `accept()` of one raises
         `RuntimeError`), the code is interrupted and the stream ends, as in ipybox 0.9.2, without an
         exception and without a `CodeExecutionResult` (the output so far is what `chunks=True` yielded);
-        `execute()` returns `CodeExecutionResult(text=None, images=[], cancelled=True)`.
+        `execute()` returns the output so far with `cancelled=True` (0.9.2's returns `text=None`).
         The kernel keeps its state and is ready for the next execution (unless the code ignores interrupts
         for `interrupt_grace` seconds: then its kernel is replaced, with a warning logged). Does nothing
         when no execution runs.
@@ -483,7 +483,7 @@ class CodeExecutor:
                 0.20s (approval wait excluded).").
 
         Returns:
-            The result; after `cancel()`, 0.9.2's empty one (`text=None`, no images) with `cancelled=True`.
+            The result; after `cancel()`, the output up to then with `cancelled=True`.
 
         Raises:
             CodeExecutionError: The code raised an exception (a rejected tool call included), or the kernel
@@ -493,13 +493,16 @@ class CodeExecutor:
         result: CodeExecutionResult | None = None
         accepts = self.workspace is None or self.execute_accepts_asks
         declines = None if accepts else _EXECUTE_DECLINES
-        async for item in self._stream(code, timeout, chunks=False, auto_approve=accepts, declines=declines):
+        stream = self._stream(
+            code, timeout, chunks=False, auto_approve=accepts, declines=declines, keep_cancelled=True
+        )
+        async for item in stream:
             # Declining, only calls the workspace refused already arrive here (nobody could be asked).
             if isinstance(item, ApprovalRequest) and accepts:
                 await item.accept()
             elif isinstance(item, CodeExecutionResult):
                 result = item
-        if result is None:  # cancelled: 0.9.2's empty result (plus `cancelled`)
+        if result is None:  # cancelled before any output could be collected
             return CodeExecutionResult(None, [], cancelled=True)
         return result
 
@@ -529,7 +532,10 @@ class CodeExecutor:
         chunks: bool,
         auto_approve: bool,
         declines: str | None = None,
+        keep_cancelled: bool = False,
     ) -> AsyncIterator[StreamItem]:
+        # `keep_cancelled`: end a cancelled execution with its result (the output so far, `cancelled=True`)
+        # instead of 0.9.2's silent end of `stream()`; `execute()` returns it rather than dropping output.
         client = self.kernel_client
         async with self._lock:
             execution = _Execution(auto_approve, declines)
@@ -574,10 +580,15 @@ class CodeExecutor:
                         # The code stopped by a cancel may have failed before the client saw the cancel.
                         if not execution.ends_quietly(item.error):
                             raise item.error
+                        partial = getattr(item.error, "result", None)
+                        if keep_cancelled and isinstance(partial, CodeExecutionResult):
+                            yield replace(partial, cancelled=True)
                         break  # cancelled: no result, as in 0.9.2
                     if isinstance(item, ApprovalRequest) and execution.cancellation.cancelled:
                         continue  # withdrawn (rejected) by the cancel
                     if isinstance(item, CodeExecutionResult) and item.cancelled:
+                        if keep_cancelled:
+                            yield item
                         break  # as in 0.9.2: a cancelled stream ends without a result
                     assert isinstance(item, ApprovalRequest | CodeExecutionChunk | CodeExecutionResult)
                     yield item

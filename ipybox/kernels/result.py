@@ -36,9 +36,10 @@ class CodeExecutionResult:
         stdout: What was written to stdout (and displayed results), bounded like `text`.
         stderr: What was written to stderr, bounded like `text`.
         output_file: The file holding the complete output, when `text` had to be truncated.
-        cancelled: The execution was stopped by `cancel()`. `CodeExecutor.execute()` then returns, as
-            ipybox 0.9.2, an empty result (`text=None`, no images) with this set, and its `stream()` ends
-            without a result; `KernelClient.stream()` ends with one holding the output up to the cancel.
+        cancelled: The execution was stopped by `cancel()`. `CodeExecutor.execute()` then returns the
+            output up to the cancel with this set (ipybox 0.9.2 returns `text=None`), while
+            `CodeExecutor.stream()` ends without a result, as 0.9.2's; `KernelClient.stream()` ends with one
+            holding the output up to the cancel.
     """
 
     text: str | None
