@@ -14,13 +14,12 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ipybox.sandbox.bwrap import check_sandbox
+from ipybox.sandbox.bwrap import bwrap_path, check_sandbox
 from ipybox.sandbox.container import container_remedy, detect_container
 from ipybox.sandbox.errors import SandboxUnavailableError
 from ipybox.sandbox.seatbelt import SANDBOX_EXEC, check_seatbelt
@@ -231,9 +230,10 @@ def run_checks() -> list[Check]:
 
 
 def _bwrap() -> Check:
-    path = shutil.which("bwrap")
-    if path is None:
-        return Check("bubblewrap", False, "not installed: 'sudo apt-get install bubblewrap'", True)
+    try:
+        path = bwrap_path()  # where the sandbox finds it, which may be off PATH
+    except SandboxUnavailableError as e:
+        return Check("bubblewrap", False, str(e), True)
     version = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout.strip()
     return Check("bubblewrap", True, f"{path} ({version})", True)
 
