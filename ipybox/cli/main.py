@@ -529,9 +529,7 @@ def _main(argv: list[str] | None) -> int:
         "(default when the code is an argument and standard input is a terminal), approve all, or none "
         "(default otherwise: rejected; in a workspace, left to its web console and `ipybox approve`)",
     )
-    init_parser = commands.add_parser(
-        "init", help="write a new workspace's ipybox.toml (and .gitignore) in DIR"
-    )
+    init_parser = commands.add_parser("init", help="write a new workspace's ipybox.toml (and .gitignore)")
     add_workspace_option(
         init_parser, legacy_positional=True, help_text="the workspace, created if missing (default: .)"
     )
@@ -560,19 +558,31 @@ def _main(argv: list[str] | None) -> int:
     )
     servers.add_commands(commands)
     workspace_commands = {
-        "up": "run the workspace in DIR: kernels, tool server, reconciler, endpoints (Ctrl-C stops it)",
+        "up": "run the workspace: kernels, tool server, reconciler, endpoints (Ctrl-C stops it; -d runs it in the "
+        "background and exits 1 if a declared server failed to start)",
         "status": "show what runs in the workspace",
-        "down": "stop the workspace",
+        "down": "stop the workspace (exit 0 when it is not running: nothing to stop)",
         "logs": "print the workspace's log",
         "validate": "check the workspace's ipybox.toml",
         "approve": "answer the running workspace's asks in this terminal (y/s/a allow, n/d/D deny, ? help)",
         "console": "print a new one-time login link for the running workspace's web console",
     }
-    verbs = {verb: commands.add_parser(verb, help=text) for verb, text in workspace_commands.items()}
+    verbs = {
+        verb: commands.add_parser(verb, help=text, description=f"{text[0].upper()}{text[1:]}.")
+        for verb, text in workspace_commands.items()
+    }
     for verb in verbs.values():
         add_workspace_option(verb, legacy_positional=True)
-    verbs["up"].add_argument("-d", "--detach", action="store_true", help="run in the background")
-    verbs["status"].add_argument("--json", action="store_true", help="machine-readable output")
+    verbs["up"].add_argument(
+        "-d",
+        "--detach",
+        action="store_true",
+        help="run in the background: return once it is up, with exit status 1 when a declared server failed "
+        "to start (the workspace keeps running without it)",
+    )
+    verbs["status"].add_argument(
+        "--json", action="store_true", help="machine-readable output: the control endpoint's status as JSON"
+    )
     verbs["validate"].add_argument(
         "--live",
         action="store_true",

@@ -6,6 +6,9 @@ and when it can't, why (the runtime's default seccomp/AppArmor confinement), tha
 isolation boundary, and which `docker run` flags would let it nest, at what cost. It is not required:
 `sandbox=True` needs the namespaces check, which already fails in such a container.
 
+Its bubblewrap check finds `bwrap` with the sandbox's own lookup (`ipybox.sandbox.bwrap.bwrap_path`: `PATH`,
+then the system's directories), so it reports the executable a sandboxed kernel will run.
+
 The command also reports how this machine enforces resource limits, as more `Check`s made by
 `ipybox.cli.doctor` (`ipybox.limits` is this package's sibling layer, so neither imports the other)."""
 
