@@ -4,6 +4,16 @@
 holds, or without one. The file names the state directory (`[workspace] state_dir`); when it can't be
 loaded, `.ipybox` is assumed and a "not running" answer says so.
 
+Exit statuses: `up -d` returns 0 once the workspace is up with every declared (enabled) server started,
+and 1 when one failed to start: it prints the summary (each server with its state, a failed one with
+why), then names the failed ones on standard error; the workspace keeps running without them (a fix of
+`ipybox.toml` is applied live). `down` of a workspace that is not running says so and returns 0: after it,
+the workspace is stopped either way. `status` returns 1 when nothing runs.
+
+`status` prints aligned `label: value` lines (`state`, `control`, `mcp`, `console`, `gateway`, `kernels`,
+`limits`, `servers`, ...) and one line per kernel and per server under them; `status --json` prints the
+control endpoint's `WorkspaceStatus` as JSON (`{"running": true, ...}`), the form scripts should read.
+
 `up` shows its progress on a terminal (`ipybox.cli.progress`): the foreground `up` passes the drawing
 listener to `Supervisor.start`; a detached `up` starts its child with `IPYBOX_PROGRESS=ndjson`, which
 makes the child write each event as a JSON line to its standard output (`logs/up.out`), and the waiting
@@ -198,9 +208,10 @@ def _up_detached(workspace: Path) -> int:
         # running (a fix of ipybox.toml is applied live), as the message says.
         names = ", ".join(name for name, _ in failed)
         why = "".join(f"\n  {name}: {_server_line(server)}" for name, server in failed)
+        total = len(result.status.reconciler.servers)
         return _fail(
-            f"{len(failed)} of the workspace's {len(result.status.reconciler.servers)} servers failed to start "
-            f"({names}); the workspace runs without {'it' if len(failed) == 1 else 'them'}:{why}\n"
+            f"{len(failed)} of {total} declared server{'s' * (total != 1)} failed to start ({names}); the "
+            f"workspace runs without {'it' if len(failed) == 1 else 'them'}:{why}\n"
             "fix ipybox.toml (applied while the workspace runs; `ipybox status` shows each server), or "
             "`ipybox down` stops it"
         )
@@ -406,7 +417,10 @@ def status(workspace: Path, as_json: bool) -> int:
         print(json.dumps({"running": True, **info.model_dump(mode="json")}, indent=2))
         return 0
     _say(f"ipybox is running in {info.workspace}")
-    _field("state", f"up {_span(info.uptime_s)} (since {info.started_at}), pid {info.pid}, {_sandbox(info)}")
+    _field(
+        "state",
+        f"up {_span(info.uptime_s)} (since {_when(info.started_at)}), pid {info.pid}, {_sandbox(info)}",
+    )
     _print_endpoint_lines(info)
     gateway = info.gateway
     gateway_state = "running" if gateway.running else "DOWN"
@@ -463,6 +477,16 @@ _LABEL = 11  # "  isolation: " and the values after it line up
 def _field(label: str, value: str) -> None:
     """One line of `status`: `  label:     value`, values aligned."""
     _say(f"  {label + ':':<{_LABEL}}{value}")
+
+
+def _when(iso: str) -> str:
+    """`2026-11-24 07:00:00 UTC` for an ISO 8601 time (as given when it is not one)."""
+    from datetime import UTC, datetime
+
+    try:
+        return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except ValueError:
+        return iso
 
 
 def _sandbox(info: WorkspaceStatus) -> str:
@@ -582,7 +606,7 @@ def down(workspace: Path) -> int:
     except NotRunningError:
         # Nothing to stop is not a failure: after `ipybox down` the workspace is stopped, either way.
         _say(f"ipybox is not running in {workspace}: nothing to stop")
-        if validate_quietly(workspace) is not None:
+        if (workspace / "ipybox.toml").is_file() and validate_quietly(workspace) is not None:
             print(
                 "ipybox: ipybox.toml can't be loaded, so its [workspace] state_dir is not known and only .ipybox "
                 "was looked in (`ipybox validate` shows why)",

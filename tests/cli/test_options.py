@@ -253,7 +253,7 @@ def test_status_is_aligned_lines_with_state_endpoints_kernels_and_each_servers_s
         labelled
     )  # values aligned
     assert {"state", "mcp", "console", "gateway", "restarts", "kernels", "limits", "servers"} <= set(fields)
-    assert "  state:     up 62 min (since 2026-11-24T07:00:00Z), pid 4242, kernels sandboxed" in lines
+    assert "  state:     up 62 min (since 2026-11-24 07:00:00 UTC), pid 4242, kernels sandboxed" in lines
     assert "  gateway:   running (pid 4243)" in lines and "  restarts:  gateway 1" in lines
     assert "  servers:   2 (1 ready, 1 failed)" in lines
     assert "    broken      failed (ipybox.toml:12:1): could not start: npx: command not found" in lines

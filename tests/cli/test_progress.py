@@ -352,7 +352,7 @@ def test_up_detached_on_a_terminal_shows_each_parts_progress_then_the_endpoints(
         failure = shown.index("`ipybox down` stops it.") + 1
         assert (
             shown[failure]
-            == "ipybox: 1 of the workspace's 2 servers failed to start (bad); the workspace runs without it:"
+            == "ipybox: 1 of 2 declared servers failed to start (bad); the workspace runs without it:"
         )
         assert shown[failure + 1].startswith("  bad: failed (ipybox.toml:") and shown[-1].startswith(
             "fix ipybox.toml"
