@@ -368,13 +368,12 @@ def init(
                 f"({how})",
                 file=err,
             )
-    where = "" if shown_as is None else " " + shlex.quote(shown_as)
-    option = "" if shown_as is None else " --workspace" + where
+    option = "" if shown_as is None else " -w " + shlex.quote(shown_as)
     print("Next:", file=out)
     if not chosen:
         print(f"  ipybox server add NAME{option} -- COMMAND [ARGS...]   add an MCP server", file=out)
         print(f"    (or uncomment one in {CONFIG_FILE}: {', '.join(CATALOG)})", file=out)
-    print(f"  ipybox up{where}   run the workspace", file=out)
+    print(f"  ipybox up{option}   run the workspace", file=out)
     return 0
 
 

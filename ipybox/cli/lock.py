@@ -1,4 +1,4 @@
-"""`ipybox lock accept DIR [SERVER]`: pin in `ipybox.lock` what a workspace's servers serve now.
+"""`ipybox lock accept [SERVER] [-w DIR]`: pin in `ipybox.lock` what a workspace's servers serve now.
 
 In a running workspace the supervisor pins what its servers listed (`POST /lock/accept`): their changed
 and new tools are decided by the rules again at once. Otherwise each server (or `SERVER`) is started

@@ -23,6 +23,14 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ipybox import __version__
 from ipybox.cli import servers
 from ipybox.cli.mcp_compat import LOG_LEVELS, configure_logging, unused_endpoint_options
+from ipybox.cli.options import (
+    CommandParser,
+    add_workspace_option,
+    finish,
+    usage_error,
+    workspace_given,
+    workspace_of,
+)
 from ipybox.display_text import printable
 from ipybox.errors import IpyboxError
 
@@ -241,7 +249,7 @@ def _mcp(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     sandbox: bool = args.mcp_sandbox
     sandbox_config: Path | None = args.mcp_sandbox_config
     if workspace.exists() and not workspace.is_dir():
-        parser.error(f"--workspace {workspace}: not a directory")
+        usage_error(args, f"--workspace {workspace}: not a directory", parser)
     if (problem := _sandbox_config_problem(sandbox_config)) is not None:
         return _fail(problem)
     if args.mcp_log_level is not None:
@@ -276,17 +284,18 @@ def _exec_place(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tu
     """Where `ipybox exec` runs the code: the workspace to attach to (`None`: a fresh kernel), and the
     working directory (absolute). A directory with ipybox.toml is a workspace however it is named, so its
     sandbox is never bypassed by a fresh, unsandboxed kernel in it."""
-    if args.workspace is not None and args.working_dir is not None:
+    given = workspace_given(args, parser)
+    if given is not None and args.working_dir is not None:
         parser.error("--workspace and --working-dir: give one (a workspace's kernels run in the workspace)")
-    if args.workspace is not None:
-        if not args.workspace.is_dir():
-            parser.error(f"--workspace {args.workspace}: no such directory")
-        if not (args.workspace / "ipybox.toml").is_file():
+    if given is not None:
+        if not given.is_dir():
+            parser.error(f"--workspace {given}: no such directory")
+        if not (given / "ipybox.toml").is_file():
             parser.error(
-                f"--workspace {args.workspace} is not a workspace: it has no ipybox.toml (`ipybox init` writes "
+                f"--workspace {given} is not a workspace: it has no ipybox.toml (`ipybox init` writes "
                 "one; --working-dir runs a fresh kernel in a plain directory)"
             )
-        workspace: Path | None = args.workspace.resolve()
+        workspace: Path | None = given.resolve()
     else:
         directory: Path = args.working_dir if args.working_dir is not None else Path(".")
         if not directory.is_dir():
@@ -303,22 +312,25 @@ def _exec_place(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tu
 def _workspace_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from ipybox.cli import workspace
 
-    directory: Path = args.dir.resolve()
+    given = workspace_of(args, parser)
+    directory: Path = given.resolve()
     if not directory.is_dir():
-        parser.error(f"{args.dir}: no such directory")
+        usage_error(args, f"{given}: no such directory", parser)
     if args.command == "validate":
         if args.live or args.json:
             from ipybox.cli.validate_live import validate_live
 
             if not args.live:
-                parser.error("--json is for `ipybox validate --live`")
+                usage_error(args, "--json is for `ipybox validate --live`", parser)
             return validate_live(directory, as_json=args.json)
         return workspace.validate(directory)
     # These need only the run state: a running workspace's file may be gone.
     only_running = ("status", "down", "approve", "console")
     keeps_running = args.command in only_running and workspace.is_running(directory)
+    if args.command == "down" and not keeps_running:
+        return workspace.down(directory)  # nothing to stop: said so, whatever the directory holds
     if not (directory / "ipybox.toml").is_file() and not keeps_running:
-        parser.error(f"{args.dir} is not a workspace: it has no ipybox.toml (`ipybox init` writes one)")
+        usage_error(args, _not_a_workspace(given), parser)
     if args.command == "up":
         return workspace.up(directory, detach=args.detach)
     if args.command == "status":
@@ -334,6 +346,11 @@ def _workspace_command(parser: argparse.ArgumentParser, args: argparse.Namespace
     return workspace.logs(directory, follow=args.follow)
 
 
+def _not_a_workspace(given: Path) -> str:
+    where = "" if given == Path(".") else f" -w {given}"
+    return f"{given} is not a workspace: it has no ipybox.toml (`ipybox init{where}` writes one)"
+
+
 def _policy_commands(commands: Any) -> None:
     """`ipybox policy check|replay`, `ipybox lock accept`, `ipybox audit verify`."""
     policy = commands.add_parser(
@@ -343,8 +360,8 @@ def _policy_commands(commands: Any) -> None:
     check = policy_verbs.add_parser(
         "check", help="the decision on one call ('server.tool {json args}', or 'shell {\"cmd\": ...}')"
     )
-    check.add_argument("dir", type=Path, help="the workspace")
-    check.add_argument("call", help="the call: 'server.tool {json args}'")
+    add_workspace_option(check, legacy_positional=True)
+    check.add_argument("call", metavar="CALL", help="the call: 'server.tool {json args}'")
     check.add_argument(
         "--annotations", help="the tool's MCP annotations as JSON (default: its pin in ipybox.lock)"
     )
@@ -353,7 +370,9 @@ def _policy_commands(commands: Any) -> None:
         help="decide every call in the audit log again and show those that change (exit 1 if an allow "
         "becomes a deny or back)",
     )
-    replay.add_argument("dir", type=Path, help="the workspace (whose audit log is replayed)")
+    add_workspace_option(
+        replay, legacy_positional=True, help_text="the workspace whose audit log is replayed (default: .)"
+    )
     replay.add_argument(
         "--config", type=Path, help="replay under this ipybox.toml instead of the workspace's"
     )
@@ -361,22 +380,36 @@ def _policy_commands(commands: Any) -> None:
     lock = commands.add_parser("lock", help="the tools pinned in ipybox.lock")
     lock_verbs = lock.add_subparsers(dest="verb", metavar="VERB", required=True)
     accept = lock_verbs.add_parser("accept", help="pin what the servers (or SERVER) serve now in ipybox.lock")
-    accept.add_argument("dir", type=Path, help="the workspace")
-    accept.add_argument("server", nargs="?", help="only this server (default: every one that differs)")
+    add_workspace_option(accept, legacy_positional=True)
+    accept.add_argument(
+        "server", nargs="?", metavar="SERVER", help="only this server (default: every one that differs)"
+    )
     audit = commands.add_parser("audit", help="the audit log of approval decisions")
     audit_verbs = audit.add_subparsers(dest="verb", metavar="VERB", required=True)
     verify = audit_verbs.add_parser(
         "verify", help="check the audit log's hash chain; report the first broken link"
     )
-    verify.add_argument("dir", type=Path, help="the workspace")
+    add_workspace_option(verify, legacy_positional=True)
     for verb in (check, replay, accept, verify):
         verb.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def _lock_accept_arguments(args: argparse.Namespace) -> None:
+    """`ipybox lock accept [SERVER]`: before `-w`, the form was `lock accept DIR [SERVER]`, so a lone
+    positional is the workspace when it is a directory and `-w` was not given, else the server."""
+    legacy: Path | None = args.legacy_dir
+    w_given = args.workspace is not None or args.mcp_workspace is not None
+    if legacy is not None and args.server is None and (w_given or not legacy.is_dir()):
+        args.server, args.legacy_dir = str(legacy), None
+
+
 def _policy_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    directory: Path = args.dir.resolve()
+    if args.command == "lock":
+        _lock_accept_arguments(args)
+    given = workspace_of(args, parser)
+    directory: Path = given.resolve()
     if not (directory / "ipybox.toml").is_file():
-        parser.error(f"{args.dir} is not a workspace: it has no ipybox.toml (`ipybox init` writes one)")
+        usage_error(args, _not_a_workspace(given), parser)
     if args.command == "policy":
         from ipybox.cli import policy
 
@@ -415,7 +448,7 @@ def _connect_commands(commands: Any) -> None:
         help="claude (Claude Code), codex, cursor, vscode, desktop (Claude Desktop, stdio only) or json "
         "(the common mcpServers form; default)",
     )
-    connect.add_argument("-w", "--workspace", type=Path, default=Path("."), help="the workspace (default: .)")
+    add_workspace_option(connect)
     transport = connect.add_mutually_exclusive_group()
     transport.add_argument(
         "--stdio", action="store_true", help="the client starts `ipybox mcp --workspace DIR` (default)"
@@ -442,21 +475,27 @@ def _connect_commands(commands: Any) -> None:
         "rotate",
         help="replace the token with a new one (a running workspace refuses the old one at once)",
     )
-    rotate.add_argument("-w", "--workspace", type=Path, default=Path("."), help="the workspace (default: .)")
+    add_workspace_option(rotate)
 
 
 def _connect_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from ipybox.cli import connect
 
-    directory: Path = args.workspace
+    directory = workspace_of(args, parser)
     if not directory.is_dir():
-        parser.error(f"--workspace {directory}: no such directory")
+        usage_error(args, f"--workspace {directory}: no such directory", parser)
     if args.command == "token":
         if not (directory / "ipybox.toml").is_file():
-            parser.error(f"{directory} is not a workspace: it has no ipybox.toml (`ipybox init` writes one)")
+            usage_error(
+                args,
+                f"{directory} is not a workspace: it has no ipybox.toml (`ipybox init` writes one)",
+                parser,
+            )
         return connect.rotate_token(directory.resolve())
     if args.force and not args.write:
-        parser.error("--force is for --write (it replaces a different ipybox entry in the client's file)")
+        usage_error(
+            args, "--force is for --write (it replaces a different ipybox entry in the client's file)", parser
+        )
     return connect.connect(
         args.client, directory.resolve(), http=args.http, write=args.write, force=args.force
     )
@@ -516,8 +555,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="ipybox", description="Sandboxed Python code execution with MCP tools."
+    # Typed as argparse's own, so that sub-command modules take `_SubParsersAction[ArgumentParser]`; each
+    # sub-command's parser is a `CommandParser` too (argparse makes them of the top-level parser's class).
+    parser: argparse.ArgumentParser = CommandParser(
+        prog="ipybox",
+        description="Sandboxed Python code execution with MCP tools.",
+        epilog="`ipybox COMMAND -h` shows a command's options. Every command that acts on a workspace takes "
+        "it as -w DIR (default: the current directory). `ipybox -w DIR` with no command serves the workspace "
+        "to an MCP client over stdio, as `ipybox mcp -w DIR` does (ipybox 0.9's form).",
     )
     parser.add_argument("--version", action="version", version=f"ipybox {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -526,16 +571,16 @@ def _main(argv: list[str] | None) -> int:
         help="execute Python code in a kernel of the workspace (a directory with ipybox.toml), or in a fresh "
         "kernel elsewhere, and print its output",
     )
-    run.add_argument("code", nargs="?", help="the code (default: read from standard input)")
-    run.add_argument(
-        "--workspace",
-        type=Path,
-        help="the workspace whose kernel runs the code: its sandbox, environment, servers and rules "
+    run.add_argument("code", nargs="?", metavar="CODE", help="the code (default: read from standard input)")
+    add_workspace_option(
+        run,
+        help_text="the workspace whose kernel runs the code: its sandbox, environment, servers and rules "
         "(default: the current directory, when it has ipybox.toml)",
     )
     run.add_argument(
         "--working-dir",
         type=Path,
+        metavar="DIR",
         help="directory of a fresh kernel outside any workspace (default: .); a directory with ipybox.toml is "
         "a workspace, and its kernel runs the code",
     )
@@ -548,6 +593,7 @@ def _main(argv: list[str] | None) -> int:
     run.add_argument(
         "--sandbox-config",
         type=Path,
+        metavar="FILE",
         help="sandbox policy file (JSON) extending the default (implies --sandbox; not in a workspace, whose "
         "ipybox.toml has the policy)",
     )
@@ -559,11 +605,9 @@ def _main(argv: list[str] | None) -> int:
         "(default when the code is an argument and standard input is a terminal), approve all, or none "
         "(default otherwise: rejected; in a workspace, left to its web console and `ipybox approve`)",
     )
-    init_parser = commands.add_parser(
-        "init", help="write a new workspace's ipybox.toml (and .gitignore) in DIR"
-    )
-    init_parser.add_argument(
-        "dir", nargs="?", type=Path, help="the workspace, created if missing (default: .)"
+    init_parser = commands.add_parser("init", help="write a new workspace's ipybox.toml (and .gitignore)")
+    add_workspace_option(
+        init_parser, legacy_positional=True, help_text="the workspace, created if missing (default: .)"
     )
     init_parser.add_argument(
         "--server",
@@ -583,27 +627,38 @@ def _main(argv: list[str] | None) -> int:
     )
     doctor = commands.add_parser("doctor", help="report what this machine supports for sandboxing")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
-    doctor.add_argument(
-        "dir",
-        nargs="?",
-        type=Path,
-        help="a workspace whose servers' code to check too (default: . when it has an ipybox.toml)",
+    add_workspace_option(
+        doctor,
+        legacy_positional=True,
+        help_text="a workspace whose servers' code to check too (default: . when it has an ipybox.toml)",
     )
     servers.add_commands(commands)
     workspace_commands = {
-        "up": "run the workspace in DIR: kernels, tool server, reconciler, endpoints (Ctrl-C stops it)",
+        "up": "run the workspace: kernels, tool server, reconciler, endpoints (Ctrl-C stops it; -d runs it in the "
+        "background and exits 1 if a declared server failed to start)",
         "status": "show what runs in the workspace",
-        "down": "stop the workspace",
+        "down": "stop the workspace (exit 0 when it is not running: nothing to stop)",
         "logs": "print the workspace's log",
         "validate": "check the workspace's ipybox.toml",
         "approve": "answer the running workspace's asks in this terminal (y/s/a allow, n/d/D deny, ? help)",
         "console": "print a new one-time login link for the running workspace's web console",
     }
-    verbs = {verb: commands.add_parser(verb, help=text) for verb, text in workspace_commands.items()}
+    verbs = {
+        verb: commands.add_parser(verb, help=text, description=f"{text[0].upper()}{text[1:]}.")
+        for verb, text in workspace_commands.items()
+    }
     for verb in verbs.values():
-        verb.add_argument("dir", nargs="?", type=Path, default=Path("."), help="the workspace (default: .)")
-    verbs["up"].add_argument("-d", "--detach", action="store_true", help="run in the background")
-    verbs["status"].add_argument("--json", action="store_true", help="machine-readable output")
+        add_workspace_option(verb, legacy_positional=True)
+    verbs["up"].add_argument(
+        "-d",
+        "--detach",
+        action="store_true",
+        help="run in the background: return once it is up, with exit status 1 when a declared server failed "
+        "to start (the workspace keeps running without it)",
+    )
+    verbs["status"].add_argument(
+        "--json", action="store_true", help="machine-readable output: the control endpoint's status as JSON"
+    )
     verbs["validate"].add_argument(
         "--live",
         action="store_true",
@@ -616,27 +671,44 @@ def _main(argv: list[str] | None) -> int:
     _connect_commands(commands)
     verbs["console"].add_argument("--json", action="store_true", help="machine-readable output")
     verbs["logs"].add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
-    serve = commands.add_parser("mcp", help="serve the workspace to an MCP client over stdio")
+    serve = commands.add_parser(
+        "mcp",
+        help="serve the workspace to an MCP client over stdio",
+        description="Serve the workspace to an MCP client over stdio: the command an MCP client's "
+        "configuration runs (`ipybox mcp -w DIR`). A missing workspace directory is created.",
+    )
     for target in (serve, parser):  # `ipybox --workspace DIR` is ipybox 0.9's form of `ipybox mcp`
+        top = target is parser
         # The subcommand's copies default to SUPPRESS: else their defaults would replace what was given
         # before the subcommand (`ipybox --workspace DIR mcp`).
-        default = argparse.SUPPRESS if target is serve else None
+        default = None if top else argparse.SUPPRESS
         target.add_argument(
-            "--workspace", dest="mcp_workspace", type=Path, default=default, help="the workspace (default: .)"
+            "-w",
+            "--workspace",
+            dest="mcp_workspace",
+            type=Path,
+            default=default,
+            metavar="DIR",
+            help="the workspace of the command that follows; with no command, serve it over MCP stdio "
+            "(ipybox 0.9's form of `ipybox mcp`)"
+            if top
+            else "the workspace directory (default: .)",
         )
+        # At the top level, these are ipybox 0.9's form of `ipybox mcp`'s options: accepted, not listed.
         target.add_argument(
             "--sandbox",
             dest="mcp_sandbox",
             action="store_true",
-            default=argparse.SUPPRESS if target is serve else False,
-            help="sandbox the kernels",
+            default=False if top else argparse.SUPPRESS,
+            help=argparse.SUPPRESS if top else "sandbox the kernels",
         )
         target.add_argument(
             "--sandbox-config",
             dest="mcp_sandbox_config",
             type=Path,
             default=default,
-            help="sandbox policy file",
+            metavar="FILE",
+            help=argparse.SUPPRESS if top else "a sandbox policy file (JSON) extending the default",
         )
         target.add_argument(
             "--log-level",
@@ -644,18 +716,19 @@ def _main(argv: list[str] | None) -> int:
             type=str.upper,
             choices=LOG_LEVELS,
             default=default,
-            help="log from this level up to stderr",
+            help=argparse.SUPPRESS if top else "log from this level up to stderr",
         )
-        # ipybox 0.9's endpoints: accepted for its MCP client configurations, not used (see mcp_compat).
+        # ipybox 0.9's endpoints: accepted for its MCP client configurations, not used and not listed (see
+        # mcp_compat, which says so on stderr when one is given).
         for option, kind in _UNUSED_ENDPOINT_OPTIONS:
             target.add_argument(
                 option,
                 dest="mcp_" + option.removeprefix("--").replace("-", "_"),
                 type=kind,
                 default=default,
-                metavar=kind.__name__.upper(),
-                help="accepted for ipybox 0.9, not used: ipybox listens on private Unix sockets",
+                help=argparse.SUPPRESS,
             )
+    finish(parser)
     # `ipybox server add NAME ... -- COMMAND ARGS...`: the command is taken out before argparse sees it.
     argv, server_command = servers.split_command(sys.argv[1:] if argv is None else list(argv))
     args = parser.parse_args(argv)
@@ -675,13 +748,14 @@ def _main(argv: list[str] | None) -> int:
             return init.schema(sandbox_policy=args.sandbox_policy)
         if unknown := init.unknown_servers(args.servers):
             init_parser.error(init.unknown_servers_message(unknown))
-        shown_as = None if args.dir is None else str(args.dir)
-        directory = args.dir if args.dir is not None else Path(".")
+        given = workspace_given(args, init_parser)
+        shown_as = None if given is None else str(given)
+        directory = given if given is not None else Path(".")
         return init.init(
             directory, args.servers, sandbox=not args.no_sandbox, force=args.force, shown_as=shown_as
         )
     if args.command == "doctor":
-        return _doctor(as_json=args.json, directory=args.dir)
+        return _doctor(as_json=args.json, directory=workspace_given(args, doctor))
     if args.command == "server":
         return servers.run(parser, args, server_command)
     if args.command == "exec":
@@ -689,7 +763,7 @@ def _main(argv: list[str] | None) -> int:
         code = args.code if args.code is not None else sys.stdin.read()
         approve = args.approve or ("ask" if args.code is not None and sys.stdin.isatty() else "none")
         if approve == "ask" and (args.code is None or not sys.stdin.isatty()):
-            parser.error("--approve ask needs the code as an argument and a terminal on standard input")
+            run.error("--approve ask needs the code as an argument and a terminal on standard input")
         if (problem := _sandbox_config_problem(args.sandbox_config)) is not None:
             return _fail(problem)
         try:

@@ -2,7 +2,7 @@
 
 ```
 ipybox server add NAME [--sandbox | --no-sandbox] [--env K=V]... [--cwd DIR] [--disabled] -- COMMAND ARGS...
-ipybox server add NAME --url URL [--header 'K: V']... [--transport streamable_http|sse]
+ipybox server add NAME --url URL [-H 'K: V']... [--transport streamable_http|sse]
 ipybox server remove NAME
 ipybox server list
 ipybox server import FILE | --from claude-code|claude-desktop|codex|cursor|vscode [--only NAME...] [--dry-run]
@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
+from ipybox.cli.options import add_workspace_option, workspace_of
 from ipybox.display_text import printable
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ _OPTIONS = {
 _ADD_USAGE = (
     "ipybox server add NAME [-w DIR] [--sandbox | --no-sandbox] [--env K=V]... [--cwd DIR] [--disabled] "
     "[--force] [--json] -- COMMAND [ARGS...]\n"
-    "       ipybox server add NAME [-w DIR] --url URL [--header 'K: V']... [--transport "
+    "       ipybox server add NAME [-w DIR] --url URL [-H 'K: V']... [--transport "
     "streamable_http|sse] [--disabled] [--force] [--json]"
 )
 
@@ -205,6 +206,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add.add_argument("server_argv", nargs="*", metavar="COMMAND", help=argparse.SUPPRESS)
     add.add_argument("--url", help="a remote server's URL (streamable HTTP or SSE)")
     add.add_argument(
+        "-H",
         "--header",
         action="append",
         default=[],
@@ -278,21 +280,13 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     importing.add_argument("--force", action="store_true", help="replace servers ipybox.toml has already")
     for verb in (add, remove, listing, importing):
-        verb.add_argument(
-            "-w",
-            "--workspace",
-            dest="server_workspace",
-            type=Path,
-            default=Path("."),
-            metavar="DIR",
-            help="the workspace (default: .)",
-        )
+        add_workspace_option(verb)
         verb.add_argument("--json", action="store_true", help="machine-readable output, no progress")
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace, command: list[str] | None) -> int:
     """Run `ipybox server <verb>`; `command` is what came after `--` (`split_command`)."""
-    given: Path = args.server_workspace
+    given = workspace_of(args, parser)
     directory = given.resolve()
     try:
         if command is not None and args.server_command != "add":
@@ -300,7 +294,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, command: list
         if not directory.is_dir():
             raise _Refused(f"--workspace {given}: no such directory")
         if not (directory / "ipybox.toml").is_file():
-            where = "" if given == Path(".") else f" {given}"
+            where = "" if given == Path(".") else f" -w {given}"
             raise _Refused(
                 f"{directory} is not a workspace: it has no ipybox.toml (`ipybox init{where}` writes one)"
             )

@@ -4,6 +4,16 @@
 holds, or without one. The file names the state directory (`[workspace] state_dir`); when it can't be
 loaded, `.ipybox` is assumed and a "not running" answer says so.
 
+Exit statuses: `up -d` returns 0 once the workspace is up with every declared (enabled) server started,
+and 1 when one failed to start: it prints the summary (each server with its state, a failed one with
+why), then names the failed ones on standard error; the workspace keeps running without them (a fix of
+`ipybox.toml` is applied live). `down` of a workspace that is not running says so and returns 0: after it,
+the workspace is stopped either way. `status` returns 1 when nothing runs.
+
+`status` prints aligned `label: value` lines (`state`, `control`, `mcp`, `console`, `gateway`, `kernels`,
+`limits`, `servers`, ...) and one line per kernel and per server under them; `status --json` prints the
+control endpoint's `WorkspaceStatus` as JSON (`{"running": true, ...}`), the form scripts should read.
+
 `up` shows its progress on a terminal (`ipybox.cli.progress`): the foreground `up` passes the drawing
 listener to `Supervisor.start`; a detached `up` starts its child with `IPYBOX_PROGRESS=ndjson`, which
 makes the child write each event as a JSON line to its standard output (`logs/up.out`), and the waiting
@@ -194,7 +204,28 @@ def _up_detached(workspace: Path) -> int:
         return _fail(result)
     _print_endpoints(result.status, Path(result.state.log_file), result.console_login)
     print("`ipybox down` stops it.")
+    if failed := failed_servers(result.status):
+        # A script running `up -d` learns that not everything it declared is up. The workspace keeps
+        # running (a fix of ipybox.toml is applied live), as the message says.
+        names = ", ".join(name for name, _ in failed)
+        why = "".join(f"\n  {name}: {_server_line(server)}" for name, server in failed)
+        total = len(result.status.reconciler.servers)
+        return _fail(
+            f"{len(failed)} of {total} declared server{'s' * (total != 1)} failed to start ({names}); the "
+            f"workspace runs without {'it' if len(failed) == 1 else 'them'}:{why}\n"
+            "fix ipybox.toml (applied while the workspace runs; `ipybox status` shows each server), or "
+            "`ipybox down` stops it"
+        )
     return 0
+
+
+def failed_servers(status: WorkspaceStatus) -> list[tuple[str, MCPServerStatus]]:
+    """The declared (enabled) servers that could not be started, by name."""
+    return [
+        (name, server)
+        for name, server in sorted(status.reconciler.servers.items())
+        if server.state == "failed"
+    ]
 
 
 @dataclass(frozen=True)
@@ -324,7 +355,8 @@ def _print_endpoints(status: WorkspaceStatus, log: Path, console_login: str | No
         _say(f"  kernels:  warm pool of {status.pool.size}, sandbox {'on' if status.sandbox else 'off'}")
     servers = status.reconciler.servers
     if servers:
-        _say(f"  servers:  {', '.join(sorted(servers))}")
+        _say(f"  servers:  {_servers_summary(status)}")
+        _print_servers(status, indent="    ")
     _say(f"  log:      {log}")
     _say(f"  connect:  {connect_hint(Path(status.workspace))}")
 
@@ -333,6 +365,26 @@ def connect_hint(workspace: Path) -> str:
     """The `ipybox connect` line of `up` and `status`: how to hand the workspace to an agent."""
     where = "" if workspace == Path.cwd() else f" -w {shlex.quote(str(workspace))}"
     return f"`ipybox connect CLIENT{where}` prints an agent's entry (claude, codex, cursor, vscode, desktop)"
+
+
+def _servers_summary(status: WorkspaceStatus) -> str:
+    """`2 (1 ready, 1 failed)`."""
+    servers = status.reconciler.servers
+    states = [server.state for server in servers.values()]
+    order = {"ready": 0, "starting": 1, "failed": 2}
+    shown = sorted(set(states), key=lambda state: (order.get(state, len(order)), state))
+    counts = ", ".join(f"{states.count(state)} {state}" for state in shown)
+    return f"{len(servers)} ({counts})"
+
+
+def _print_servers(status: WorkspaceStatus, indent: str) -> None:
+    """One aligned line per server (`edge   ready, 3 tools`), its parser errors below it."""
+    servers = status.reconciler.servers
+    width = max((len(name) for name in servers), default=0)
+    for name, server in sorted(servers.items()):
+        _say(f"{indent}{name:<{width}}  {_server_line(server)}")
+        for problem in server.parser_errors:
+            _say(f"{indent}  parser error: {problem}")
 
 
 def is_running(workspace: Path) -> bool:
@@ -372,46 +424,100 @@ def status(workspace: Path, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"running": True, **info.model_dump(mode="json")}, indent=2))
         return 0
-    _say(f"ipybox is running in {info.workspace} (pid {info.pid}, up {info.uptime_s:g} s)")
+    _say(f"ipybox is running in {info.workspace}")
+    _field(
+        "state",
+        f"up {_span(info.uptime_s)} (since {_when(info.started_at)}), pid {info.pid}, {_sandbox(info)}",
+    )
+    _print_endpoint_lines(info)
     gateway = info.gateway
-    state = "running" if gateway.running else "DOWN"
+    gateway_state = "running" if gateway.running else "DOWN"
     if gateway.problem and not gateway.running:
-        state += f" ({gateway.problem})"
+        gateway_state += f" ({gateway.problem})"
+    restarts = ", ".join(f"{part} {count}" for part, count in sorted(info.restarts.items()) if count)
     if gateway.url is not None:
-        _say(
-            f"  gateway: remote, {gateway.url} (kernel spec {gateway.kernelspec}): {state}, restarts: {info.restarts}"
-        )
-        _say(f"  isolation: {gateway.isolation}")
+        _field("gateway", f"remote, {gateway.url} (kernel spec {gateway.kernelspec}): {gateway_state}")
+        _field("isolation", str(gateway.isolation))
         requested = ", ".join(f"{k}={v}" for k, v in gateway.requested_limits.items()) or "none"
-        _say(
-            f"  limits: requested of the gateway's kernel template: {requested} (enforced there, not by ipybox)"
+        _field(
+            "limits",
+            f"requested of the gateway's kernel template: {requested} (enforced there, not by ipybox)",
         )
     else:
-        _say(f"  gateway: {state}, restarts: {info.restarts}")
+        pid = f" (pid {gateway.pid})" if gateway.pid is not None else ""
+        _field("gateway", f"{gateway_state}{pid}")
+    if restarts:
+        _field("restarts", restarts)
     pool = info.pool
-    _say(f"  kernels: {pool.idle} idle of {pool.size}, {pool.leased} leased ({info.leases} leases)")
+    leases = f"{info.leases} lease{'s' * (info.leases != 1)}"
+    _field("kernels", f"{pool.idle} idle of {pool.size} in the warm pool, {pool.leased} leased ({leases})")
     if info.kernels is not None:
         _print_kernels(info.kernels)
-    if info.mcp is not None:
-        _say(f"  mcp: {info.mcp}  (streamable HTTP, bearer token)")
-    _say(f"  connect: {connect_hint(Path(info.workspace))}")
-    if info.console is not None:
-        _say(f"  console: {info.console}  ({info.pending_asks} pending asks; `ipybox console` to log in)")
-    elif info.pending_asks:
-        _say(f"  pending asks: {info.pending_asks} (`ipybox approve` answers them)")
-    for name, server in sorted(info.reconciler.servers.items()):
-        _say(f"  server {name}: {_server_line(server)}")
-        for problem in server.parser_errors:
-            _say(f"    parser error: {problem}")
-    for action in info.actions:
-        stale = " (api.py changed since it was saved)" if action.stale else ""
-        _say(f"  action {action.name}: MCP tool {action.tool}, may call {action.calls}{stale}")
+    if info.pending_asks or info.console is not None:
+        answer = (
+            "the console or `ipybox approve` answers them"
+            if info.console
+            else "`ipybox approve` answers them"
+        )
+        _field("asks", f"{info.pending_asks} pending ({answer})")
+    if info.reconciler.servers:
+        _field("servers", _servers_summary(info))
+        _print_servers(info, indent="    ")
+    else:
+        _field("servers", "none")
+    if info.actions:
+        _field("actions", str(len(info.actions)))
+        width = max(len(action.name) for action in info.actions)
+        for action in info.actions:
+            stale = " (api.py changed since it was saved)" if action.stale else ""
+            _say(f"    {action.name:<{width}}  MCP tool {action.tool}, may call {action.calls}{stale}")
     _print_policy(info)
     if info.config_error:
         _say(
             f"  ipybox.toml has an error (the last good configuration keeps running):\n    {info.config_error}"
         )
     return 0
+
+
+_LABEL = 11  # "  isolation: " and the values after it line up
+
+
+def _field(label: str, value: str) -> None:
+    """One line of `status`: `  label:     value`, values aligned."""
+    _say(f"  {label + ':':<{_LABEL}}{value}")
+
+
+def _when(iso: str) -> str:
+    """`2026-11-24 07:00:00 UTC` for an ISO 8601 time (as given when it is not one)."""
+    from datetime import UTC, datetime
+
+    try:
+        return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except ValueError:
+        return iso
+
+
+def _sandbox(info: WorkspaceStatus) -> str:
+    if info.gateway.url is not None:
+        return "kernels on a remote gateway"
+    return "kernels sandboxed" if info.sandbox else "kernels NOT sandboxed"
+
+
+def _print_endpoint_lines(info: WorkspaceStatus) -> None:
+    """Where to reach the workspace: control socket (from `state.json`, when it can be read), MCP, console."""
+    from ipybox.running.state import NotRunningError, read_state
+
+    try:
+        state = read_state(Path(info.workspace))
+    except NotRunningError:  # it stopped since it answered: the rest of the status is still worth showing
+        state = None
+    if state is not None:
+        _field("control", f"unix:{state.control_socket}  (token in {Path(info.state_dir) / 'state.json'})")
+    if info.mcp:
+        _field("mcp", f"{info.mcp}  (streamable HTTP, bearer token: `ipybox connect --http` prints it)")
+    if info.console is not None:
+        _field("console", f"{info.console}  (`ipybox console` prints a login link)")
+    _field("connect", connect_hint(Path(info.workspace)))
 
 
 def _print_policy(info: WorkspaceStatus) -> None:
@@ -432,7 +538,7 @@ def _print_policy(info: WorkspaceStatus) -> None:
     for server, lines in policy.pins.items():
         _say(
             f"  server {server} differs from ipybox.lock (its changed and new tools are decided "
-            f"{policy.changed_tools!r}; `ipybox lock accept {info.workspace} {server}` accepts it):"
+            f"{policy.changed_tools!r}; `ipybox lock accept -w {info.workspace} {server}` accepts it):"
         )
         for line in lines:
             _say(f"    {line}")
@@ -443,7 +549,7 @@ def _print_kernels(health: KernelsStatus) -> None:
     from ipybox.limits import describe_limit, format_bytes
 
     if not health.reported:
-        _say(f"  kernel usage: not known ({health.error})")
+        _field("usage", f"not known ({health.error})")
         return
     limits = ", ".join(describe_limit(name, value) for name, value in health.limits.items()) or "none"
     enforced = f" ({health.mechanism})" if health.mechanism else ""
@@ -452,7 +558,7 @@ def _print_kernels(health: KernelsStatus) -> None:
         idle += f", recycled past {format_bytes(health.recycle_rss)}"
     if health.reaped or health.recycled:
         idle += f" ({health.reaped} deleted, {health.recycled} recycled so far)"
-    _say(f"  limits:  {limits} per kernel{enforced}; idle leased kernels {idle}")
+    _field("limits", f"{limits} per kernel{enforced}; idle leased kernels {idle}")
     for kernel in health.kernels:
         _say(f"    {_kernel_line(kernel, format_bytes)}")
 
@@ -488,11 +594,13 @@ def _span(seconds: float) -> str:
 
 
 def _server_line(server: MCPServerStatus) -> str:
+    """`ready, 3 tools`, `starting`, `failed (ipybox.toml:12:1): why`, and what else is known of it."""
     if server.error:
         where = f" ({server.location})" if server.location else ""
-        return f"error{where}: {server.error}"
-    fields = server.model_dump(exclude={"parsers", "parser_errors", "checking", "location", "stopped"})
-    line = ", ".join(f"{key} {value}" for key, value in fields.items() if value is not None)
+        return f"{server.state}{where}: {server.error}"
+    line: str = server.state
+    if server.tools is not None:
+        line += f", {server.tools} tool{'s' * (server.tools != 1)}"
     line += f", parsers {', '.join(server.parsers)}" if server.parsers else ""
     line += f" (checking {', '.join(server.checking)})" if server.checking else ""
     return line + (f"; not running: {server.stopped}" if server.stopped else "")
@@ -504,8 +612,16 @@ def down(workspace: Path) -> int:
 
     try:
         state = read_state(workspace)
-    except NotRunningError as e:
-        return _fail(_not_running(workspace, e))
+    except NotRunningError:
+        # Nothing to stop is not a failure: after `ipybox down` the workspace is stopped, either way.
+        _say(f"ipybox is not running in {workspace}: nothing to stop")
+        if (workspace / "ipybox.toml").is_file() and validate_quietly(workspace) is not None:
+            print(
+                "ipybox: ipybox.toml can't be loaded, so its [workspace] state_dir is not known and only .ipybox "
+                "was looked in (`ipybox validate` shows why)",
+                file=sys.stderr,
+            )
+        return 0
 
     async def shutdown() -> None:
         async with ControlClient(state) as control:

@@ -136,7 +136,7 @@ HEADER: Final = f"""\
 # the change is accepted; the description and annotations below are copies for reviewing such a change.
 #
 # Commit this file next to ipybox.toml: a change to it in review is a change to what the tools say.
-# Accept a server's tools as it serves them now with `ipybox lock accept DIR [SERVER]`.
+# Accept a server's tools as it serves them now with `ipybox lock accept [SERVER] [-w DIR]`.
 # Written by ipybox (sorted, so it changes only when a tool does); not meant to be edited by hand.
 """
 

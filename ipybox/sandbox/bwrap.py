@@ -17,6 +17,7 @@ size travels in its launch plan, so the gateway's in-process command line and th
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import shutil
 import subprocess
@@ -36,8 +37,14 @@ from ipybox.sandbox.view import View, mount_args
 _SANDBOX_ENV = {"TMPDIR": "/tmp", "IPYTHONDIR": "/tmp/.ipython", "MPLCONFIGDIR": "/tmp/.matplotlib"}
 
 
+BWRAP_SYSTEM_DIRS = ("/usr/bin", "/usr/local/bin", "/bin", "/usr/sbin", "/sbin")
+"""Where distributions install bubblewrap: looked in after `PATH`, which an MCP client or a service manager
+may have cut down to a few directories (the sandbox should not depend on who started ipybox)."""
+
+
 def bwrap_path() -> str:
-    """The bubblewrap executable.
+    """The bubblewrap executable: the first `bwrap` on `PATH`, else in `BWRAP_SYSTEM_DIRS`. The one lookup
+    of it: the sandbox and `ipybox doctor` both call this.
 
     Raises:
         SandboxUnavailableError: Not on Linux, or bubblewrap is not installed.
@@ -47,10 +54,11 @@ def bwrap_path() -> str:
             f"sandbox=True uses bubblewrap, which needs Linux (this is {platform.system()}); "
             "run with sandbox=False, or run ipybox in a Linux container"
         )
-    found = shutil.which("bwrap")
+    found = shutil.which("bwrap") or shutil.which("bwrap", path=os.pathsep.join(BWRAP_SYSTEM_DIRS))
     if found is None:
         raise SandboxUnavailableError(
-            "sandbox=True needs bubblewrap, which is not installed: install it "
+            f"sandbox=True needs bubblewrap, which is not installed (looked on PATH and in "
+            f"{', '.join(BWRAP_SYSTEM_DIRS)}): install it "
             "(Debian/Ubuntu: 'sudo apt-get install bubblewrap'; Fedora: 'sudo dnf install bubblewrap')"
         )
     return found

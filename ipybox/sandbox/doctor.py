@@ -6,6 +6,9 @@ and when it can't, why (the runtime's default seccomp/AppArmor confinement), tha
 isolation boundary, and which `docker run` flags would let it nest, at what cost. It is not required:
 `sandbox=True` needs the namespaces check, which already fails in such a container.
 
+Its bubblewrap check finds `bwrap` with the sandbox's own lookup (`ipybox.sandbox.bwrap.bwrap_path`: `PATH`,
+then the system's directories), so it reports the executable a sandboxed kernel will run.
+
 The command also reports how this machine enforces resource limits, as more `Check`s made by
 `ipybox.cli.doctor` (`ipybox.limits` is this package's sibling layer, so neither imports the other)."""
 
@@ -14,13 +17,12 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ipybox.sandbox.bwrap import check_sandbox
+from ipybox.sandbox.bwrap import bwrap_path, check_sandbox
 from ipybox.sandbox.container import container_remedy, detect_container
 from ipybox.sandbox.errors import SandboxUnavailableError
 from ipybox.sandbox.seatbelt import SANDBOX_EXEC, check_seatbelt
@@ -232,9 +234,10 @@ def run_checks() -> list[Check]:
 
 
 def _bwrap() -> Check:
-    path = shutil.which("bwrap")
-    if path is None:
-        return Check("bubblewrap", False, "not installed: 'sudo apt-get install bubblewrap'", True)
+    try:
+        path = bwrap_path()  # where the sandbox finds it, which may be off PATH
+    except SandboxUnavailableError as e:
+        return Check("bubblewrap", False, str(e), True)
     version = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout.strip()
     return Check("bubblewrap", True, f"{path} ({version})", True)
 

@@ -62,7 +62,7 @@ def test_status_shows_what_servers_parsers_and_kernels_wrote_escaped(
     assert workspace_cli.status(tmp_path, as_json=False) == 0
     shown = capsys.readouterr().out
     assert_shown_safely(shown)
-    assert "  server broken: error (ipybox.toml:4:1): \\x1b]52;c;" in shown
+    assert "\n    broken  failed (ipybox.toml:4:1): \\x1b]52;c;" in shown
     assert workspace_cli.status(tmp_path, as_json=True) == 0  # JSON: escaped by json.dumps
     assert_shown_safely(capsys.readouterr().out.replace("\\\\", "\\").replace("\\u001b", "\\x1b"))
 

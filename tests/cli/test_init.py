@@ -68,7 +68,7 @@ def test_init_writes_an_ipybox_toml_that_validates(
     assert init(workspace) == 0
     out = capsys.readouterr().out
     assert f"Wrote {workspace / 'ipybox.toml'} (sandbox on, servers: none yet)" in out
-    assert f"ipybox up {workspace}" in out and "ipybox server add NAME" in out
+    assert f"ipybox up -w {workspace}" in out and f"ipybox server add NAME -w {workspace}" in out
     assert main(["validate", str(workspace)]) == 0
     config = load_config(workspace)
     assert config.sandbox.enabled and config.enabled_servers() == {}

@@ -342,14 +342,25 @@ def test_up_detached_on_a_terminal_shows_each_parts_progress_then_the_endpoints(
     with (workspace / "ipybox.toml").open("a") as config:
         config.write(failing_server(tag))
     try:
-        code, output = run_in_pty("up", "-d", str(workspace))
-        assert code == 0, output
+        code, output = run_in_pty("up", "-d", "-w", str(workspace))
+        assert code == 1, output  # a declared server failed: a script learns that not all of it is up
         shown = screen(output.replace("\r\n", "\n"))
         summary = next(
             i for i, line in enumerate(shown) if line.startswith(f"ipybox is up in {workspace} (pid ")
         )
         parts = shown[:summary]
-        assert shown[-1] == "`ipybox down` stops it." and "  servers:  bad, edge" in shown
+        failure = shown.index("`ipybox down` stops it.") + 1
+        assert (
+            shown[failure]
+            == "ipybox: 1 of 2 declared servers failed to start (bad); the workspace runs without it:"
+        )
+        assert shown[failure + 1].startswith("  bad: failed (ipybox.toml:") and shown[-1].startswith(
+            "fix ipybox.toml"
+        )
+        assert "  servers:  2 (1 ready, 1 failed)" in shown
+        [bad] = [line for line in shown[summary:] if line.startswith("    bad   failed (ipybox.toml:")]
+        assert "before completing the MCP handshake" in bad
+        assert any(re.fullmatch(r"    edge  ready, \d+ tools", line) for line in shown[summary:])
         starts = {line.split("  ")[0]: line for line in parts}
         assert set(starts) == {
             "✓ tool server",

@@ -198,7 +198,7 @@ def test_a_directory_without_ipybox_toml_points_at_ipybox_init(
     assert (
         code == 1
         and err
-        == f"ipybox: {tmp_path} is not a workspace: it has no ipybox.toml (`ipybox init {tmp_path}` writes one)\n"
+        == f"ipybox: {tmp_path} is not a workspace: it has no ipybox.toml (`ipybox init -w {tmp_path}` writes one)\n"
     )
 
 

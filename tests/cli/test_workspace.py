@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -60,7 +61,8 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, st
 def test_up_prints_the_endpoints(running: tuple[Path, str]) -> None:
     workspace, out = running
     assert f"ipybox is up in {workspace}" in out
-    assert "control:  unix:" in out and "gateway:  unix:" in out and "servers:  edge" in out
+    assert "control:  unix:" in out and "gateway:  unix:" in out and "\n  servers:  1 (1 ready)\n" in out
+    assert re.search(r"\n    edge  ready, \d+ tools\n", out), out  # each server with its state
     state = workspace / ".ipybox" / "state.json"
     assert oct(state.stat().st_mode & 0o777) == "0o600"
 
@@ -147,12 +149,17 @@ def test_a_second_up_says_it_is_already_running(running: tuple[Path, str]) -> No
 
 def test_status(running: tuple[Path, str]) -> None:
     workspace, _ = running
-    human = ipybox("status", str(workspace))
+    human = ipybox("status", "-w", str(workspace))
     assert human.returncode == 0, human.stderr
-    assert f"ipybox is running in {workspace}" in human.stdout
-    assert "server edge:" in human.stdout
-    assert "  mcp: http://127.0.0.1:" in human.stdout
-    assert f"  connect: `ipybox connect CLIENT -w {workspace}` prints an agent's entry" in human.stdout
+    lines = human.stdout.splitlines()
+    assert lines[0] == f"ipybox is running in {workspace}"
+    assert re.fullmatch(r"  state:     up .+, pid \d+, kernels NOT sandboxed", lines[1]), lines
+    assert "  servers:   1 (1 ready)" in lines and any(
+        re.fullmatch(r"    edge  ready, \d+ tools", line) for line in lines
+    )
+    assert any(line.startswith("  control:   unix:") for line in lines), lines
+    assert any(line.startswith("  mcp:       http://127.0.0.1:") for line in lines), lines
+    assert f"  connect:   `ipybox connect CLIENT -w {workspace}` prints an agent's entry" in human.stdout
     info = status_json(workspace)
     assert info["running"] is True and info["workspace"] == str(workspace)
     assert info["pool"] == {"size": 1, "idle": 1, "leased": 0} or info["pool"]["size"] == 1  # type: ignore[index]
@@ -174,7 +181,7 @@ def test_status_shows_each_kernels_memory_and_cpu(running: tuple[Path, str]) -> 
     kernels = status_json(workspace)["kernels"]
     assert kernels["limits"]["memory"] == 4 * 1024**3  # type: ignore[index]
     human = ipybox("status", str(workspace)).stdout
-    assert "  limits:  memory 4 GiB, processes 256, open files 4096 per kernel (" in human
+    assert "  limits:    memory 4 GiB, processes 256, open files 4096 per kernel (" in human
     assert "idle leased kernels kept" in human
     prefix = f"    kernel {str(kernel['kernel_id'])[:8]}  warm pool  "
     [line] = [line for line in human.splitlines() if line.startswith(prefix)]
@@ -232,6 +239,10 @@ def test_down_stops_everything(tmp_path: Path) -> None:
     assert not (workspace / ".ipybox" / "state.json").exists()
     after = ipybox("status", str(workspace))
     assert after.returncode == 1 and "not running" in after.stderr
+    again = ipybox("down", "-w", str(workspace))  # idempotent: a stopped workspace stays stopped
+    assert (
+        again.returncode == 0 and again.stdout == f"ipybox is not running in {workspace}: nothing to stop\n"
+    )
 
 
 def test_sigterm_to_a_foreground_up_leaves_no_process(tmp_path: Path) -> None:

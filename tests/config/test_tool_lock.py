@@ -191,7 +191,7 @@ def test_write_is_atomic_and_reads_back_equal(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o640  # the mode is kept
     assert [p.name for p in tmp_path.iterdir()] == [LOCK_FILE]  # no temporary file left behind
     text = path.read_text()
-    assert text.startswith("# ipybox.lock") and "ipybox lock accept DIR [SERVER]" in text
+    assert text.startswith("# ipybox.lock") and "ipybox lock accept [SERVER] [-w DIR]" in text
     assert "\x1b" not in text and "\u202e" not in text  # escaped: a reviewer sees what was sent
 
 

@@ -18,6 +18,9 @@ pytestmark = pytest.mark.integration
 
 def test_missing_bubblewrap_is_named_with_the_remedy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(
+        "ipybox.sandbox.bwrap.BWRAP_SYSTEM_DIRS", (str(tmp_path),)
+    )  # nor where distros put it
     with pytest.raises(SandboxUnavailableError, match=r"needs bubblewrap.*apt-get install bubblewrap"):
         bwrap_path()
 
@@ -29,6 +32,9 @@ def test_executor_without_bubblewrap_runs_nothing(tmp_path: Path) -> None:
         import asyncio
         from ipybox import CodeExecutor
         from ipybox.sandbox import SandboxUnavailableError
+        import ipybox.sandbox.bwrap
+
+        ipybox.sandbox.bwrap.BWRAP_SYSTEM_DIRS = ()  # not found in the system's directories either
 
         async def main():
             try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import textwrap
 import time
 from collections.abc import AsyncIterator, Callable
@@ -132,7 +133,7 @@ async def test_a_parser_added_and_the_toml_edited_gives_run_parsed_in_the_runnin
     assert edge_status(supervisor).parser_errors == []
     assert await run(executor, RUN_PARSED) == ["['hi'] 1", "hi"]
     human = await asyncio.to_thread(ipybox, "status", str(workspace))
-    assert "server edge: state ready" in human.stdout and "parsers echo" in human.stdout
+    assert re.search(r"\n    edge  ready, \d+ tools, parsers echo\n", human.stdout), human.stdout
 
 
 async def test_a_broken_parser_is_reported_with_file_and_line_and_run_keeps_working(
