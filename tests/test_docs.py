@@ -32,16 +32,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 GENERATED = {ROOT / "docs" / "configuration.md", ROOT / "docs" / "cli.md"}
 
-# TODO(integrator, issue 37): the docs show commands that other branches of issue 37 add. Until they are
-# merged, a line that fails to parse is accepted when it is one of these; once merged, the test fails for
-# an entry that no line needs any more: delete it (and this TODO when both sets are empty).
-#  - connect: `ipybox connect ...`, `ipybox token rotate`; import: `ipybox server import ...`
-PENDING_COMMANDS = {"connect", "server import"}
-#  - cli: `-w/--workspace DIR` on every workspace command (no more positional DIR for policy/lock/audit)
-PENDING_WORKSPACE_OPTION = {"up", "status", "down", "logs", "policy"}
-#  - cli: `-H` for `--header` in `ipybox server add`
-PENDING_FLAGS = {"-H"}
-
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
 NOT_RUN = re.compile(r"^\s*<!--\s*not run:\s*(?P<reason>.+?)\s*-->\s*$")
 
@@ -181,19 +171,8 @@ def command_lines(source: str) -> list[list[str]]:
     return commands
 
 
-def _pending(argv: list[str]) -> str | None:
-    words = [word for word in argv if not word.startswith("-")]
-    for name in PENDING_COMMANDS:
-        if words[: len(name.split())] == name.split():
-            return name
-    if words and words[0] in PENDING_WORKSPACE_OPTION:
-        return words[0]
-    return next((flag for flag in PENDING_FLAGS if flag in argv), None)
-
-
 def test_every_ipybox_command_line_in_the_docs_parses_with_the_real_parser() -> None:
     refused = []
-    pending_needed: set[str] = set()
     parsed = 0
     for page in PAGES:
         for block in blocks(page):
@@ -204,15 +183,10 @@ def test_every_ipybox_command_line_in_the_docs_parses_with_the_real_parser() -> 
                     parse_command_line(argv)
                     parsed += 1
                 except CommandLineError as e:
-                    if (pending := _pending(argv)) is not None:
-                        pending_needed.add(pending)
-                        continue
                     where = f"{page.relative_to(ROOT)}:{block.line}"
                     refused.append(f"{where}: ipybox {shlex.join(argv)}\n    {e}")
     assert parsed > 20
     assert not refused, "\n".join(refused)
-    unneeded = (PENDING_COMMANDS | PENDING_WORKSPACE_OPTION | PENDING_FLAGS) - pending_needed
-    assert not unneeded, f"every documented line of {sorted(unneeded)} parses now: remove them from PENDING_*"
 
 
 def test_the_command_line_check_refuses_a_flag_that_does_not_exist() -> None:

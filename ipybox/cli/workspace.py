@@ -364,7 +364,7 @@ def _print_endpoints(status: WorkspaceStatus, log: Path, console_login: str | No
 def connect_hint(workspace: Path) -> str:
     """The `ipybox connect` line of `up` and `status`: how to hand the workspace to an agent."""
     where = "" if workspace == Path.cwd() else f" -w {shlex.quote(str(workspace))}"
-    return f"`ipybox connect CLIENT{where}` prints an agent's entry (claude, codex, cursor, vscode, desktop)"
+    return f"`ipybox connect CLIENT{where}` prints the entry for an agent (claude, codex, cursor, vscode, desktop)"
 
 
 def _servers_summary(status: WorkspaceStatus) -> str:
