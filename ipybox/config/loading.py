@@ -71,7 +71,16 @@ def load_config(path: str | Path) -> WorkspaceConfig:
     path = Path(path)
     if path.is_dir():
         path = path / CONFIG_FILE
-    source = _read(path)
+    return load_config_text(path, _read(path))
+
+
+def load_config_text(path: Path, source: str) -> WorkspaceConfig:
+    """Like `load_config`, with `source` as the text of the file `path` (which need not exist: what a
+    file about to be written would load as, with the workspace's `.env` and the environment over it).
+
+    Raises:
+        ConfigError: As `load_config`.
+    """
     deep = too_deep(source, MAX_NESTING)
     if deep is not None:
         (line, column), what = deep

@@ -273,11 +273,14 @@ def _remove_private_dir(path: Path) -> bool:
 # state.json is a few hundred bytes: more is not one ipybox wrote.
 _MAX_STATE_BYTES = 1 << 20
 _SUBDIRS = ("logs", "outputs")
+# The state directory's own `.gitignore`: git ignores the whole directory, wherever it is.
+_GITIGNORE = b"# ipybox's state (tokens, logs, outputs): never committed. Written by ipybox.\n*\n"
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
 
 
 def prepare_state_dir(paths: StatePaths) -> None:
-    """Create the state directory and its `logs/` and `outputs/` (mode 0700), or check and narrow them:
+    """Create the state directory, its `.gitignore` (`*`: git never adds it) and its `logs/` and `outputs/`
+    (mode 0700), or check and narrow them:
     real directories of ours, holding no symlinks, hard-linked files, FIFOs, sockets or devices (`outputs/`:
     no symlinks).
 
@@ -290,6 +293,16 @@ def prepare_state_dir(paths: StatePaths) -> None:
     dir_fd = _open_dir(paths.dir, paths.dir, write=True)
     try:
         _check_entries(paths, dir_fd, paths.dir, files=True)
+        # Never committed, whatever the project's own .gitignore says (and without editing it).
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(
+                ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                dir_fd=dir_fd,
+            )  # fmt: skip
+            try:
+                os.write(fd, _GITIGNORE)
+            finally:
+                os.close(fd)
         for name in _SUBDIRS:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o700, dir_fd=dir_fd)

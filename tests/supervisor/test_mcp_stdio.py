@@ -73,6 +73,10 @@ def test_ipybox_mcp_stops_cleanly_when_its_client_sends_sigint_then_sigterm(tmp_
         process.stdin.write((json.dumps(INITIALIZE) + "\n").encode())
         process.stdin.flush()
         assert json.loads(process.stdout.readline())["id"] == 1
+        # A workspace already (it has an ipybox.toml): it starts while the client initializes.
+        deadline = time.monotonic() + 60
+        while not (tmp_path / ".ipybox" / "state.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         state = read_state(tmp_path)
         run_dir = Path(state.control_socket).parent
         assert run_dir.is_dir()
