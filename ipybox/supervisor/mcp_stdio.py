@@ -140,6 +140,7 @@ class _LazyWorkspace:
     def start_soon(self) -> None:
         if self._starting is None:
             self._starting = asyncio.create_task(self._start(), name="ipybox-mcp-workspace")
+            self._starting.add_done_callback(_log_failure)
 
     async def start(self) -> None:
         """Start the workspace unless it runs (or started); what failed is a `ToolError`."""
@@ -249,6 +250,13 @@ async def serve_stdio(
             if lazy is not None:
                 await lazy.stop()
     return signalled[0] if signalled else None
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    """Say on stderr why a start failed (retrieved, so asyncio does not report it again); the next tool
+    call gets the reason and tries again."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        logger.warning("the workspace could not start (the next tool call tries again): %s", error)
 
 
 class _LineWriter(Protocol):
