@@ -21,6 +21,11 @@ and the cell's output says which rule to add. Handshake-era clients get an elici
 (`ipybox.mcp_server.tasks`). `register_mcp_server` makes the host run what the client names, so it is
 decided by the same rules (as the call `ipybox.register_mcp_server`, asked when no rule decides it; see
 `ipybox.mcp_server.registration`) before anything is written, and asks the same way.
+
+What the agent is told, the server's instructions and the notes in the descriptions of
+`execute_ipython_cell` and `install_package`, is rendered from the workspace's configuration
+(`ipybox.mcp_server.instructions`): sandbox on or off, the hosts it allows, where kernels write, who
+answers asks, whether packages can be installed.
 """
 
 from __future__ import annotations
