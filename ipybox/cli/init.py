@@ -2,8 +2,9 @@
 installed JSON Schemas are, for editors).
 
 `ipybox init` renders `ipybox.toml` from the template `ipybox/data/templates/ipybox.toml.jinja`: a
-`#:schema` line with the installed schema's `file://` URI (Taplo and Even Better TOML read a URL there;
-a URI also survives spaces and `#` in the path), a header pointing at the installed example, the
+`#:schema ./.ipybox/ipybox.schema.json` line (the workspace's copy of the installed schema, which init and
+every start of the workspace write: a committed file names no path of this machine; Taplo and Even Better
+TOML read the line), a header pointing at the installed example, the
 `[workspace]`, `[kernel]`, `[sandbox]` and `[approval]` tables with a few rules, and the servers of
 `ipybox.config.server_catalog`: commented out, or active for each `--server NAME`. The catalog's deny
 rules are active whatever servers are chosen (they can only refuse); its allow and ask rules come with
@@ -47,9 +48,10 @@ import jinja2
 import tomlkit
 
 from ipybox.config import CONFIG_FILE, load_config
-from ipybox.config.schema import example_path, packaged_file, schema_path
-from ipybox.config.server_catalog import CATALOG, CatalogServer, rules_for
+from ipybox.config.schema import EXAMPLE_URL, WORKSPACE_SCHEMA, packaged_file, schema_path
+from ipybox.config.server_catalog import CATALOG, CatalogServer
 from ipybox.limits import unenforceable_defaults
+from ipybox.running.state import StateDirError, StatePaths, prepare_state_dir
 
 __all__ = [
     "GITIGNORE_LINE",
@@ -194,8 +196,8 @@ def render_config(
     sandbox: bool = True,
     lifted: Mapping[str, str] | None = None,
 ) -> str:
-    """The text of a new `ipybox.toml` for `workspace` (absolute and resolved: the filesystem rules name
-    it), with the catalog's `servers` active and the kernels sandboxed unless `sandbox` is false; the
+    """The text of a new `ipybox.toml` for `workspace` (its rules name it as `{workspace}`, which the loader
+    fills in wherever the file is), with the catalog's `servers` active and the kernels sandboxed unless `sandbox` is false; the
     default limits in `lifted` (name -> why: `unenforceable_defaults`) are set to "unlimited", with why.
 
     Raises:
@@ -206,7 +208,7 @@ def render_config(
             raise KeyError(name)
     rules: list[_Block] = []
     for server in CATALOG.values():
-        for rule in rules_for(server, workspace):
+        for rule in server.rules:  # `{workspace}` as it is: the loader fills it in wherever the file is
             active = server.name in servers or rule.decision == "deny"
             rules.append(
                 _Block(_comment_lines(rule.comment), _rule_lines(rule.table), active, TomlText(server.name))
@@ -215,8 +217,8 @@ def render_config(
         _environment()
         .get_template(TEMPLATE)
         .render(
-            schema_uri=TomlText(schema_path().as_uri()),  # percent-encoded: no line break can get in
-            example_path=_comment_text(str(example_path())),
+            schema_uri=TomlText(f"./{WORKSPACE_SCHEMA}"),  # the workspace's copy: no path of this machine
+            example_path=_comment_text(EXAMPLE_URL),  # published: no path of this machine
             sandbox=sandbox,
             rules=rules,
             servers=[_server_block(server, server.name in servers) for server in CATALOG.values()],
@@ -336,6 +338,11 @@ def init(
         )
         _write_new(workspace / CONFIG_FILE, text, replace=force)
         ignored = _ignore_state_dir(workspace)
+        # The state directory with the schema copy the `#:schema` line names (and its own .gitignore).
+        try:
+            prepare_state_dir(StatePaths.of(workspace))
+        except StateDirError as e:  # `ipybox up` says so too; the file itself is written
+            print(f"ipybox: note: {e}", file=err)
     except FileExistsError:
         print(f"ipybox: {target} already exists: edit it, or pass --force to replace it", file=err)
         return EXIT_ERROR

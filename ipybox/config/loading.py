@@ -33,6 +33,7 @@ from ipybox.config.diagnostics import ValueSource, in_file, problems_from_errors
 from ipybox.config.errors import ConfigError, ConfigProblem
 from ipybox.config.positions import KeyPath, key_positions, too_deep
 from ipybox.config.secrets import command_problem
+from ipybox.config.server_catalog import fill_workspace
 from ipybox.config.workspace_config import ENV_NESTED_DELIMITER, ENV_PREFIX, OwnSettingsOnly, WorkspaceConfig
 from ipybox.mcp_client.placeholders import placeholder_names
 from ipybox.sandbox.domains import covers
@@ -71,7 +72,16 @@ def load_config(path: str | Path) -> WorkspaceConfig:
     path = Path(path)
     if path.is_dir():
         path = path / CONFIG_FILE
-    source = _read(path)
+    return load_config_text(path, _read(path))
+
+
+def load_config_text(path: Path, source: str) -> WorkspaceConfig:
+    """Like `load_config`, with `source` as the text of the file `path` (which need not exist: what a
+    file about to be written would load as, with the workspace's `.env` and the environment over it).
+
+    Raises:
+        ConfigError: As `load_config`.
+    """
     deep = too_deep(source, MAX_NESTING)
     if deep is not None:
         (line, column), what = deep
@@ -90,6 +100,7 @@ def _load(path: Path, source: str) -> WorkspaceConfig:
         data = tomllib.loads(source)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(path, [_syntax_problem(path, e)]) from None
+    data = _with_workspace(data, path.parent.resolve())
     dotenv_path = path.parent / ".env"
     dotenv = dotenv_path if dotenv_path.is_file() else None
     # Keys like `_env_file` would reach BaseSettings as its options, not as settings.
@@ -110,6 +121,17 @@ def _load(path: Path, source: str) -> WorkspaceConfig:
         raise ConfigError(path, [ConfigProblem(str(dotenv), None, None, reason)]) from None
     config._path = path.resolve()
     return config
+
+
+def _with_workspace(data: dict[str, Any], root: Path) -> dict[str, Any]:
+    """`data` with the workspace placeholders of its approval rules (`{workspace}`, `{workspace_glob}`,
+    `{workspace_regex}`: `ipybox.config.server_catalog`) filled in for `root`, so that rules written with
+    them (by `ipybox init`, by the rule writer) hold in whichever directory the file is."""
+    approval = data.get("approval")
+    if not isinstance(approval, dict) or not isinstance(approval.get("rules"), list):
+        return data
+    rules = [fill_workspace(rule, root) for rule in approval["rules"]]
+    return {**data, "approval": {**approval, "rules": rules}}
 
 
 def _read(path: Path) -> str:

@@ -22,7 +22,9 @@ match = [{ server = "filesystem", tool = "write_file", args = { path = "out/repo
   (0 when the policy's default asked), so the rule outranks the rule that asked and nothing else decides
   differently than before for calls that rule did not ask about;
 - `match` is the call itself (arguments redacted; long strings that no condition tests folded to 200
-  characters), so the loader checks on every load that the rule does what it was written for.
+  characters), so the loader checks on every load that the rule does what it was written for; the
+  workspace's own path in it is written `{workspace}`, which the loader fills in for the directory the
+  file is in (as in the conditions `ipybox init` writes), so the rule travels with a committed file.
 
 Contract: the file is changed by `ipybox.config.file_edit.edit_config_file` (atomically, only if it loads
 afterwards with the real loader) and only if the new rule then decides the call. Nothing is written, and
@@ -52,6 +54,7 @@ from tomlkit.items import AoT, Comment, InlineTable, Table, Trivia, Whitespace
 
 from ipybox.config.file_edit import EditRules, edit_config_file
 from ipybox.config.loading import CONFIG_FILE
+from ipybox.config.server_catalog import fill_workspace
 from ipybox.config.toml_items import NOT_IN_COMMENT, toml_item
 from ipybox.config.workspace_config import WorkspaceConfig
 from ipybox.errors import IpyboxError
@@ -213,7 +216,8 @@ def _asking_rule(
         else:
             in_file = next((r for r in written if isinstance(r, dict) and r.get("id") == name), None)
     try:
-        same = in_file is not None and Rule.model_validate(in_file) == rule
+        # As the loader reads it: with the workspace placeholders filled in.
+        same = in_file is not None and Rule.model_validate(fill_workspace(in_file, _root(request))) == rule
     except ValidationError:
         same = False
     if not same:
@@ -296,7 +300,7 @@ def _rule_block(request: _Request, asking: Mapping[str, Any], new_id: str, prior
     tested = [tuple(path.split(".")) for path in conditions.get("args", {})]
     args = request.redact(call.args) if request.redact is not None else dict(call.args)
     example: dict[str, Any] = {"server": call.server, "tool": call.tool}
-    written_args = _example_args(request, args, tested)
+    written_args = _relative(_example_args(request, args, tested), _root(request))
     if written_args:
         example["args"] = written_args
     annotations = {
@@ -321,6 +325,26 @@ def _rule_block(request: _Request, asking: Mapping[str, Any], new_id: str, prior
     document = tomlkit.document()
     document.append("approval", approval)
     return f"# {comment}\n{document.as_string()}"
+
+
+def _root(request: _Request) -> Path:
+    return request.path.parent.resolve()
+
+
+def _relative(value: Any, root: Path) -> Any:
+    """`value` with the workspace's path in its strings written as `{workspace}` (which the loader fills in
+    again), so that the rule holds wherever the file is checked out. A string that holds a placeholder
+    already is left as it is (filled in, it would change)."""
+    if isinstance(value, str):
+        if "{workspace" in value:
+            return value
+        # The path itself, or followed by `/`: never a prefix of another name (`/ws-other`).
+        return re.sub(re.escape(str(root)) + r"(?=/|$)", lambda _: "{workspace}", value)
+    if isinstance(value, Mapping):
+        return {key: _relative(item, root) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_relative(item, root) for item in value]
+    return value
 
 
 def _tested(path: tuple[str, ...], tested: list[tuple[str, ...]]) -> bool:

@@ -2,9 +2,11 @@
 
 The schemas and `ipybox.toml.example` are package data, in `ipybox/data/` (the repository's `schemas/`
 and `ipybox.toml.example` are symlinks to them), so that an installed ipybox has them as files:
-`ipybox schema` prints the schema's path for an editor's settings, and `ipybox init` writes it into the
-`#:schema` line of a new `ipybox.toml` (Taplo and Even Better TOML read that line; Taplo takes a URL, a
-path relative to the file, or an absolute path). Regenerate the schema with `python -m ipybox.config.schema`
+`ipybox schema` prints the schema's path for an editor's settings. `ipybox init` writes the `#:schema` line
+of a new `ipybox.toml` as `./.ipybox/ipybox.schema.json`, the workspace's own copy (`WORKSPACE_SCHEMA`),
+which works when the file is committed and checked out elsewhere (Taplo and Even Better TOML read that
+line; Taplo takes a URL, a path relative to the file, or an absolute path); the schema's `$id` is its
+published URL (`SCHEMA_ID`). Regenerate the schema with `python -m ipybox.config.schema`
 (the sandbox policy's with `python -m ipybox.sandbox.schema`); tests/config/test_schema.py fails while the
 packaged copy is stale.
 
@@ -32,6 +34,16 @@ EXAMPLE_FILE = "ipybox.toml.example"
 DATA_DIR = "data"
 """The package's directory of files for people (schemas, the example, templates): `ipybox/data/`."""
 SCHEMAS_DIR = "schemas"
+SCHEMA_ID = "https://raw.githubusercontent.com/gradion-ai/ipybox/main/schemas/ipybox.schema.json"
+"""Where the schema is published (its `$id`): the repository's `schemas/` on its main branch."""
+EXAMPLE_URL = "https://github.com/gradion-ai/ipybox/blob/main/ipybox.toml.example"
+"""Where `ipybox.toml.example` is published (a new `ipybox.toml` names it, not the installed copy's path)."""
+WORKSPACE_SCHEMA = ".ipybox/ipybox.schema.json"
+"""The workspace's copy of the installed schema, relative to the workspace: what `ipybox init` writes into
+the `#:schema` line (as `./.ipybox/ipybox.schema.json`, relative to `ipybox.toml`, as Taplo resolves it),
+so that a committed `ipybox.toml` names no path of one machine. `.ipybox/` is never committed; every
+workspace start and `ipybox init` (re)write the copy from the installed ipybox
+(`ipybox.running.state.prepare_state_dir`)."""
 
 _SECTION = re.compile(r"[A-Z][a-z]+( [a-z]+)*:")
 _ENTRY = re.compile(r"    (\w+): (.*)")
@@ -43,6 +55,7 @@ def workspace_schema() -> dict[str, Any]:
     for table in [schema, *schema.get("$defs", {}).values()]:
         _describe_keys(table)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = SCHEMA_ID
     schema["title"] = "ipybox workspace configuration (ipybox.toml)"
     return schema
 

@@ -11,7 +11,9 @@ Contract:
   and every rule's `match`/`not_match` examples pass; tests/cli/test_init.py checks both.
 - A rule's table may name the workspace with the placeholders `{workspace}` (its absolute path, for
   example calls), `{workspace_glob}` (the same, glob-escaped, for `glob`/`not_glob` conditions) and
-  `{workspace_regex}` (escaped for `regex`, by `regex_escape`); `rules_for()` fills them in. Nothing else is a placeholder: `${VAR}` in `params` is ipybox.toml's own
+  `{workspace_regex}` (escaped for `regex`, by `regex_escape`). They are written into `ipybox.toml` as they
+  are, and the loader fills them in for the workspace the file is in (`fill_workspace`), so a committed
+  file works wherever it is checked out; `rules_for()` fills them in here. Nothing else is a placeholder: `${VAR}` in `params` is ipybox.toml's own
   syntax, filled when the server starts, and comments never hold a path (a path may hold a line break).
 - `deny` rules are meant to be written active even while their server is commented out: they can only
   refuse, and a server of that name added later is covered from its first call. `allow` and `ask` rules
@@ -48,6 +50,7 @@ __all__ = [
     "CatalogRule",
     "CatalogServer",
     "catalog_server",
+    "fill_workspace",
     "regex_escape",
     "rules_for",
 ]
@@ -143,8 +146,8 @@ def _protected_rule(argument: str) -> CatalogRule:
         "mcptools, .git, environments, editor and shell settings, ...): a path to one, or into one, at the "
         "workspace's top level is refused, relative, after ./ or absolute, and so is a path with a .. part, "
         "which may lead there. Its sandbox keeps them out of its "
-        "reach too; this refuses the call before it is asked or run. The path below is this workspace's: "
-        "change it if you move the workspace."
+        "reach too; this refuses the call before it is asked or run. {workspace...} is this workspace's "
+        "path, wherever it is."
         if argument == "path"
         else f"The same for the `{argument}` of move_file."
     )
@@ -195,8 +198,8 @@ CATALOG: Mapping[str, CatalogServer] = {
                 CatalogRule(
                     comment=(
                         "The filesystem server stays in the workspace: an absolute or ~ path outside it is "
-                        "refused (relative paths are the workspace's). The path below is this workspace's: "
-                        "change it if you move the workspace."
+                        "refused (relative paths are the workspace's). {workspace...} is this workspace's path, "
+                        "wherever it is."
                     ),
                     table={
                         "id": "filesystem-stays-in-workspace",
@@ -332,8 +335,8 @@ CATALOG: Mapping[str, CatalogServer] = {
                     comment=(
                         "The git server works on this workspace's repository only: a repo_path naming "
                         "another (a subdirectory where code in a kernel made a .git, whose hooks a commit "
-                        "would run on the host) is refused. The path below is this workspace's: change it "
-                        "if you move the workspace."
+                        "would run on the host) is refused. {workspace...} is this workspace's path, "
+                        "wherever it is."
                     ),
                     table={
                         "id": "git-workspace-repository-only",
@@ -396,6 +399,13 @@ def rules_for(server: CatalogServer, workspace: Path) -> list[CatalogRule]:
     """`server`'s rules with `{workspace}` and `{workspace_glob}` filled in for `workspace` (an absolute,
     resolved path)."""
     return [CatalogRule(rule.comment, _fill(rule.table, workspace)) for rule in server.rules]
+
+
+def fill_workspace(value: Any, workspace: Path) -> Any:
+    """`value` (a rule's table, or any part of it) with `{workspace}`, `{workspace_glob}` and
+    `{workspace_regex}` in its strings replaced by `workspace` (an absolute, resolved path): as it is, glob-
+    escaped, regex-escaped."""
+    return _fill(value, workspace)
 
 
 def _fill(value: Any, workspace: Path) -> Any:

@@ -55,7 +55,7 @@ import asyncio
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -83,6 +83,7 @@ from ipybox.codeact.layout import (
     gentools_dir,
     name_problem,
 )
+from ipybox.config import CONFIG_FILE
 from ipybox.errors import IpyboxError
 from ipybox.executor.code_executor import CodeExecutor
 from ipybox.mcp_client.stdio_transport import without_lone_surrogates
@@ -156,6 +157,8 @@ class WorkspaceMCPServer(MCPServer[Any]):
         self.subscriptions = InMemorySubscriptionBus()
         super().__init__(*args, subscriptions=self.subscriptions, cache_hints=CACHE_HINTS, **kwargs)
         self.code_actions: CodeActions | None = None
+        # Awaited before every tool call (`ipybox mcp` starts its workspace there, on first use).
+        self.before_call: Callable[[], Awaitable[None]] | None = None
         # mcp 2.x derives the capabilities of `initialize` (every transport: stdio, streamable HTTP,
         # ipybox's own stdio wire) and `server/discover` from its low-level server's `get_capabilities`,
         # which declares what MCPServer registers handlers for (prompts, resources: always) and, for the
@@ -208,6 +211,8 @@ class WorkspaceMCPServer(MCPServer[Any]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> types.CallToolResult | types.InputRequiredResult:
+        if self.before_call is not None:
+            await self.before_call()
         if self.code_actions is not None and TOOL_NAME_SEPARATOR in name:
             builtin = {tool.name for tool in await super().list_tools()}
             if name not in builtin:
@@ -348,6 +353,8 @@ class CodeActions:
     async def tools(self) -> list[MCPTool]:
         """The saved actions as MCP tools, from their manifests; stale ones are left out and described
         again in the background (never waited for: see the module)."""
+        if not (self.workspace / CONFIG_FILE).exists():
+            return []  # not a workspace (yet): nothing saved, and nothing to complain about
         try:
             paths = await self.paths()
             listing = await asyncio.to_thread(read_actions, paths.gentools)

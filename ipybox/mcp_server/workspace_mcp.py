@@ -22,6 +22,11 @@ and the cell's output says which rule to add. Handshake-era clients get an elici
 decided by the same rules (as the call `ipybox.register_mcp_server`; when no rule decides it, asked where
 the kernels are sandboxed and allowed where they run unsandboxed on this host, since they could start it
 themselves; see `ipybox.mcp_server.registration`) before anything is written, and asks the same way.
+
+What the agent is told, the server's instructions and the notes in the descriptions of
+`execute_ipython_cell` and `install_package`, is rendered from the workspace's configuration
+(`ipybox.mcp_server.instructions`): sandbox on or off, the hosts it allows, where kernels write, who
+answers asks, whether packages can be installed.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from pydantic import BaseModel, Field
 from ipybox import __version__
 from ipybox.approval.ask_events import AskQuestion
 from ipybox.approval.request import ApprovalRequest
-from ipybox.config import CONFIG_FILE, EndpointsSection
+from ipybox.config import CONFIG_FILE, EndpointsSection, WorkspaceConfig
 from ipybox.executor.code_executor import CodeExecutor
 from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
 from ipybox.lifecycle import Service, first_of, task_scope
@@ -57,6 +62,13 @@ from ipybox.mcp_server.code_actions import (
     add_code_action_tools,
 )
 from ipybox.mcp_server.files import add_file_tools
+from ipybox.mcp_server.instructions import (
+    cell_note,
+    facts_of,
+    package_failure_hint,
+    package_note,
+    render_instructions,
+)
 from ipybox.mcp_server.kernels import ACTION_CALL, NEW, Kernel, Kernels, caller_of, session_key
 from ipybox.mcp_server.registration import (
     ALLOW_RULE_EXAMPLE,
@@ -80,19 +92,8 @@ T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
-INSTRUCTIONS = """\
-ipybox runs Python in a stateful, sandboxed IPython kernel. MCP servers registered with
-register_mcp_server become typed Python APIs under mcptools/<server>/: one module per tool with a
-pydantic `Params` model, a `Result` model (or str) and `run(params)` / `arun(params)`.
-Discover them in code: `import mcptools.<server> as m; print(m.__doc__)` lists the tools, and
-`help(mcptools.<server>.<tool>)` shows one. search_tools(query) finds tools and saved code
-actions by what they do and names the file with each interface: read only those. Where a tool has
-an output parser (mcpparse/<server>/<tool>.py: `ParseResult` + `parse(raw)`, which you may write
-for tools without an output schema), prefer its `run_parsed()`. Compose many tool calls in one
-execute_ipython_cell call (loops, conditionals) and print only what you need. When a result names a
-kernel handle ("kernel-..."), pass it as `kernel` to every later call to keep your variables. Save code that
-worked with save_code_action: it becomes gentools/<category>/<name>/ (import it in later code)
-and the MCP tool <category>__<name>. Tool calls are approved by the workspace's rules."""
+BeforeCall = Callable[[], Awaitable[None]]
+"""Awaited before every tool call: `ipybox mcp` starts its workspace there, on first use."""
 
 
 class _Approval(BaseModel):
@@ -164,6 +165,8 @@ def create_server(
     output_dir: Path | None = None,
     kernel_idle: float | None = None,
     max_kernels: int | None = None,
+    config: WorkspaceConfig | None = None,
+    before_call: BeforeCall | None = None,
 ) -> WorkspaceMCP:
     """The MCP server for the running workspace in `workspace` (see `ipybox up` / `ipybox mcp`); enter the
     result while serving it.
@@ -174,17 +177,25 @@ def create_server(
         kernel_idle: Seconds a client's kernel may sit unused before it goes back to the pool (default:
             `[endpoints] kernel_idle`).
         max_kernels: How many kernel handles one client may hold (default: `[endpoints] max_kernels`).
+        config: The workspace's effective configuration, which the instructions and tool descriptions
+            describe (default: loaded from `ipybox.toml`; the server reads, never writes, it).
+        before_call: Awaited before every tool call (see `BeforeCall`); a `ToolError` it raises is the
+            call's error.
     """
     workspace = workspace.resolve()
     outputs = output_dir or workspace / ".ipybox" / "outputs"
-    endpoints = _endpoints(workspace)
+    if config is None:
+        config = _config(workspace)
+    endpoints = config.endpoints if config is not None else EndpointsSection()
+    facts = facts_of(config) if config is not None else None
     operations = Operations()
     server = WorkspaceMCPServer(
         name="ipybox",
         version=__version__,
-        instructions=INSTRUCTIONS,
+        instructions=render_instructions(facts),
         extensions=[TasksExtension(operations, _render_task)],
     )
+    server.before_call = before_call
     if not _tracing():
         # mcp wraps every message in a span, which costs even with no exporter to send it to.
         server.middleware[:] = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
@@ -325,6 +336,7 @@ def create_server(
         return await in_rounds(ctx, register, {"tool": "register_mcp_server"})
 
     @server.tool()
+    @_noted(cell_note(facts))
     async def execute_ipython_cell(
         code: str,
         ctx: Context,
@@ -391,6 +403,7 @@ def create_server(
         return await _render(result, error, denied, max_output_chars, announce, _can_elicit(ctx))
 
     @server.tool()
+    @_noted(package_note(facts))
     async def install_package(package_name: str, ctx: Context, kernel: str | None = None) -> str:
         """Install a Python package into the kernel's environment with pip.
 
@@ -401,10 +414,16 @@ def create_server(
         """
         if not package_name.strip() or any(c in package_name for c in "\n\r\0"):
             raise ToolError("package_name must be one requirement, e.g. 'requests' or 'numpy>=1.20'")
+        now = await asyncio.to_thread(_config, workspace)
+        current = facts_of(now) if now is not None else facts
+        # In the sandbox a refused connection is the policy, not a glitch: pip's five retries (with their
+        # back-off) would only delay the answer.
+        retries = ["--retries", "0"] if current is not None and current.sandboxed else []
         target, announce = await kernel_for(ctx, kernel)
+        argv = ["-m", "pip", "install", "--quiet", *retries, package_name.strip()]
         code = (
             "import subprocess as _sp, sys as _sys\n"
-            f"_r = _sp.run([_sys.executable, '-m', 'pip', 'install', '--quiet', {package_name.strip()!r}], "
+            f"_r = _sp.run([_sys.executable, *{argv!r}], "
             "capture_output=True, text=True)\n"
             "print(_r.stdout[-3000:] + _r.stderr[-3000:])\n"
             "print('exit', _r.returncode)"
@@ -414,7 +433,10 @@ def create_server(
             target.touch()
         text = (result.text or "").strip()
         if not text.endswith("exit 0"):
-            raise ToolError(f"pip could not install {package_name!r}:\n{text}")
+            hint = package_failure_hint(current) if current is not None else None
+            raise ToolError(
+                f"pip could not install {package_name!r}:\n{text}" + (f"\n{hint}" if hint else "")
+            )
         return f"installed {package_name}" + _handle_note(announce)
 
     @server.tool()
@@ -669,14 +691,28 @@ async def _register(
     return f"mcptools.{server_name}: {', '.join(modules)}"
 
 
-def _endpoints(workspace: Path) -> EndpointsSection:
-    """The workspace's `[endpoints]`, or the defaults when `ipybox.toml` does not load now (registering
-    says why; the kernels' expiry is no reason not to serve)."""
+def _config(workspace: Path) -> WorkspaceConfig | None:
+    """The workspace's configuration, or `None` when `ipybox.toml` does not load now (registering says
+    why; the server then uses the default `[endpoints]` and tells the agent nothing about the sandbox)."""
     try:
-        return load_workspace_config(workspace).endpoints
+        return load_workspace_config(workspace)
     except ValueError as e:
-        logger.warning("the MCP server uses the default [endpoints] settings: %s", e)
-        return EndpointsSection()
+        logger.warning("the MCP server describes no workspace settings: %s", e)
+        return None
+
+
+def _noted(note: str) -> Callable[[T], T]:
+    """Put `note` (about this workspace) at the end of a tool's description, before its arguments."""
+
+    def noted(function: T) -> T:
+        if not note:
+            return function
+        doc = function.__doc__ or ""
+        head, args, rest = doc.partition("\n\n        Args:")
+        function.__doc__ = f"{head}\n\n        {note}" + (args + rest if args else "")
+        return function
+
+    return noted
 
 
 async def _shielded(work: Awaitable[T]) -> T:

@@ -44,7 +44,8 @@ from pydantic import BaseModel, ValidationError
 
 from ipybox import process
 from ipybox.config import CONFIG_FILE, ConfigError, load_config
-from ipybox.errors import UnsafePathError, WorkspaceError
+from ipybox.config.schema import WORKSPACE_SCHEMA, schema_path
+from ipybox.errors import IpyboxError, UnsafePathError, WorkspaceError
 from ipybox.safefs import DIR_FLAGS, replace_file
 
 logger = logging.getLogger(__name__)
@@ -283,11 +284,15 @@ def _remove_private_dir(path: Path) -> bool:
 # state.json is a few hundred bytes: more is not one ipybox wrote.
 _MAX_STATE_BYTES = 1 << 20
 _SUBDIRS = ("logs", "outputs")
+# The state directory's own `.gitignore`: git ignores the whole directory, wherever it is.
+_GITIGNORE = b"# ipybox's state (tokens, logs, outputs): never committed. Written by ipybox.\n*\n"
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
 
 
 def prepare_state_dir(paths: StatePaths) -> None:
-    """Create the state directory and its `logs/` and `outputs/` (mode 0700), or check and narrow them:
+    """Create the state directory, its `.gitignore` (`*`: git never adds it), its copy of the installed
+    JSON Schema of `ipybox.toml` (which `#:schema ./.ipybox/ipybox.schema.json` names; rewritten when the
+    installed one differs) and its `logs/` and `outputs/` (mode 0700), or check and narrow them:
     real directories of ours, holding no symlinks, hard-linked files, FIFOs, sockets or devices (`outputs/`:
     no symlinks).
 
@@ -300,6 +305,17 @@ def prepare_state_dir(paths: StatePaths) -> None:
     dir_fd = _open_dir(paths.dir, paths.dir, write=True)
     try:
         _check_entries(paths, dir_fd, paths.dir, files=True)
+        # Never committed, whatever the project's own .gitignore says (and without editing it).
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(
+                ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                dir_fd=dir_fd,
+            )  # fmt: skip
+            try:
+                os.write(fd, _GITIGNORE)
+            finally:
+                os.close(fd)
+        _refresh_schema(dir_fd)
         for name in _SUBDIRS:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o700, dir_fd=dir_fd)
@@ -310,6 +326,24 @@ def prepare_state_dir(paths: StatePaths) -> None:
                 os.close(sub_fd)
     finally:
         os.close(dir_fd)
+
+
+def _refresh_schema(dir_fd: int) -> None:
+    """Make the state directory's `ipybox.schema.json` the installed schema (for editors: never fatal)."""
+    name = Path(WORKSPACE_SCHEMA).name
+    try:
+        installed = schema_path().read_bytes()
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except FileNotFoundError:
+            current = None
+        else:
+            with os.fdopen(fd, "rb") as file:
+                current = file.read(len(installed) + 1)
+        if current != installed:
+            replace_file(dir_fd, name, installed, 0o644)
+    except (OSError, IpyboxError) as e:  # an editor's help; the workspace runs without it
+        logger.warning("the workspace's copy of the ipybox.toml schema could not be written: %s", e)
 
 
 def open_state_file(paths: StatePaths, name: str, flags: int) -> int:

@@ -2,6 +2,23 @@
 
 When `ipybox up` already runs the workspace, this process attaches to it; otherwise it runs the workspace
 itself for as long as the MCP client keeps it. Nothing but MCP goes to stdout.
+
+Nothing is written into the directory until it is used as a workspace. A client's health check (`claude
+mcp list`: initialize, then `tools/list`) and anything else that only looks (`tools/list`, `ping`,
+`resources/list`) writes no file: the instructions and tool descriptions come from the configuration the
+workspace will run with, read without writing (`planned_config`). The directory is used when
+
+- a tool is called (any `tools/call`: a cell, a registration, a search, a saved action): the workspace
+  starts before the call runs (`ipybox.toml` created from the options when missing, `.ipybox/` with its own
+  `.gitignore`, the gateway, the servers), and the call waits for it; or
+- it is a workspace already (it has an `ipybox.toml`, e.g. from `ipybox init`): it starts at once, in the
+  background, while the client initializes, so the first call finds it running.
+
+When the workspace can't run as asked (`--sandbox` where the configuration turns the sandbox off, an
+`ipybox.toml` that does not load, a `--sandbox-config` that does not load), the reason is the JSON-RPC
+error of every request, `initialize` included: an MCP client shows it where it shows that the server
+failed (`claude mcp list`: `✘ Failed to connect — -32603: <reason>`), which an exit with the reason on
+stderr would not (Claude Code shows `Connection closed`).
 """
 
 from __future__ import annotations
@@ -9,39 +26,48 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import cast
+from typing import Any, Protocol, cast
 
 import anyio
 import tomlkit
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 
-from ipybox.config import CONFIG_FILE
+from ipybox.config import CONFIG_FILE, ConfigError, WorkspaceConfig, load_config
+from ipybox.config.loading import load_config_text
+from ipybox.lifecycle import cancel_and_wait
 from ipybox.limits import unenforceable_defaults
 from ipybox.mcp_server.wire import Wire, claim_wire, wire_streams
 from ipybox.mcp_server.workspace_mcp import WorkspaceMCP, create_server
 from ipybox.sandbox import SandboxPolicy
 from ipybox.sandbox.container import unsandboxed_note
 from ipybox.supervisor import NotRunningError, Supervisor, read_state
+from ipybox.supervisor.sandbox_check import check_sandboxed
 from ipybox.supervisor.supervisor import check_running_sandboxed
 
+logger = logging.getLogger(__name__)
 
-def ensure_config(workspace: Path, sandbox: bool, sandbox_config: Path | None) -> None:
-    """Create `ipybox.toml` for a workspace that has none, from the command line's sandbox options.
+# The JSON-RPC error code of a request refused because the server can't serve (`InternalError`).
+REFUSED = -32603
 
-    Whether an existing workspace sandboxes, as `--sandbox` asks, is not read from its file here: `.env`
-    and the environment override the file, so the check is made on the configuration that runs
-    (`Supervisor(require_sandbox=True)`, `check_running_sandboxed`).
+
+class Refused(Exception):
+    """`ipybox mcp` could not serve the workspace and answered every request with why (already said on
+    stderr too); raised once the client closed stdin, so that the process exits non-zero."""
+
+
+def config_text(sandbox: bool, sandbox_config: Path | None) -> str:
+    """The `ipybox.toml` that `ipybox mcp` creates for a workspace without one, from its sandbox options.
+
+    Raises:
+        ValueError: `sandbox_config` does not load (`SandboxPolicy.from_file`).
     """
-    path = workspace / CONFIG_FILE
-    if path.exists():
-        if sandbox or sandbox_config:
-            print(f"ipybox: {path} exists: its [sandbox] table applies, not --sandbox", file=sys.stderr)
-        return
     document = tomlkit.document()
     document.add(tomlkit.comment("Created by `ipybox mcp`; see ipybox.toml.example for every option."))
     table = tomlkit.table()
@@ -61,14 +87,117 @@ def ensure_config(workspace: Path, sandbox: bool, sandbox_config: Path | None) -
         kernel = tomlkit.table(is_super_table=True)
         kernel.add("limits", limits)
         document.add("kernel", kernel)
-    path.write_text(tomlkit.dumps(document))
+    return tomlkit.dumps(document)
+
+
+def ensure_config(workspace: Path, sandbox: bool, sandbox_config: Path | None) -> None:
+    """Create `ipybox.toml` for a workspace that has none, from the command line's sandbox options.
+
+    Whether an existing workspace sandboxes, as `--sandbox` asks, is not read from its file here: `.env`
+    and the environment override the file, so the check is made on the configuration that runs
+    (`Supervisor(require_sandbox=True)`, `check_running_sandboxed`).
+    """
+    path = workspace / CONFIG_FILE
+    if path.exists():
+        if sandbox or sandbox_config:
+            print(f"ipybox: {path} exists: its [sandbox] table applies, not --sandbox", file=sys.stderr)
+        return
+    text = config_text(sandbox, sandbox_config)
+    with contextlib.suppress(FileExistsError), path.open("x") as file:  # never over one made meanwhile
+        file.write(text)
+
+
+def planned_config(workspace: Path, sandbox: bool, sandbox_config: Path | None) -> WorkspaceConfig:
+    """The configuration the workspace will run with, read without writing anything: its `ipybox.toml`,
+    or the one `ensure_config` would create, with `.env` and the environment over it.
+
+    Raises:
+        ConfigError: It does not load, or `--sandbox` (`sandbox`, `sandbox_config`) meets one that turns
+            the sandbox off.
+        ValueError: `sandbox_config` does not load.
+    """
+    path = workspace / CONFIG_FILE
+    if path.exists():
+        config = load_config(path)
+    else:
+        config = load_config_text(path, config_text(sandbox, sandbox_config))
+    if sandbox or sandbox_config is not None:
+        check_sandboxed(config)
+    return config
+
+
+class _LazyWorkspace:
+    """The workspace this process runs, started by the first `start()` (see the module): a call waits for
+    it; a start that failed is tried again by the next call (the user may have fixed what failed)."""
+
+    def __init__(self, workspace: Path, sandbox: bool, sandbox_config: Path | None) -> None:
+        self.workspace = workspace
+        self.sandbox = sandbox
+        self.sandbox_config = sandbox_config
+        self.supervisor: Supervisor | None = None
+        self._starting: asyncio.Task[None] | None = None
+
+    def start_soon(self) -> None:
+        if self._starting is None:
+            self._starting = asyncio.create_task(self._start(), name="ipybox-mcp-workspace")
+            self._starting.add_done_callback(_log_failure)
+
+    async def start(self) -> None:
+        """Start the workspace unless it runs (or started); what failed is a `ToolError`."""
+        self.start_soon()
+        starting = self._starting
+        assert starting is not None
+        try:
+            await asyncio.shield(starting)  # a cancelled call leaves the start to the next one
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            if self._starting is starting:
+                self._starting = None
+            raise ToolError(f"the workspace {self.workspace} could not start: {e}") from None
+
+    async def _start(self) -> None:
+        try:
+            state = read_state(self.workspace)
+        except NotRunningError:
+            pass
+        else:  # `ipybox up` runs it (started meanwhile): attach
+            if self.sandbox or self.sandbox_config is not None:
+                await check_running_sandboxed(state)
+            return
+        await asyncio.to_thread(ensure_config, self.workspace, self.sandbox, self.sandbox_config)
+        supervisor = self.supervisor
+        if supervisor is None:
+            require_sandbox = self.sandbox or self.sandbox_config is not None
+            # Raises ConfigError, before anything starts, when --sandbox meets a configuration (file, .env
+            # or environment) that turns the sandbox off.
+            supervisor = self.supervisor = Supervisor(
+                self.workspace, serve_mcp=False, require_sandbox=require_sandbox
+            )
+            # ipybox's container image runs kernels unsandboxed by default: said, never silent.
+            if (note := unsandboxed_note(supervisor.config.sandbox.enabled)) is not None:
+                print(note, file=sys.stderr)
+        try:
+            await supervisor.start()
+        except BaseException:
+            self.supervisor = None  # a service starts once: the next try makes a new one
+            raise
+        logger.info("ipybox mcp started the workspace %s", self.workspace)
+
+    async def stop(self) -> None:
+        if self._starting is not None:
+            await cancel_and_wait(self._starting)
+        if self.supervisor is not None:
+            await self.supervisor.stop()
 
 
 async def serve_stdio(
     workspace: Path, sandbox: bool = False, sandbox_config: Path | None = None
 ) -> int | None:
     """Serve MCP on stdin/stdout until the client closes them, or a signal (SIGINT, SIGTERM, SIGHUP) asks
-    this process to stop: then what it runs is stopped (later signals are ignored while it stops).
+    this process to stop: then what it runs is stopped (later signals are ignored while it stops). The
+    workspace starts when it is used (see the module); when it can't run as asked, every request is
+    answered with the reason.
 
     Claude Code, for one, ends an MCP server with SIGINT, SIGTERM 100 ms later and SIGKILL 400 ms after that;
     killed by the SIGTERM, the process left its workspace's `state.json` and run directory behind until the
@@ -76,30 +205,39 @@ async def serve_stdio(
 
     Returns:
         The signal that stopped it, if one did (`None`: the client closed stdin).
+
+    Raises:
+        Refused: The workspace could not run as asked (after the client closed stdin).
     """
     wire = claim_wire()  # before any child process starts, so none inherits the client's pipes
-    ensure_config(workspace, sandbox, sandbox_config)
     require_sandbox = sandbox or sandbox_config is not None
     serving = asyncio.current_task()
     assert serving is not None
     with _stopping_on_signals(serving) as signalled:
-        supervisor: Supervisor | None = None
+        lazy: _LazyWorkspace | None = None
         mcp: WorkspaceMCP | None = None
         try:
             try:
                 state = read_state(workspace)
             except NotRunningError:
-                # Raises ConfigError, before anything starts, when --sandbox meets a configuration (file,
-                # .env or environment) that turns the sandbox off.
-                supervisor = Supervisor(workspace, serve_mcp=False, require_sandbox=require_sandbox)
-                # ipybox's container image runs kernels unsandboxed by default: said, never silent.
-                if (note := unsandboxed_note(supervisor.config.sandbox.enabled)) is not None:
-                    print(note, file=sys.stderr)
-                await supervisor.start()
-            else:
-                if require_sandbox:
-                    await check_running_sandboxed(state)
-            mcp = create_server(workspace)
+                state = None
+            try:
+                if state is not None:
+                    if require_sandbox:
+                        await check_running_sandboxed(state)
+                    config = None  # the running workspace's file, loaded by the server
+                else:
+                    config = planned_config(workspace, sandbox, sandbox_config)
+            except (ConfigError, ValueError, NotRunningError) as e:
+                await _refuse(str(e), wire)
+                raise Refused(str(e)) from None
+            if state is None:
+                lazy = _LazyWorkspace(workspace, sandbox, sandbox_config)
+                if (workspace / CONFIG_FILE).exists():
+                    lazy.start_soon()  # a workspace already: no reason to make the first call wait
+            mcp = create_server(
+                workspace, config=config, before_call=lazy.start if lazy is not None else None
+            )
             async with mcp:
                 await _serve(mcp.server, wire)
         except asyncio.CancelledError:
@@ -109,9 +247,49 @@ async def serve_stdio(
         finally:
             if mcp is not None:
                 await mcp.aclose()
-            if supervisor is not None:
-                await supervisor.stop()
+            if lazy is not None:
+                await lazy.stop()
     return signalled[0] if signalled else None
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    """Say on stderr why a start failed (retrieved, so asyncio does not report it again); the next tool
+    call gets the reason and tries again."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        logger.warning("the workspace could not start (the next tool call tries again): %s", error)
+
+
+class _LineWriter(Protocol):
+    async def write(self, text: str, /) -> Any: ...
+    async def flush(self) -> Any: ...
+
+
+async def _refuse(reason: str, wire: Wire | None) -> None:
+    """Answer every request with the JSON-RPC error `reason` until the client closes stdin."""
+    print(f"ipybox: {reason}", file=sys.stderr)
+    async with _lines(wire) as (incoming, outgoing):
+        async for line in incoming:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(message, dict) or "method" not in message or "id" not in message:
+                continue  # a notification or a response: nothing to answer
+            error = {"code": REFUSED, "message": f"ipybox: {reason}"}
+            answer = {"jsonrpc": "2.0", "id": message["id"], "error": error}
+            await outgoing.write(json.dumps(answer) + "\n")
+            await outgoing.flush()
+
+
+@contextlib.asynccontextmanager
+async def _lines(wire: Wire | None) -> AsyncIterator[tuple[AsyncIterator[str], _LineWriter]]:
+    if wire is not None:
+        async with wire_streams(wire) as (incoming, outgoing):
+            yield incoming, outgoing
+        return
+    stdin = anyio.wrap_file(sys.stdin)
+    stdout = anyio.wrap_file(sys.stdout)
+    yield cast("AsyncIterator[str]", stdin), cast("_LineWriter", stdout)
 
 
 @contextlib.contextmanager

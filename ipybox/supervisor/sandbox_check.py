@@ -25,8 +25,8 @@ def check_sandboxed(config: WorkspaceConfig) -> None:
     if config.kernel.gateway is not None:
         source, line, column = setting_source(config, ("kernel", "gateway"))
         reason = (
-            "--sandbox was given, but [kernel.gateway] runs kernels on a remote gateway, which ipybox does "
-            "not sandbox (its cluster isolates them): leave out --sandbox, or remove [kernel.gateway]"
+            "sandboxed kernels were asked for (--sandbox), but [kernel.gateway] runs kernels on a remote gateway, which ipybox does "
+            "not sandbox (its cluster isolates them): don't ask for them (leave out --sandbox), or remove [kernel.gateway]"
         )
         path = config.path if config.path is not None else config.root / CONFIG_FILE
         raise ConfigError(path, [ConfigProblem(source, line, column, reason)])
@@ -41,7 +41,7 @@ def check_sandboxed(config: WorkspaceConfig) -> None:
         reason = (
             "this file does not enable the sandbox: set `enabled = true` under [sandbox] (its policy applies)"
         )
-    reason = f"--sandbox was given, but {reason}, or leave out --sandbox"
+    reason = f"sandboxed kernels were asked for (--sandbox), but {reason}, or don't ask for them (leave out --sandbox)"
     path = config.path if config.path is not None else config.root / CONFIG_FILE
     raise ConfigError(path, [ConfigProblem(source, line, column, reason)])
 
@@ -59,8 +59,8 @@ async def check_running_sandboxed(state: SupervisorState) -> None:
             return
     path = Path(state.workspace) / CONFIG_FILE
     reason = (
-        f"--sandbox was given, but the workspace running in {state.workspace} runs kernels unsandboxed (its "
+        f"sandboxed kernels were asked for (--sandbox), but the workspace running in {state.workspace} runs kernels unsandboxed (its "
         "[sandbox] enabled is false, from ipybox.toml, .env or the environment of the `ipybox up` that runs "
-        "it): stop it with `ipybox down`, enable the sandbox, or leave out --sandbox"
+        "it): stop it with `ipybox down`, enable the sandbox, or don't ask for them (leave out --sandbox)"
     )
     raise ConfigError(path, [ConfigProblem(str(path), None, None, reason)])

@@ -8,12 +8,12 @@ import itertools
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 import pytest
 
@@ -21,7 +21,7 @@ from ipybox.cli import init as init_module
 from ipybox.cli.init import GITIGNORE_LINE, render_config
 from ipybox.cli.main import main
 from ipybox.config import load_config
-from ipybox.config.schema import example_path, schema_path
+from ipybox.config.schema import EXAMPLE_URL, SCHEMA_ID, WORKSPACE_SCHEMA, example_path, schema_path
 from ipybox.config.server_catalog import CATALOG, regex_escape
 from ipybox.limits import WorkspaceLimits
 from ipybox.rules.calls import ToolCall
@@ -78,7 +78,7 @@ def test_init_writes_an_ipybox_toml_that_validates(
 def test_init_creates_the_directory_with_its_parents(tmp_path: Path) -> None:
     workspace = tmp_path / "a" / "b" / "ws"
     assert init(workspace) == 0
-    assert sorted(os.listdir(workspace)) == [".gitignore", "ipybox.toml"]
+    assert sorted(os.listdir(workspace)) == [".gitignore", ".ipybox", "ipybox.toml"]
 
 
 def test_init_without_a_directory_writes_into_the_current_one(
@@ -243,7 +243,7 @@ def test_force_replaces_the_file_and_leaves_no_temporary_file(workspace: Path) -
     (workspace / "ipybox.toml").write_text("# mine\n")
     assert init(workspace, "--force", "--server", "time") == 0
     assert "time" in load_config(workspace).enabled_servers()
-    assert sorted(os.listdir(workspace)) == [".gitignore", "ipybox.toml"]
+    assert sorted(os.listdir(workspace)) == [".gitignore", ".ipybox", "ipybox.toml"]
 
 
 def test_an_unknown_server_is_one_error_that_lists_the_known_names(
@@ -292,20 +292,38 @@ def test_gitignore_that_already_ignores_the_state_directory_is_left_alone(worksp
     assert (workspace / ".gitignore").read_text() == f"dist/\n{line}\n"
 
 
-def test_the_schema_line_and_the_header_name_installed_files(workspace: Path) -> None:
-    assert init(workspace) == 0
-    lines = (workspace / "ipybox.toml").read_text().splitlines()
-    uri = urlparse(lines[0].removeprefix("#:schema "))
-    assert lines[0].startswith("#:schema file:///") and Path(unquote(uri.path)) == schema_path()
-    assert f"# {example_path()}" in lines and example_path().is_file()
+def test_the_written_file_names_no_path_of_this_machine_and_a_copy_elsewhere_works(
+    tmp_path: Path,
+) -> None:
+    workspace = (tmp_path / "ws").resolve()
+    assert init(workspace, "--server", "filesystem", "--server", "git") == 0
+    text = (workspace / "ipybox.toml").read_text()
+    # Nothing of this machine: not the workspace, not where ipybox is installed.
+    for path in (str(tmp_path), regex_escape(str(tmp_path)), str(schema_path().parent), sys.prefix):
+        assert path not in text, path
+    # The schema line names the workspace's copy, which init wrote (as every start does), git-ignored.
+    lines = text.splitlines()
+    assert lines[0] == f"#:schema ./{WORKSPACE_SCHEMA}"
+    assert (workspace / WORKSPACE_SCHEMA).read_bytes() == schema_path().read_bytes()
+    assert json.loads(schema_path().read_text())["$id"] == SCHEMA_ID
+    assert (workspace / ".ipybox" / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert f"# {EXAMPLE_URL}" in lines and example_path().is_file()
+
+    # Committed and checked out elsewhere (without .ipybox/): it loads, and its rules hold for the new place.
+    elsewhere = (tmp_path / "checkout").resolve()
+    shutil.copytree(workspace, elsewhere, ignore=shutil.ignore_patterns(".ipybox"))
+    policy = load_config(elsewhere).approval
+    inside = ToolCall("filesystem", "write_file", {"path": f"{elsewhere}/notes.md", "content": ""})
+    outside = ToolCall("filesystem", "write_file", {"path": f"{workspace}/notes.md", "content": ""})
+    assert policy.decide(inside).rule_id != "filesystem-stays-in-workspace"
+    assert policy.decide(outside).rule_id == "filesystem-stays-in-workspace"
+    git = ToolCall("git", "git_status", {"repo_path": str(elsewhere)})
+    assert policy.decide(git).decision != "deny"
 
 
 def _normalised(text: str, workspace: Path) -> str:
-    return (
-        text.replace(schema_path().as_uri(), "<SCHEMA>")
-        .replace(str(example_path()), "<EXAMPLE>")
-        .replace(str(workspace.resolve()), "<WORKSPACE>")
-        .replace(regex_escape(str(workspace.resolve())), "<WORKSPACE>")
+    return text.replace(str(workspace.resolve()), "<WORKSPACE>").replace(
+        regex_escape(str(workspace.resolve())), "<WORKSPACE>"
     )
 
 

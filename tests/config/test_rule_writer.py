@@ -447,3 +447,29 @@ def test_a_file_that_keeps_changing_is_refused(example: Path, monkeypatch: pytes
 
 def test_a_refusal_is_an_ipybox_error_and_a_value_error() -> None:
     assert issubclass(RuleWriteError, IpyboxError) and issubclass(RuleWriteError, ValueError)
+
+
+def test_a_rule_written_for_a_path_in_the_workspace_names_it_by_placeholder_and_travels(
+    tmp_path: Path,
+) -> None:
+    # The asking rule names the workspace as `ipybox init` writes it; the loader fills it in.
+    workspace, elsewhere = (tmp_path / "ws").resolve(), (tmp_path / "copy").resolve()
+    workspace.mkdir()
+    elsewhere.mkdir()
+    (workspace / "ipybox.toml").write_text(
+        '[[approval.rules]]\nid = "ask-in-out"\nserver = "filesystem"\ntool = "write_file"\n'
+        'args = { path = { glob = "{workspace_glob}/out/**" } }\ndecision = "ask"\n'
+    )
+    call = ToolCall("filesystem", "write_file", {"path": f"{workspace}/out/report.md", "content": ""})
+
+    written = write(workspace / "ipybox.toml", call, "ask-in-out")
+
+    text = (workspace / "ipybox.toml").read_text()
+    assert str(tmp_path) not in text
+    assert 'args = { path = { glob = "{workspace_glob}/out/**" } }' in written.text
+    assert 'args = { path = "{workspace}/out/report.md", content = "" }' in written.text
+    # Checked out elsewhere, the file loads and the rule decides the same call there.
+    (elsewhere / "ipybox.toml").write_text(text)
+    moved = ToolCall("filesystem", "write_file", {"path": f"{elsewhere}/out/report.md", "content": ""})
+    verdict = load_config(elsewhere).approval.decide(moved)
+    assert (verdict.decision, verdict.rule_id) == ("allow", written.id)

@@ -331,3 +331,23 @@ async def test_an_interrupted_call_does_not_answer_the_next_one(tool_executor: C
     assert (await tool_executor.execute(code)).text == "fresh"
     await asyncio.sleep(1.5)
     assert (await tool_executor.execute(code)).text == "fresh"
+
+
+SKILL = ROOT.parent / "plugins" / "codeact-default" / "skills" / "codeact" / "SKILL.md"
+
+
+def skill_examples() -> list[str]:
+    """The Python examples of the codeact skill (its ```python blocks), in order."""
+    text = SKILL.read_text()
+    return [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
+
+
+async def test_the_codeact_skills_examples_run_against_real_servers(tool_executor: CodeExecutor) -> None:
+    # What an agent copies from the skill must run as written: against the time and everything servers,
+    # each tool call approved, every attribute it reads present on what the tool returns.
+    examples = skill_examples()
+    assert len(examples) >= 3 and any("mcptools.time" in example for example in examples)
+    for example in examples:
+        requests, result = await _decide(tool_executor, example)
+        assert result.text, f"the example printed nothing:\n{example}"
+        assert all(request.call.server in ("time", "everything") for request in requests)

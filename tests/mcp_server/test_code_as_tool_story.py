@@ -131,6 +131,21 @@ async def test_an_agent_registers_searches_calls_parses_saves_and_reuses_a_code_
     async with AsyncExitStack() as stack:
         session = await session_of(supervisor, stack)
 
+        # 0. Told what this workspace is: sandboxed, no host reachable, so no package can be installed;
+        # install_package then fails at once (pip makes no retries there) and says why.
+        init = session.initialize_result
+        assert init is not None and init.instructions is not None
+        assert "Python in a stateful IPython kernel in a sandbox." in init.instructions
+        assert "Network: none (no host is allowed)" in init.instructions
+        assert "install_package can't work here" in init.instructions
+        started = asyncio.get_running_loop().time()
+        installed = await session.call_tool("install_package", {"package_name": "ipybox-no-such-package"})
+        assert installed.is_error and "reach no package index" in text(installed), text(installed)
+        assert "don't retry" in text(installed)
+        # pip runs with --retries 0 here: against a refusing proxy, its five retries with back-off only delay
+        # this answer (this machine's pip may read a local index, so the bound is loose).
+        assert asyncio.get_running_loop().time() - started < 30
+
         # 1. Register a server: its typed API is generated.
         params = {"command": sys.executable, "args": [str(EDGE_SERVER)], "env": {TAG_ENV: "story"}}
         registered = await session.call_tool(

@@ -27,9 +27,12 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ToolsListChanged
 
 from ipybox import __version__
+from ipybox.config import load_config
 from ipybox.mcp_server.code_actions import CACHE_HINTS, TOOL_ORDER, WorkspaceMCPServer
-from ipybox.mcp_server.workspace_mcp import INSTRUCTIONS, WorkspaceMCP, create_server
+from ipybox.mcp_server.instructions import facts_of, render_instructions
+from ipybox.mcp_server.workspace_mcp import WorkspaceMCP, create_server
 from ipybox.supervisor import Supervisor
+from ipybox.supervisor.mcp_stdio import planned_config
 from tests.cli.test_main import IPYBOX
 from tests.codeact.test_actions import API, _manifest, _write_action
 from tests.mcp_server.sessions import text
@@ -56,14 +59,17 @@ async def served(workspace: Path) -> AsyncIterator[WorkspaceMCP]:
         yield served
 
 
-async def test_discover_names_ipybox_and_declares_only_the_capabilities_it_has(served: WorkspaceMCP) -> None:
+async def test_discover_names_ipybox_and_declares_only_the_capabilities_it_has(
+    served: WorkspaceMCP, workspace: Path
+) -> None:
     async with mcp.Client(served.server) as client:
         assert client.protocol_version == MODERN
         found = types.DiscoverResult.model_validate(await client.session.send_discover(MODERN))
     assert found.supported_versions == [MODERN]  # handshake revisions are reached through `initialize`
     info = found.meta["io.modelcontextprotocol/serverInfo"] if found.meta is not None else None
     assert info == {"name": "ipybox", "version": __version__}
-    assert found.instructions == INSTRUCTIONS
+    # Rendered from the workspace's configuration: unsandboxed, and said so.
+    assert found.instructions == render_instructions(facts_of(load_config(workspace)))
     capabilities = found.capabilities
     assert capabilities.tools is not None and capabilities.tools.list_changed is True
     # mcp serves prompts/list and resources/list regardless; ipybox has neither, and sends no log messages.
@@ -314,7 +320,10 @@ async def test_ipybox_mcp_over_stdio_answers_discover_to_a_2026_07_28_client(tmp
     assert found.supported_versions == [MODERN]
     assert found.meta is not None
     assert found.meta["io.modelcontextprotocol/serverInfo"] == {"name": "ipybox", "version": __version__}
-    assert found.instructions == INSTRUCTIONS
+    # What the workspace will be (no ipybox.toml, no --sandbox: unsandboxed), told before anything is written.
+    assert found.instructions == render_instructions(facts_of(planned_config(tmp_path, False, None)))
+    assert "Kernels are not sandboxed" in found.instructions
+    assert list(tmp_path.iterdir()) == []
     assert found.capabilities.tools is not None and found.capabilities.tools.list_changed is True
     assert found.capabilities.prompts is None and found.capabilities.resources is None
     assert (found.ttl_ms, found.cache_scope) == (3_600_000, "public")

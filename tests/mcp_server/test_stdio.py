@@ -1,5 +1,6 @@
-"""`ipybox mcp` over stdio, driven by the Python mcp client: register a server, execute code that uses its
-generated API, approval through elicitation (or a clear denial without it), install, reset."""
+"""`ipybox mcp` over stdio, driven by the Python mcp client: a directory left untouched until a tool is
+called, instructions that describe it, register a server, execute code that uses its generated API,
+approval through elicitation (or a clear denial without it), install, reset."""
 
 from __future__ import annotations
 
@@ -45,10 +46,25 @@ async def open_session(
     return await stack.enter_async_context(session)
 
 
+# The workspace's directory before the server started, and after a health check: every entry with its
+# mtime and content.
+UNTOUCHED: list[list[tuple[str, int, bytes]]] = []
+CHECKED: list[list[tuple[str, int, bytes]]] = []
+
+
+def listing(directory: Path) -> list[tuple[str, int, bytes]]:
+    entries = [directory, *sorted(directory.rglob("*"))]
+    return [
+        (str(p.relative_to(directory)), p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else b"")
+        for p in entries
+    ]
+
+
 @pytest.fixture(scope="module")
 async def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     workspace = tmp_path_factory.mktemp("mcp-ws")
     (workspace / ".env").write_text("EDGE_TOKEN=from-dotenv\nKERNEL_ENV_GREETING=hello-kernel\n")
+    UNTOUCHED.append(listing(workspace))
     return workspace
 
 
@@ -61,12 +77,30 @@ def client(
 @pytest.fixture(scope="module")
 async def session(workspace: Path) -> AsyncIterator[ClientSession]:
     async with client(workspace) as session:  # the bare `ipybox --workspace DIR` form of ipybox 0.9
+        # A health check, as `claude mcp list` makes (initialize, then tools/list), before any other test.
+        await session.list_tools()
+        CHECKED.append(listing(workspace))
         yield session
 
 
-async def test_tools_and_instructions(session: ClientSession) -> None:
+async def test_a_health_check_writes_nothing_and_the_first_call_makes_the_directory_a_workspace(
+    session: ClientSession, workspace: Path
+) -> None:
+    # What `claude mcp list` does (initialize, then tools/list) wrote no file into the directory.
+    assert CHECKED == UNTOUCHED
     names = {tool.name for tool in (await session.list_tools()).tools}
     assert names == BUILT_IN_TOOLS
+    # Told what the workspace will be: a directory without ipybox.toml, served without --sandbox.
+    result = session.initialize_result
+    assert result is not None and result.instructions is not None
+    assert (
+        "Kernels are not sandboxed" in result.instructions
+        and "sandbox" not in result.instructions.split("Kernels are not sandboxed")[0]
+    )
+    # The first tool call uses it: the workspace is created and started, its state git-ignored.
+    assert text(await session.call_tool("execute_ipython_cell", {"code": "print(6 * 7)"})).strip() == "42"
+    assert (workspace / "ipybox.toml").is_file()
+    assert (workspace / ".ipybox" / ".gitignore").read_text().splitlines()[-1] == "*"
 
 
 @pytest.mark.slow

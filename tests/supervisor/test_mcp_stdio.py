@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ipybox.config import load_config
+from ipybox.config import ConfigError, load_config
 from ipybox.supervisor import ControlClient, SupervisorState, mcp_stdio, read_state
-from ipybox.supervisor.mcp_stdio import ensure_config
+from ipybox.supervisor.mcp_stdio import ensure_config, planned_config
 
 # A handshake-era client's first request, as a raw JSON-RPC line.
 INITIALIZE = {
@@ -55,6 +55,24 @@ def test_a_new_unsandboxed_workspace_lifts_in_its_file_the_defaults_this_machine
     assert config.kernel.limits.memory is None and config.kernel.limits.processes is not None
 
 
+def test_the_planned_configuration_is_read_without_writing_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("IPYBOX_SANDBOX__ENABLED", raising=False)
+    # No ipybox.toml: what `ensure_config` would write, as it would load; nothing is written.
+    assert planned_config(tmp_path, sandbox=True, sandbox_config=None).sandbox.enabled is True
+    assert planned_config(tmp_path, sandbox=False, sandbox_config=None).sandbox.enabled is False
+    assert list(tmp_path.iterdir()) == []
+    # What `ipybox mcp` answers every request with instead of serving: the file's problem, or the sandbox's.
+    (tmp_path / "ipybox.toml").write_text("[sandbox]\nenabled = false\nnope = 1\n")
+    with pytest.raises(ConfigError, match="nope"):
+        planned_config(tmp_path, sandbox=False, sandbox_config=None)
+    (tmp_path / "ipybox.toml").write_text("[sandbox]\nenabled = false\n")
+    with pytest.raises(ConfigError, match=r"sandboxed kernels were asked for \(--sandbox\)"):
+        planned_config(tmp_path, sandbox=True, sandbox_config=None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ipybox.toml"]
+
+
 @pytest.mark.integration
 def test_ipybox_mcp_stops_cleanly_when_its_client_sends_sigint_then_sigterm(tmp_path: Path) -> None:
     """As Claude Code ends an MCP server: SIGINT, then SIGTERM 100 ms later. The second signal must not kill
@@ -73,6 +91,10 @@ def test_ipybox_mcp_stops_cleanly_when_its_client_sends_sigint_then_sigterm(tmp_
         process.stdin.write((json.dumps(INITIALIZE) + "\n").encode())
         process.stdin.flush()
         assert json.loads(process.stdout.readline())["id"] == 1
+        # A workspace already (it has an ipybox.toml): it starts while the client initializes.
+        deadline = time.monotonic() + 60
+        while not (tmp_path / ".ipybox" / "state.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         state = read_state(tmp_path)
         run_dir = Path(state.control_socket).parent
         assert run_dir.is_dir()

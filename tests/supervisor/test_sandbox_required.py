@@ -48,8 +48,10 @@ def ipybox(*args: str, env: dict[str, str], stdin: str = "") -> subprocess.Compl
 def placed(where: str, workspace: Path) -> str:
     """How the error names the override."""
     if where == "environment":
-        return f"ipybox: environment variable {OVERRIDE}: --sandbox was given, but this variable turns"
-    return f"ipybox: {workspace / '.env'}:2:1: --sandbox was given, but this line turns"
+        return f"ipybox: environment variable {OVERRIDE}: sandboxed kernels were asked for (--sandbox), but this variable turns"
+    return (
+        f"ipybox: {workspace / '.env'}:2:1: sandboxed kernels were asked for (--sandbox), but this line turns"
+    )
 
 
 @pytest.mark.integration
@@ -66,8 +68,11 @@ def test_ipybox_mcp_sandbox_refuses_a_workspace_whose_override_turns_the_sandbox
         line for line in done.stderr.splitlines() if line.startswith("ipybox: ") and "exists" not in line
     ]
     assert len(errors) == 1 and errors[0].startswith(placed(where, workspace)), done.stderr
-    assert "or leave out --sandbox" in errors[0] and "Traceback" not in done.stderr
-    assert done.stdout == ""  # no MCP answer: nothing was served
+    assert "or don't ask for them (leave out --sandbox)" in errors[0] and "Traceback" not in done.stderr
+    # The client is answered with the reason (Claude Code shows it in `claude mcp list`), nothing served.
+    answer = json.loads(done.stdout)
+    assert answer["id"] == INITIALIZE["id"] and "result" not in answer
+    assert answer["error"]["message"] == errors[0]
     assert not (workspace / ".ipybox").exists()  # nothing started: no state, no kernels
 
 
@@ -96,14 +101,22 @@ def test_the_error_places_what_turned_the_sandbox_off(
     config.write_text("[sandbox]\nenabled = false\n")
     with pytest.raises(ConfigError) as info:
         Supervisor(tmp_path, serve_mcp=False, require_sandbox=True)
-    assert str(info.value).startswith(f"{config}:2:1: --sandbox was given, but this file does not enable")
+    assert str(info.value).startswith(
+        f"{config}:2:1: sandboxed kernels were asked for (--sandbox), but this file does not enable"
+    )
     assert "set `enabled = true` under [sandbox]" in str(info.value)
     config.write_text(SANDBOXED)
     (tmp_path / ".env").write_text(f"export {OVERRIDE.lower()}=0\n")
-    with pytest.raises(ConfigError, match=rf"^{tmp_path / '.env'}:1:8: --sandbox was given, but this line"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^{tmp_path / '.env'}:1:8: sandboxed kernels were asked for \(--sandbox\), but this line",
+    ):
         Supervisor(tmp_path, serve_mcp=False, require_sandbox=True)
     monkeypatch.setenv("IPYBOX_SANDBOX", '{"enabled": false}')
-    with pytest.raises(ConfigError, match=r"^environment variable IPYBOX_SANDBOX: --sandbox was given"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^environment variable IPYBOX_SANDBOX: sandboxed kernels were asked for \(--sandbox\)",
+    ):
         Supervisor(tmp_path, serve_mcp=False, require_sandbox=True)
     # Without --sandbox the override works as documented.
     assert Supervisor(tmp_path, serve_mcp=False).config.sandbox.enabled is False
@@ -119,6 +132,9 @@ async def test_an_edit_that_turns_the_sandbox_off_is_refused_while_it_runs(
     supervisor = Supervisor(tmp_path, serve_mcp=False, require_sandbox=True)
     (tmp_path / ".env").write_text(f"{OVERRIDE}=false\n")
     edited = load_config(tmp_path)
-    with pytest.raises(ConfigError, match="--sandbox was given, but this line turns the sandbox off"):
+    with pytest.raises(
+        ConfigError,
+        match=r"sandboxed kernels were asked for \(--sandbox\), but this line turns the sandbox off",
+    ):
         await supervisor.kernels_changed(edited, ["sandbox.enabled: true -> false"])
     assert supervisor.config.sandbox.enabled is True
