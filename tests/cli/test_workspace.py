@@ -97,7 +97,9 @@ def test_up_serves_the_token_an_earlier_run_kept_and_says_how_to_connect(running
     state = json.loads((workspace / ".ipybox" / "state.json").read_text())
     assert state["mcp_token"] == KEPT_TOKEN
     assert f"  mcp:      {state['mcp_url']}  (streamable HTTP, bearer token)" in out
-    assert f"  connect:  `ipybox connect CLIENT -w {workspace}` prints the entry for an agent (claude, " in out
+    assert (
+        f"  connect:  `ipybox connect CLIENT -w {workspace}` prints the entry for an agent (claude, " in out
+    )
 
 
 def test_token_rotate_refuses_the_old_token_at_once(running: tuple[Path, str]) -> None:
@@ -159,7 +161,9 @@ def test_status(running: tuple[Path, str]) -> None:
     )
     assert any(line.startswith("  control:   unix:") for line in lines), lines
     assert any(line.startswith("  mcp:       http://127.0.0.1:") for line in lines), lines
-    assert f"  connect:   `ipybox connect CLIENT -w {workspace}` prints the entry for an agent" in human.stdout
+    assert (
+        f"  connect:   `ipybox connect CLIENT -w {workspace}` prints the entry for an agent" in human.stdout
+    )
     info = status_json(workspace)
     assert info["running"] is True and info["workspace"] == str(workspace)
     assert info["pool"] == {"size": 1, "idle": 1, "leased": 0} or info["pool"]["size"] == 1  # type: ignore[index]
