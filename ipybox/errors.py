@@ -14,6 +14,7 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     ├── ListenError                      ipybox.asgi_server                  OSError
     ├── RuleWriteError                   ipybox.config.rule_writer           ValueError
     ├── ServerWriteError                 ipybox.config.server_writer         ValueError
+    ├── ServerImportError                ipybox.config.server_import         ValueError
     ├── DomainWriteError                 ipybox.config.domain_writer         ValueError
     ├── LockFileError                    ipybox.config.tool_lock             ValueError
     ├── SandboxUnavailableError          ipybox.sandbox                      RuntimeError
@@ -53,6 +54,11 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     ├── ShellSyntaxError                 ipybox.rules.shell_commands         ValueError
     ├── ModuleRefusedError               ipybox.tool_server.module_sources   ValueError
     ├── CertificateError                 ipybox.tool_server.tls              ValueError
+    ├── ConnectError                     ipybox.cli.client_config            ValueError
+    │   ├── BadFileError                 ipybox.cli.client_config            ValueError
+    │   └── ConflictError                ipybox.cli.client_config            ValueError
+    ├── NoEndpointError                  ipybox.cli.connect                  RuntimeError
+    ├── CommandLineError                 ipybox.devtools.docs                ValueError
     ├── ApprovalFailedError              ipybox.errors
     │   ├── ApprovalRejected             ipybox.approval.channel
     │   └── ApprovalMessageError         ipybox.approval.wire                ValueError
@@ -60,6 +66,7 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     │   ├── AlreadyRunningError          ipybox.running.state                RuntimeError
     │   ├── NotRunningError              ipybox.running.state                RuntimeError
     │   ├── ControlRequestError          ipybox.running.control_client       RuntimeError
+    │   ├── ServeRefusedError            ipybox.supervisor.mcp_stdio         RuntimeError
     │   └── UnknownLeaseError            ipybox.supervisor.leases            KeyError
     └── UnsafePathError                  ipybox.errors
         ├── LinkInPathError              ipybox.safefs                       OSError

@@ -243,7 +243,7 @@ def _sandbox_config_problem(path: Path | None) -> str | None:
 
 
 def _mcp(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from ipybox.supervisor.mcp_stdio import Refused, serve_stdio
+    from ipybox.supervisor.mcp_stdio import ServeRefusedError, serve_stdio
 
     workspace: Path = args.mcp_workspace or Path(".")
     sandbox: bool = args.mcp_sandbox
@@ -270,7 +270,7 @@ def _mcp(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         signalled = asyncio.run(serve_stdio(workspace.resolve(), sandbox, sandbox_config))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except Refused:  # why was the answer to every request, and is on stderr
+    except ServeRefusedError:  # why was the answer to every request, and is on stderr
         return 1
     if signalled is not None:
         # Everything is stopped. A client that signals gives the process little time (Claude Code: SIGKILL

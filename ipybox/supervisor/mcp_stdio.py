@@ -41,7 +41,8 @@ from mcp.server.stdio import stdio_server
 
 from ipybox.config import CONFIG_FILE, ConfigError, WorkspaceConfig, load_config
 from ipybox.config.loading import load_config_text
-from ipybox.lifecycle import cancel_and_wait
+from ipybox.errors import WorkspaceError
+from ipybox.lifecycle import cancel_and_wait, task_scope
 from ipybox.limits import unenforceable_defaults
 from ipybox.mcp_server.wire import Wire, claim_wire, wire_streams
 from ipybox.mcp_server.workspace_mcp import WorkspaceMCP, create_server
@@ -57,7 +58,7 @@ logger = logging.getLogger(__name__)
 REFUSED = -32603
 
 
-class Refused(Exception):
+class ServeRefusedError(WorkspaceError, RuntimeError):
     """`ipybox mcp` could not serve the workspace and answered every request with why (already said on
     stderr too); raised once the client closed stdin, so that the process exits non-zero."""
 
@@ -130,17 +131,39 @@ class _LazyWorkspace:
     """The workspace this process runs, started by the first `start()` (see the module): a call waits for
     it; a start that failed is tried again by the next call (the user may have fixed what failed)."""
 
-    def __init__(self, workspace: Path, sandbox: bool, sandbox_config: Path | None) -> None:
+    def __init__(
+        self, workspace: Path, sandbox: bool, sandbox_config: Path | None, tasks: asyncio.TaskGroup
+    ) -> None:
         self.workspace = workspace
         self.sandbox = sandbox
         self.sandbox_config = sandbox_config
         self.supervisor: Supervisor | None = None
-        self._starting: asyncio.Task[None] | None = None
+        # The start runs in the server's task group (it outlives this object's calls); its outcome is a
+        # future the calls wait for, so that a failed start does not end the group.
+        self._tasks = tasks
+        self._task: asyncio.Task[None] | None = None
+        self._starting: asyncio.Future[None] | None = None
 
     def start_soon(self) -> None:
         if self._starting is None:
-            self._starting = asyncio.create_task(self._start(), name="ipybox-mcp-workspace")
-            self._starting.add_done_callback(_log_failure)
+            starting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._starting = starting
+            self._task = self._tasks.create_task(self._run_start(starting), name="ipybox-mcp-workspace")
+
+    async def _run_start(self, starting: asyncio.Future[None]) -> None:
+        try:
+            await self._start()
+        except asyncio.CancelledError:
+            starting.cancel()
+            raise
+        except Exception as e:
+            # Said on stderr (the next tool call gets the reason and tries again), and marked retrieved so
+            # that asyncio does not report it again when no call waits for it.
+            logger.warning("the workspace could not start (the next tool call tries again): %s", e)
+            starting.set_exception(e)
+            starting.exception()
+        else:
+            starting.set_result(None)
 
     async def start(self) -> None:
         """Start the workspace unless it runs (or started); what failed is a `ToolError`."""
@@ -185,8 +208,8 @@ class _LazyWorkspace:
         logger.info("ipybox mcp started the workspace %s", self.workspace)
 
     async def stop(self) -> None:
-        if self._starting is not None:
-            await cancel_and_wait(self._starting)
+        if self._task is not None:
+            await cancel_and_wait(self._task)
         if self.supervisor is not None:
             await self.supervisor.stop()
 
@@ -207,56 +230,60 @@ async def serve_stdio(
         The signal that stopped it, if one did (`None`: the client closed stdin).
 
     Raises:
-        Refused: The workspace could not run as asked (after the client closed stdin).
+        ServeRefusedError: The workspace could not run as asked (after the client closed stdin).
     """
     wire = claim_wire()  # before any child process starts, so none inherits the client's pipes
-    require_sandbox = sandbox or sandbox_config is not None
     serving = asyncio.current_task()
     assert serving is not None
     with _stopping_on_signals(serving) as signalled:
-        lazy: _LazyWorkspace | None = None
-        mcp: WorkspaceMCP | None = None
+        async with task_scope() as tasks:
+            return await _serve_workspace(workspace, sandbox, sandbox_config, wire, tasks, serving, signalled)
+
+
+async def _serve_workspace(
+    workspace: Path,
+    sandbox: bool,
+    sandbox_config: Path | None,
+    wire: Wire | None,
+    tasks: asyncio.TaskGroup,
+    serving: asyncio.Task[Any],
+    signalled: list[int],
+) -> int | None:
+    require_sandbox = sandbox or sandbox_config is not None
+    lazy: _LazyWorkspace | None = None
+    mcp: WorkspaceMCP | None = None
+    try:
         try:
-            try:
-                state = read_state(workspace)
-            except NotRunningError:
-                state = None
-            try:
-                if state is not None:
-                    if require_sandbox:
-                        await check_running_sandboxed(state)
-                    config = None  # the running workspace's file, loaded by the server
-                else:
-                    config = planned_config(workspace, sandbox, sandbox_config)
-            except (ConfigError, ValueError, NotRunningError) as e:
-                await _refuse(str(e), wire)
-                raise Refused(str(e)) from None
-            if state is None:
-                lazy = _LazyWorkspace(workspace, sandbox, sandbox_config)
-                if (workspace / CONFIG_FILE).exists():
-                    lazy.start_soon()  # a workspace already: no reason to make the first call wait
-            mcp = create_server(
-                workspace, config=config, before_call=lazy.start if lazy is not None else None
-            )
-            async with mcp:
-                await _serve(mcp.server, wire)
-        except asyncio.CancelledError:
-            if not signalled:
-                raise
-            serving.uncancel()  # the signal's cancellation ends serving, not the stop that follows
-        finally:
-            if mcp is not None:
-                await mcp.aclose()
-            if lazy is not None:
-                await lazy.stop()
+            state = read_state(workspace)
+        except NotRunningError:
+            state = None
+        try:
+            if state is not None:
+                if require_sandbox:
+                    await check_running_sandboxed(state)
+                config = None  # the running workspace's file, loaded by the server
+            else:
+                config = planned_config(workspace, sandbox, sandbox_config)
+        except (ConfigError, ValueError, NotRunningError) as e:
+            await _refuse(str(e), wire)
+            raise ServeRefusedError(str(e)) from None
+        if state is None:
+            lazy = _LazyWorkspace(workspace, sandbox, sandbox_config, tasks)
+            if (workspace / CONFIG_FILE).exists():
+                lazy.start_soon()  # a workspace already: no reason to make the first call wait
+        mcp = create_server(workspace, config=config, before_call=lazy.start if lazy is not None else None)
+        async with mcp:
+            await _serve(mcp.server, wire)
+    except asyncio.CancelledError:
+        if not signalled:
+            raise
+        serving.uncancel()  # the signal's cancellation ends serving, not the stop that follows
+    finally:
+        if mcp is not None:
+            await mcp.aclose()
+        if lazy is not None:
+            await lazy.stop()
     return signalled[0] if signalled else None
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    """Say on stderr why a start failed (retrieved, so asyncio does not report it again); the next tool
-    call gets the reason and tries again."""
-    if not task.cancelled() and (error := task.exception()) is not None:
-        logger.warning("the workspace could not start (the next tool call tries again): %s", error)
 
 
 class _LineWriter(Protocol):

@@ -168,6 +168,10 @@ class Supervisor(Service):
         self._report = StartupReport(self.progress)
         self._shutdown_requested = asyncio.Event()
         self._ready = False
+        # Set once the servers of the start-up are applied: a client attached while the workspace starts
+        # (`state.json` is written as soon as the control socket listens) gets its first kernel only then,
+        # so that `mcptools` already holds the servers' packages its code imports.
+        self._started = asyncio.Event()
 
     async def start(self, progress: Progress | None = None) -> None:
         """Start everything and write `state.json`, calling `progress` with each part's steps. On any
@@ -220,6 +224,7 @@ class Supervisor(Service):
             raise lint_error(self.config, findings)
         self.spawn(self.reconciler.watch(), name="ipybox-reconciler-watch")
         self._ready = True
+        self._started.set()
         self._write_state()
 
     async def _start_endpoints(self, parts: contextlib.AsyncExitStack) -> None:
@@ -356,6 +361,7 @@ class Supervisor(Service):
         return self.leases.new_lease(CHECK_REFUSAL if check else None)
 
     async def lease_kernel(self, lease: LeaseId) -> KernelLeased:
+        await self._started.wait()
         return await self.kernels.lease_kernel(lease)
 
     async def release_lease(self, lease: LeaseId) -> None:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import io
 import json
+import re
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -526,7 +527,9 @@ async def test_status_lists_saved_actions_with_what_they_may_call(
     assert expected in supervisor.status().actions
     # In a thread: the workspace answers `ipybox status` from this test's event loop.
     done = await asyncio.to_thread(ipybox, "status", str(supervisor.workspace))
-    assert "  action demo.shout: MCP tool demo__shout, may call edge.echo\n" in done.stdout
+    assert re.search(r"^    demo\.shout +MCP tool demo__shout, may call edge\.echo$", done.stdout, re.M), (
+        done.stdout
+    )
     done = await asyncio.to_thread(ipybox, "status", "--json", str(supervisor.workspace))
     listed = json.loads(done.stdout)["actions"]
     assert {"name": "demo.shout", "tool": "demo__shout", "calls": "edge.echo", "stale": False} in listed

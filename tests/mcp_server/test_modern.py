@@ -40,6 +40,12 @@ async def supervisor(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
         tmp_path_factory.mktemp("mcp-modern"), "mcp-modern", warm_pool=2, ask_timeout=4
     )
     (workspace / "inbox").mkdir()  # a top-level directory files can be uploaded into
+    # Kernels here run unsandboxed, where a registration no rule decides is allowed: this rule asks.
+    with (workspace / "ipybox.toml").open("a") as config:
+        config.write(
+            '\n[[approval.rules]]\nid = "ask-registration"\nserver = "ipybox"\ntool = "register_mcp_server"\n'
+            'decision = "ask"\n'
+        )
     supervisor = Supervisor(workspace)
     await supervisor.start()
     yield supervisor

@@ -98,7 +98,7 @@ def test_the_marketplace_lists_the_default_and_sandbox_plugins_each_with_its_dir
     for name, directory in plugins.items():
         manifest = read_json(directory / ".claude-plugin" / "plugin.json")
         assert manifest["name"] == name
-        needs = "scripts/docker-build" if name == DOCKER_PLUGIN else "pip install ipybox"
+        needs = "scripts/docker-build" if name == DOCKER_PLUGIN else "from a checkout"
         assert needs in manifest["description"]
         assert (directory / "README.md").is_file()
 

@@ -44,7 +44,7 @@ def _init(workspace: Path) -> None:
         )  # the doctor's probe is not tested here
         assert main(["init", str(workspace), "--server", "filesystem"]) == 0
     (workspace / ".env").write_text(f"TOKEN={SECRET}\n")
-    (workspace / ".ipybox").mkdir()
+    (workspace / ".ipybox").mkdir(exist_ok=True)  # `ipybox init` makes it (its schema copy)
     (workspace / ".ipybox" / "state.json").write_text(f'{{"token": "{TOKEN}"}}\n')
     (workspace / "sub").mkdir()
 
