@@ -3,7 +3,8 @@ into a fresh venv outside the checkout, then `ipybox init`, `ipybox server add` 
 PyPI (as the README's quick start: installed with ipybox, added by its command), `ipybox up -d`, a call from an MCP client over the workspace's streamable HTTP endpoint, and
 `ipybox down`, with nothing of the checkout on the path: what works here works after `pip install ipybox`.
 
-The venv is built once per session (pip resolves the dependencies against the index, with its cache).
+The venv is built once per run and shared with other tests (tests/pip_installed.py: pip resolves the
+dependencies against the index, with its cache).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tomllib
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
@@ -25,69 +25,18 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.pip_installed import Installed, checked
+
 # Building the venv (pip against the index, with its cache) counts against the first test.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class Installed:
-    """ipybox installed from its wheel into a fresh venv, and a clean environment to run it in."""
-
-    def __init__(self, venv: Path, home: Path) -> None:
-        self.venv = venv
-        self.env = {
-            "PATH": f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(home),
-            "LANG": os.environ.get("LANG", "C.UTF-8"),
-        }
-
-    def run(self, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["ipybox", *args], cwd=cwd, env=self.env, capture_output=True, text=True, timeout=timeout
-        )
-
-
-def _checked(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 0, f"{done.args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    base = tmp_path_factory.mktemp("pip-install")
-    assert not base.is_relative_to(ROOT), "the install must stand outside the checkout"
-    wheels = base / "wheels"
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    _checked(
-        subprocess.run(
-            [*pip, "wheel", "--no-deps", "-w", str(wheels), str(ROOT)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    )
-    (wheel,) = wheels.glob("ipybox-*.whl")
-    venv = base / "venv"
-    _checked(
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=120)
-    )
-    python = venv / "bin" / "python"
-    # As the README's quick start: ipybox and the MCP server it adds first.
-    install = [
-        str(python),
-        "-m",
-        "pip",
-        "--disable-pip-version-check",
-        "-q",
-        "install",
-        str(wheel),
-        "mcp-server-time",
-    ]
-    _checked(subprocess.run(install, capture_output=True, text=True, timeout=900))
-    home = base / "home"
-    home.mkdir(mode=0o700)
-    return Installed(venv, home)
+def installed(pip_installed: Installed) -> Installed:
+    # Built once per run for every test that needs it (tests/pip_installed.py).
+    return pip_installed
 
 
 @pytest.fixture
@@ -108,28 +57,28 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(installed: Installe
         text=True,
         timeout=60,
     )
-    where, data = _checked(done).split()
+    where, data = checked(done).split()
     assert Path(where).is_relative_to(installed.venv) and data == "True"
-    assert Path(_checked(installed.run("schema", cwd=tmp_path)).strip()).is_relative_to(installed.venv)
+    assert Path(checked(installed.run("schema", cwd=tmp_path)).strip()).is_relative_to(installed.venv)
 
 
 async def test_init_server_add_up_an_mcp_call_and_down_work_from_a_pip_install(
     installed: Installed, workspace_dir: Path, tmp_path: Path
 ) -> None:
-    _checked(installed.run("init", str(workspace_dir), cwd=tmp_path))
+    checked(installed.run("init", str(workspace_dir), cwd=tmp_path))
     assert "ipybox.toml" in os.listdir(workspace_dir)
     assert ".ipybox/" in (workspace_dir / ".gitignore").read_text().splitlines()
 
     # The README's quick start, in the workspace (sandboxed: `ipybox init`'s default where bubblewrap works).
-    _checked(installed.run("server", "add", "time", "--", "mcp-server-time", cwd=workspace_dir))
+    checked(installed.run("server", "add", "time", "--", "mcp-server-time", cwd=workspace_dir))
     written = tomllib.loads((workspace_dir / "ipybox.toml").read_text())
     assert written["servers"]["time"]["command"] == "mcp-server-time"
     assert written["sandbox"]["enabled"] is True and written["servers"]["time"]["sandbox"] is True
 
-    up = _checked(installed.run("up", "-d", str(workspace_dir), cwd=tmp_path))
+    up = checked(installed.run("up", "-d", str(workspace_dir), cwd=tmp_path))
     assert "ipybox is up" in up
     listed = json.loads(
-        _checked(installed.run("server", "list", "--workspace", str(workspace_dir), "--json", cwd=tmp_path))
+        checked(installed.run("server", "list", "--workspace", str(workspace_dir), "--json", cwd=tmp_path))
     )
     assert "time" in json.dumps(listed)
 
@@ -156,7 +105,7 @@ async def test_init_server_add_up_an_mcp_call_and_down_work_from_a_pip_install(
     assert output.strip() == "UTC"
 
     supervisor_pid = state["pid"]
-    assert "is down" in _checked(installed.run("down", str(workspace_dir), cwd=tmp_path, timeout=120))
+    assert "is down" in checked(installed.run("down", str(workspace_dir), cwd=tmp_path, timeout=120))
     with pytest.raises(ProcessLookupError):
         os.kill(supervisor_pid, 0)
     leftovers = subprocess.run(["pgrep", "-f", str(installed.venv)], capture_output=True, text=True)
