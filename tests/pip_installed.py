@@ -12,8 +12,10 @@ run from the venv compiles (and caches) only the modules it imports. Nothing els
 
 A test that uses the venv runs it through `Installed.run` (or with `Installed.env`): a clean environment
 whose PATH starts with the venv's bin and whose HOME is the test session's own 0700 directory, so nothing
-of the checkout or of the test run is on the path. Tests share the venv (they may run at once on two
-workers): they must not install into it or change it.
+of the checkout or of the test run is on the path; a test that writes into HOME takes one of its own
+(`Installed.in_home`). Tests share the venv (they may run at once on two workers): they must not install
+into it or change it. tests/test_pip_install.py checks that no process of the venv outlives its
+workspace (`pgrep -f VENV`), so a test elsewhere must not leave one running either.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class Installed:
             "HOME": str(home),
             "LANG": os.environ.get("LANG", "C.UTF-8"),
         }
+
+    def in_home(self, home: Path) -> Installed:
+        """The same venv with another HOME: for a test that writes there (a client's config, say)."""
+        return Installed(self.venv, home)
 
     def run(self, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """`ipybox ARGS...` of the venv, in `cwd`, in the clean environment."""
