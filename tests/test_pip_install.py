@@ -25,7 +25,8 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.pip_installed import Installed, checked
+from tests.pip_installed import Installed
+from tests.pip_installed import checked as _checked
 
 # Building the venv (pip against the index, with its cache) counts against the first test.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -57,28 +58,28 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(installed: Installe
         text=True,
         timeout=60,
     )
-    where, data = checked(done).split()
+    where, data = _checked(done).split()
     assert Path(where).is_relative_to(installed.venv) and data == "True"
-    assert Path(checked(installed.run("schema", cwd=tmp_path)).strip()).is_relative_to(installed.venv)
+    assert Path(_checked(installed.run("schema", cwd=tmp_path)).strip()).is_relative_to(installed.venv)
 
 
 async def test_init_server_add_up_an_mcp_call_and_down_work_from_a_pip_install(
     installed: Installed, workspace_dir: Path, tmp_path: Path
 ) -> None:
-    checked(installed.run("init", str(workspace_dir), cwd=tmp_path))
+    _checked(installed.run("init", str(workspace_dir), cwd=tmp_path))
     assert "ipybox.toml" in os.listdir(workspace_dir)
     assert ".ipybox/" in (workspace_dir / ".gitignore").read_text().splitlines()
 
     # The README's quick start, in the workspace (sandboxed: `ipybox init`'s default where bubblewrap works).
-    checked(installed.run("server", "add", "time", "--", "mcp-server-time", cwd=workspace_dir))
+    _checked(installed.run("server", "add", "time", "--", "mcp-server-time", cwd=workspace_dir))
     written = tomllib.loads((workspace_dir / "ipybox.toml").read_text())
     assert written["servers"]["time"]["command"] == "mcp-server-time"
     assert written["sandbox"]["enabled"] is True and written["servers"]["time"]["sandbox"] is True
 
-    up = checked(installed.run("up", "-d", str(workspace_dir), cwd=tmp_path))
+    up = _checked(installed.run("up", "-d", str(workspace_dir), cwd=tmp_path))
     assert "ipybox is up" in up
     listed = json.loads(
-        checked(installed.run("server", "list", "--workspace", str(workspace_dir), "--json", cwd=tmp_path))
+        _checked(installed.run("server", "list", "--workspace", str(workspace_dir), "--json", cwd=tmp_path))
     )
     assert "time" in json.dumps(listed)
 
@@ -105,7 +106,7 @@ async def test_init_server_add_up_an_mcp_call_and_down_work_from_a_pip_install(
     assert output.strip() == "UTC"
 
     supervisor_pid = state["pid"]
-    assert "is down" in checked(installed.run("down", str(workspace_dir), cwd=tmp_path, timeout=120))
+    assert "is down" in _checked(installed.run("down", str(workspace_dir), cwd=tmp_path, timeout=120))
     with pytest.raises(ProcessLookupError):
         os.kill(supervisor_pid, 0)
     leftovers = subprocess.run(["pgrep", "-f", str(installed.venv)], capture_output=True, text=True)
