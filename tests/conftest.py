@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ipybox import CodeExecutor, generate_mcp_sources
+from tests.pip_installed import Installed, build_wheel, install
 from tests.remote.eg import EnterpriseGateway
 from tests.servers import params
 from tests.servers.processes import tagged
@@ -133,6 +134,19 @@ async def tool_executor(
         working_dir=tools_workspace, mcp_servers=tool_servers, approval_timeout=5, spare_kernel=False
     ) as ex:
         yield ex
+
+
+@pytest.fixture(scope="session")
+def ipybox_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from this checkout, once per run (tests/pip_installed.py)."""
+    return build_wheel(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def pip_installed(tmp_path_factory: pytest.TempPathFactory, ipybox_wheel: Path) -> Installed:
+    """That wheel and mcp-server-time pip-installed into a fresh venv outside the checkout, once per run,
+    with a 0700 home of this session's own (tests/pip_installed.py says what tests may do with it)."""
+    return install(tmp_path_factory, ipybox_wheel)
 
 
 @pytest.fixture(scope="session")

@@ -5,16 +5,18 @@ from PyPI, `ipybox up -d`, a tool call with `ipybox exec`), a call from an MCP c
 workspace's streamable HTTP endpoint, and `ipybox down`, with nothing of the checkout on the path: what
 works here works after `pip install .` from a checkout.
 
-The venv is built once per session (pip resolves the dependencies against the index, with its cache).
+The venv is built once per run and shared with other tests (tests/pip_installed.py: pip resolves the
+dependencies against the index, with its cache).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
-import sys
+import time
 import tomllib
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
@@ -27,81 +29,49 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.pip_installed import Installed
+from tests.pip_installed import checked as _checked
+
 # Building the venv (pip against the index, with its cache) counts against the first test.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class Installed:
-    """ipybox installed from its wheel into a fresh venv, and a clean environment to run it in."""
-
-    def __init__(self, venv: Path, home: Path) -> None:
-        self.venv = venv
-        self.env = {
-            "PATH": f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(home),
-            "LANG": os.environ.get("LANG", "C.UTF-8"),
-        }
-
-    def run(self, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["ipybox", *args], cwd=cwd, env=self.env, capture_output=True, text=True, timeout=timeout
-        )
-
-
-def _checked(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 0, f"{done.args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    base = tmp_path_factory.mktemp("pip-install")
-    assert not base.is_relative_to(ROOT), "the install must stand outside the checkout"
-    wheels = base / "wheels"
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    _checked(
-        subprocess.run(
-            [*pip, "wheel", "--no-deps", "-w", str(wheels), str(ROOT)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    )
-    (wheel,) = wheels.glob("ipybox-*.whl")
-    venv = base / "venv"
-    _checked(
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=120)
-    )
-    python = venv / "bin" / "python"
-    # As the README's install section: ipybox and the MCP server the quick start adds.
-    install = [
-        str(python),
-        "-m",
-        "pip",
-        "--disable-pip-version-check",
-        "-q",
-        "install",
-        str(wheel),
-        "mcp-server-time",
-    ]
-    _checked(subprocess.run(install, capture_output=True, text=True, timeout=900))
-    home = base / "home"
-    home.mkdir(mode=0o700)
-    return Installed(venv, home)
+def installed(pip_installed: Installed) -> Installed:
+    # Built once per run for every test that needs it (tests/pip_installed.py).
+    return pip_installed
 
 
-# TODO(integrator, issue 37): run these lines of the quick start too once `ipybox connect` and `ipybox server
-# import` are merged (delete them here), and check what `ipybox connect claude` printed.
-QUICK_START_PENDING = ("ipybox connect", "ipybox server import")
+CLAUDE = ROOT / ".cache" / "npm-clients" / "node_modules" / ".bin" / "claude"
+
+
+def readme_block(heading: str, index: int = 0) -> list[str]:
+    """The command lines of the README's `index`th shell block under `## heading`."""
+    section = (ROOT / "README.md").read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash\n")[index + 1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
 
 
 def readme_quick_start() -> list[str]:
     """The command lines of the README's quick start: its first shell block under "## Quick start"."""
-    section = (ROOT / "README.md").read_text().split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
-    return [line for line in block.splitlines() if line.strip()]
+    return readme_block("Quick start")
+
+
+# A realistic project file of another client, as Claude Code's `.mcp.json`: hyphenated names, an argument,
+# and a token written literally (which must not reach ipybox.toml, a file meant to be committed).
+MCP_JSON = {
+    "mcpServers": {
+        "time-berlin": {"command": "mcp-server-time", "args": ["--local-timezone", "Europe/Berlin"]},
+        "time-tokyo": {
+            "type": "stdio",
+            "command": "mcp-server-time",
+            "args": ["--local-timezone", "Asia/Tokyo"],
+            "env": {"TIME_API_TOKEN": "tok-literal-4711"},
+        },
+    }
+}
 
 
 @pytest.fixture
@@ -137,10 +107,15 @@ def test_the_readme_quick_start_is_what_this_test_runs() -> None:
 async def test_the_readme_quick_start_then_an_mcp_call_and_down_work_from_a_pip_install(
     installed: Installed, workspace_dir: Path, tmp_path: Path
 ) -> None:
+    home = tmp_path / "home"  # Claude Code writes its configuration there
+    home.mkdir(mode=0o700)
+    installed = installed.in_home(home)
     assert oct(Path(installed.env["HOME"]).stat().st_mode & 0o777) == "0o700"
     # The README's quick start, verbatim, as one shell script in a fresh directory (sandboxed: `ipybox
-    # init`'s default where bubblewrap works).
-    lines = [line for line in readme_quick_start() if not line.startswith(QUICK_START_PENDING)]
+    # init`'s default where bubblewrap works); its last line prints the line that connects Claude Code.
+    started = time.monotonic()
+    lines = readme_quick_start()
+    assert lines[-1].startswith("ipybox connect claude")
     script = "set -e\n" + "\n".join(lines) + "\n"
     assert workspace_dir.name == "my-workspace"
     done = subprocess.run(
@@ -158,6 +133,57 @@ async def test_the_readme_quick_start_then_an_mcp_call_and_down_work_from_a_pip_
         _checked(installed.run("server", "list", "--workspace", str(workspace_dir), "--json", cwd=tmp_path))
     )
     assert "time" in json.dumps(listed)
+
+    # What `ipybox connect claude` printed, run as the README says, then Claude Code's health check.
+    add = out.splitlines()[-1]
+    assert shlex.split(add)[:3] == ["claude", "mcp", "add"] and str(workspace_dir) in add, out
+    assert CLAUDE.exists(), "Claude Code is not installed: run `bash scripts/setup --tests`"
+    claude_env = {**installed.env, "PATH": f"{CLAUDE.parent}:{installed.env['PATH']}"}
+    claude_env.update(
+        DISABLE_TELEMETRY="1", DISABLE_AUTOUPDATER="1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1"
+    )
+    for command in (add, "claude mcp list"):
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=workspace_dir,
+            env=claude_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        listing = _checked(done)
+    assert any(
+        line.startswith("ipybox: ") and line.endswith("✔ Connected") for line in listing.splitlines()
+    ), listing
+    print(
+        f"from the quick start's first line to Claude Code's health check: {time.monotonic() - started:.1f} s"
+    )
+
+    # The README's import of another client's servers, verbatim: hyphenated names mapped, the literal
+    # token moved to the workspace's .env, both servers started and callable.
+    (tmp_path / ".mcp.json").write_text(json.dumps(MCP_JSON))
+    [import_line] = [line for line in readme_block("Connect your agent", 1) if " import .mcp.json" in line]
+    imported = _checked(
+        subprocess.run(
+            ["bash", "-c", import_line],
+            cwd=tmp_path,
+            env=installed.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    )
+    assert "time-berlin" in imported and "time_berlin" in imported, imported
+    config = (workspace_dir / "ipybox.toml").read_text()
+    assert "[servers.time_berlin]" in config and "[servers.time_tokyo]" in config
+    assert "tok-literal-4711" not in config and "tok-literal-4711" in (workspace_dir / ".env").read_text()
+    code = (
+        "from mcptools.time_berlin import get_current_time as b\n"
+        "from mcptools.time_tokyo import get_current_time as t\n"
+        "print(b.run(b.Params(timezone='Europe/Berlin')).timezone, t.run(t.Params(timezone='Asia/Tokyo')).timezone)"
+    )
+    ran = _checked(installed.run("exec", "-w", str(workspace_dir), code, cwd=tmp_path))
+    assert ran.split() == ["Europe/Berlin", "Asia/Tokyo"], ran
 
     state = json.loads((workspace_dir / ".ipybox" / "state.json").read_text())
     asked: list[str] = []

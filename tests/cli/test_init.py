@@ -9,10 +9,8 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -439,17 +437,9 @@ def test_every_pair_of_servers_renders_distinct_active_tables(tmp_path: Path) ->
         assert active == [f"[servers.{name}]" for name in NAMES if name in pair]
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    out = tmp_path_factory.mktemp("wheel")
-    command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps"]
-    subprocess.run([*command, "-w", str(out), str(ROOT)], check=True, capture_output=True, timeout=600)
-    (built,) = out.glob("ipybox-*.whl")
-    yield built
-
-
 @pytest.mark.integration
-def test_the_wheel_holds_the_example_the_schemas_and_the_template(wheel: Path) -> None:
+def test_the_wheel_holds_the_example_the_schemas_and_the_template(ipybox_wheel: Path) -> None:
+    wheel = ipybox_wheel  # built once per run (tests/pip_installed.py)
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in [
         "ipybox/data/ipybox.toml.example",

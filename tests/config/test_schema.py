@@ -5,20 +5,26 @@ from __future__ import annotations
 
 import json
 import tomllib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import pytest
 
 from ipybox.config.schema import SCHEMA_FILE, example_path, render, schema_path, workspace_schema
 from ipybox.sandbox import schema as sandbox_schema
 from tests.config.conftest import ROOT
 
+if TYPE_CHECKING:
+    import jsonschema
+
 EXAMPLES = ["ipybox.toml.example", "example-workspace/ipybox.toml"]
 
 
 @pytest.fixture(scope="module")
 def validator() -> jsonschema.Draft202012Validator:
+    # Imported here, not at collection: importing jsonschema imports rfc3987_syntax, which builds a grammar
+    # (about 2.5 s of CPU) that every xdist worker would pay to collect this module.
+    import jsonschema
+
     schema = json.loads((ROOT / "schemas" / SCHEMA_FILE).read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)
