@@ -53,9 +53,11 @@ from ipybox import __version__
 from ipybox.approval.ask_events import AskQuestion
 from ipybox.approval.request import ApprovalRequest
 from ipybox.config import CONFIG_FILE, EndpointsSection, WorkspaceConfig
+from ipybox.config.servers import map_server_name
 from ipybox.executor.code_executor import CodeExecutor
 from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
 from ipybox.lifecycle import Service, first_of, task_scope
+from ipybox.mcp_client.params import check_server_name
 from ipybox.mcp_server.code_actions import (
     CodeActions,
     WorkspaceMCPServer,
@@ -315,7 +317,8 @@ def create_server(
         is asked if the kernels are sandboxed (it is allowed if they are not).
 
         Args:
-            server_name: A Python identifier; the package name the generated API gets.
+            server_name: The package name the generated API gets, a Python identifier; another name
+                (`my-server`) is mapped to one (`my_server`), and the result says so.
             server_params: {"command", "args", "env", "cwd", "sandbox"} for a stdio server, or {"url",
                 "headers", "type"} for a remote one ("type": "streamable_http" or "sse"). In a workspace
                 with sandboxed kernels, a stdio server runs sandboxed ("sandbox": true unless a policy is
@@ -662,6 +665,19 @@ def _handle_note(handle: str | None) -> str:
 async def _register(
     workspace: Path, ctx: Context, ask: Asker, server_name: str, server_params: dict[str, Any]
 ) -> str:
+    # A name as other clients' configurations spell them (`my-server`) is taken as `ipybox server add`
+    # takes it: mapped to the package name it gets, and the mapping said in the result.
+    given = server_name
+    try:
+        check_server_name(server_name)
+    except ValueError:
+        if server_name.strip():  # an empty one is refused as it is, below
+            server_name = map_server_name(server_name)
+    mapped = (
+        f"{given!r} is registered as {server_name!r} (a server's name is its Python package). "
+        if server_name != given
+        else ""
+    )
     try:
         config = await asyncio.to_thread(load_workspace_config, workspace)
         registration = await asyncio.to_thread(
@@ -688,7 +704,7 @@ async def _register(
     modules = sorted(
         p.stem for p in (workspace / "mcptools" / server_name).glob("*.py") if p.stem != "__init__"
     )
-    return f"mcptools.{server_name}: {', '.join(modules)}"
+    return f"{mapped}mcptools.{server_name}: {', '.join(modules)}"
 
 
 def _config(workspace: Path) -> WorkspaceConfig | None:

@@ -158,9 +158,14 @@ async def test_errors_and_timeouts_are_tool_errors(session: ClientSession) -> No
 
 async def test_bad_registrations_are_one_clear_error(session: ClientSession) -> None:
     result = await session.call_tool(
-        "register_mcp_server", {"server_name": "my-server", "server_params": {"command": "x"}}
+        "register_mcp_server", {"server_name": "", "server_params": {"command": "x"}}
     )
     assert result.is_error and "is not a valid Python package name" in text(result)
+    # A name as other clients spell them is mapped, not refused: what fails here is the url.
+    result = await session.call_tool(
+        "register_mcp_server", {"server_name": "my-server", "server_params": {"url": "ftp://x"}}
+    )
+    assert result.is_error and "http" in text(result) and "package name" not in text(result)
     result = await session.call_tool(
         "register_mcp_server", {"server_name": "bad", "server_params": {"url": "ftp://x"}}
     )
