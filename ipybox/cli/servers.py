@@ -493,16 +493,12 @@ def _pairs(items: list[str], separator: str, option: str, example: str) -> dict[
 
 
 def _problems(error: ValidationError) -> str:
-    from ipybox.mcp_client.params import error_key
+    from ipybox.mcp_client.params import problem_items
 
     problems = []
-    for problem in error.errors():
-        key = error_key(tuple(problem["loc"]))
-        if (blamed := (problem.get("ctx") or {}).get("key")) is not None:
-            key = f"{key}.{blamed}" if key else str(blamed)
-        first, _, rest = key.partition(".")
+    for key, message in problem_items(error.errors()):
+        first, _, rest = key.partition(".")  # named by the command-line option that gave it
         where = " ".join(part for part in (_OPTIONS.get(first, first), rest) if part)
-        message = problem["msg"].removeprefix("Value error, ")
         problems.append(f"{where}: {message}" if where else message)
     return "; ".join(problems)
 

@@ -58,7 +58,7 @@ from ipybox.config.servers import (
     parse_server_section,
 )
 from ipybox.errors import IpyboxError
-from ipybox.mcp_client.params import dump_server_params, error_key
+from ipybox.mcp_client.params import describe_problems, dump_server_params
 from ipybox.rules.audit import names_a_secret
 
 __all__ = [
@@ -628,7 +628,7 @@ def plan_import(
             try:
                 parsed = parse_server_section(table)
             except ValidationError as e:
-                raise _Skip(_problems(e)) from None
+                raise _Skip(describe_problems(e.errors())) from None
             table = dump_server_params(parsed)
         except _Skip as e:
             skipped.append(SkippedServer(server.name, str(e)))
@@ -658,14 +658,3 @@ def _input_prompts(entry: Any) -> dict[str, str]:
         for item in entry[_INPUTS_KEY]
         if isinstance(item, dict) and "id" in item
     }
-
-
-def _problems(error: ValidationError) -> str:
-    problems = []
-    for problem in error.errors():
-        key = error_key(tuple(problem["loc"]))
-        if (blamed := (problem.get("ctx") or {}).get("key")) is not None:
-            key = f"{key}.{blamed}" if key else str(blamed)
-        message = problem["msg"].removeprefix("Value error, ")
-        problems.append(f"{key}: {message}" if key else message)
-    return "; ".join(problems)

@@ -211,15 +211,7 @@ def write_servers(
                 )
         return None
 
-    rules = EditRules(
-        refuse=lambda why: _refuse(path, why),
-        fix_first="fix it first (`ipybox validate`)",
-        missing="there is no such file (`ipybox init` writes one)",
-        by_hand="edit it by hand",
-        again="try again",
-        change="these servers",
-    )
-    return edit_config_file(path, changed, in_effect, rules)
+    return edit_config_file(path, changed, in_effect, _edit_rules(path, change="these servers"))
 
 
 def remove_server(config_path: Path, name: str) -> ServerEdit:
@@ -443,14 +435,19 @@ def _edit_file(
             "IPYBOX_SERVERS variable, or the workspace's .env); change them there"
         )
 
-    rules = EditRules(
+    return edit_config_file(path, changed, in_effect, _edit_rules(path))
+
+
+def _edit_rules(path: Path, change: str = "this change") -> EditRules:
+    """How an edit of the servers in `path` explains a refusal."""
+    return EditRules(
         refuse=lambda why: _refuse(path, why),
         fix_first="fix it first (`ipybox validate`)",
         missing="there is no such file (`ipybox init` writes one)",
         by_hand="edit it by hand",
         again="try again",
+        change=change,
     )
-    return edit_config_file(path, changed, in_effect, rules)
 
 
 def _without_empty_servers(data: dict[str, Any]) -> dict[str, Any]:

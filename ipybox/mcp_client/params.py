@@ -463,15 +463,22 @@ def error_key(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(part) for part in parts)
 
 
-def _problems(errors: list[ErrorDetails]) -> str:
-    problems = []
+def problem_items(errors: list[ErrorDetails]) -> list[tuple[str, str]]:
+    """`(key, message)` of each of pydantic's `errors` of a server's parameters: the dotted key (`""` for
+    the whole table), with the key a validator blamed (`ctx["key"]`) added, and the message without
+    pydantic's "Value error, " prefix."""
+    items = []
     for error in errors:
         key = error_key(tuple(error["loc"]))
         if (blamed := (error.get("ctx") or {}).get("key")) is not None:
             key = f"{key}.{blamed}" if key else str(blamed)
-        message = error["msg"].removeprefix("Value error, ")
-        problems.append(f"{key}: {message}" if key else message)
-    return "; ".join(problems)
+        items.append((key, error["msg"].removeprefix("Value error, ")))
+    return items
+
+
+def describe_problems(errors: list[ErrorDetails]) -> str:
+    """`errors` as one line: `key: message; ...`."""
+    return "; ".join(f"{key}: {message}" if key else message for key, message in problem_items(errors))
 
 
 def validate_server_params(server_name: str, server_params: Any) -> ServerParams:
@@ -487,7 +494,9 @@ def validate_server_params(server_name: str, server_params: Any) -> ServerParams
     try:
         return _SERVER_PARAMS.validate_python(server_params)
     except ValidationError as e:
-        raise ServerParamsError(server_name, f"invalid server_params: {_problems(e.errors())}") from None
+        raise ServerParamsError(
+            server_name, f"invalid server_params: {describe_problems(e.errors())}"
+        ) from None
 
 
 def server_params_adapter() -> TypeAdapter[ServerParams]:
