@@ -20,6 +20,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict, Field
 
+from ipybox.config import load_config
+from ipybox.mcp_server.instructions import facts_of, render_instructions
 from ipybox.supervisor import Supervisor, read_state
 from tests.cli.test_main import IPYBOX
 from tests.mcp_server.sessions import text
@@ -482,3 +484,30 @@ async def test_a_short_cell_is_answered_directly_even_for_a_client_that_takes_ta
     async with stdio(supervisor, extensions=[tasks]) as client:
         assert text(await cell(client, "print(1 + 1)")) == "2"
     assert tasks.seen == []
+
+
+# -- what the agent is told, and names as other clients spell them -----------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+@pytest.mark.parametrize("transport", [stdio, http])
+async def test_every_client_is_told_the_workspaces_real_settings_and_may_name_a_server_as_other_clients_do(
+    supervisor: Supervisor, transport: Any, mode: Mode
+) -> None:
+    async with transport(supervisor, mode) as client:
+        assert (client.protocol_version == "2026-07-28") == (mode != "legacy")
+        # Rendered from the running workspace's configuration, whichever revision and transport.
+        if mode == "legacy":  # in `initialize`'s result
+            told = client.instructions
+        else:  # in `server/discover`'s
+            told = types.DiscoverResult.model_validate(
+                await client.session.send_discover("2026-07-28")
+            ).instructions
+        assert told == render_instructions(facts_of(load_config(supervisor.workspace)))
+        assert "Kernels are not sandboxed" in told
+        # A hyphenated name is mapped, not refused: what fails here is the url (nothing is written).
+        result = await client.call_tool(
+            "register_mcp_server", {"server_name": "my-server", "server_params": {"url": "ftp://x"}}
+        )
+        assert result.is_error and "http" in text(result) and "package name" not in text(result)
+    assert "my_server" not in (supervisor.workspace / "ipybox.toml").read_text()
