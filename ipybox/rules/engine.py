@@ -62,6 +62,8 @@ class RuleEngine:
                 ),
             )
             for i in self.order
+            # A rule switched off (`enabled = false`) decides nothing; it stays in `rules` and `order`.
+            if getattr(rules[i], "enabled", True)
         )
         self._default = Verdict(default, None, f"no rule applies; the default is {default}", tier)
 

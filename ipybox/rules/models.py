@@ -251,6 +251,9 @@ class Rule(_Strict):
             its decision becomes `over_quota`. Not for `deny` rules, which let none run.
         over_quota: What the rule decides past `max_calls`: `ask` or `deny` (default: `ask` for an
             `allow` rule, `deny` for an `ask` rule).
+        enabled: `false` switches the rule off without removing it: it decides no call (its `match`
+            examples are still checked), and `ipybox policy` and the console show it as disabled
+            (`ipybox policy disable|enable ID`, the console's Rules page).
     """
 
     id: str | None = None
@@ -265,6 +268,7 @@ class Rule(_Strict):
     reason: str | None = Field(default=None, max_length=1000)
     max_calls: CallQuota | None = None
     over_quota: Literal["ask", "deny"] | None = None
+    enabled: bool = True
 
     @model_validator(mode="after")
     def _quota_fits_the_decision(self) -> Rule:

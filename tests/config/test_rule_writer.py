@@ -156,6 +156,8 @@ def test_a_call_asked_by_the_default_gets_a_rule_at_priority_0(write_config: Cal
         'id = "always-allow-time-get_current_time"\n'
         'server = "time"\n'
         'tool = "get_current_time"\n'
+        # No condition narrowed the ask: by default the rule requires the call's exact arguments.
+        'args = { timezone = "UTC" }\n'
         'decision = "allow"\n'
         "priority = 0\n"
         'match = [{ server = "time", tool = "get_current_time", args = { timezone = "UTC" }, '
@@ -310,17 +312,15 @@ def refused(path: Path, call: ToolCall, asked_by: str | None, *, accept: bool = 
     return str(raised.value)
 
 
-def test_a_rule_that_would_not_load_is_refused_with_the_loaders_reason(example: Path) -> None:
+def test_a_rule_that_would_not_decide_the_call_is_refused_before_the_file_is_read_again(example: Path) -> None:
     # The ask rule's glob holds for a non-string path (caution); an allow rule's glob does not, so the
-    # call itself would not match the rule written for it.
+    # call itself would not match the rule written for it: refused before the loader is asked.
+    before = example.read_text()
     call = ToolCall("filesystem", "write_file", {"path": ["out/a.md"], "content": ""})
     message = refused(example, call, "ask-for-writes")
-    assert message.startswith(f"no rule was written into {example}: it would not load with the rule in it:\n")
-    # The new rule's header, where the file would have it: after the last rule's last line.
-    header = example.read_text().index("\n\n[endpoints]")
-    line = example.read_text()[:header].count("\n") + 4  # a blank line and the comment first
-    assert f"\n{example}:{line}:1: " in message
-    assert "rule 'always-allow-filesystem-write_file': example" in message and "listed under match" in message
+    assert message.startswith(f"no rule was written into {example}: the rule would not decide this call: ")
+    assert "never holds for a non-string in an allow rule" in message
+    assert example.read_text() == before
 
 
 def test_an_allow_rule_that_would_outrank_a_deny_for_the_same_tool_is_refused(
