@@ -156,6 +156,8 @@ class AnswerMessage(WireMessage):
     id: str
     accept: StrictBool
     scope: Scope = "once"
+    choices: dict[str, str] | None = None
+    """For `always`: what the rule requires of each argument (`AskAnswer.choices`)."""
 
 
 class AskQuestion(WireMessage):

@@ -83,12 +83,16 @@ class AskAnswer:
         route: Where the answer came from.
         by: Who, for the audit log and the other approvers: e.g. `"console (root)"`,
             `"terminal (alice on /dev/pts/3)"`, `"the MCP client"`.
+        choices: For `always`: what the rule written requires of each argument, by name (`any`,
+            `exact`, `glob:PATTERN`; see `ipybox.config.rule_writer`), as the person narrowed its
+            preview; `None` (or an argument left out): the writer's safe default.
     """
 
     accept: bool
     scope: Scope = "once"
     route: AskRoute = "application"
     by: str = ""
+    choices: Mapping[str, str] | None = field(default=None, hash=False)
 
     def describe(self) -> str:
         """`allowed once from the console (root)`."""

@@ -163,7 +163,8 @@ class WorkspaceApprover:
         answerer: The open approval channel of the application attached to a caller's kernel, if any.
         board: Where pending asks wait, and who is present to answer them (a new one if not given).
         session_of: The session (lease) a caller's kernel belongs to, if any.
-        write_rule: Writes the rule an `always` answer makes (and has the workspace load it); raises
+        write_rule: Writes the rule an `always` answer makes (the ask, allowed, who, and the person's
+            `AskAnswer.choices` for its argument conditions) and has the workspace load it; raises
             `ValueError` (e.g. `RuleWriteError`) with the reason when it must not be written.
         console: Where the web console is, for the message when nobody can answer.
         links: Where a call's path arguments lead through symlinks, computed on the host when a call is
@@ -189,7 +190,8 @@ class WorkspaceApprover:
         *,
         board: AskBoard | None = None,
         session_of: Callable[[str], str | None] = lambda caller: None,
-        write_rule: Callable[[PendingAsk, bool, str], Awaitable[object]] | None = None,
+        write_rule: Callable[[PendingAsk, bool, str, Mapping[str, str] | None], Awaitable[object]]
+        | None = None,
         console: Callable[[], str | None] = lambda: None,
         links: Callable[[ToolCall], Mapping[str, PathLink]] = lambda call: {},
         refusal_of: Callable[[str], str | None] = lambda caller: None,
@@ -630,7 +632,7 @@ class WorkspaceApprover:
                 if self.board.get(ask_id) is None:
                     return self._gone(ask_id)
                 try:
-                    await self.write_rule(ask, answer.accept, answer.by)
+                    await self.write_rule(ask, answer.accept, answer.by, answer.choices)
                 except ValueError as e:
                     return str(e)
         if not self.board.answer(ask_id, answer):

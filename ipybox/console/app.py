@@ -74,10 +74,12 @@ def console_app(
         Route("/asks", views.asks, methods=["GET"]),
         Route("/asks/{ask_id}/card", views.ask_card, methods=["GET"]),
         Route("/asks/{ask_id}/answer", views.answer, methods=["POST"]),
+        Route("/asks/{ask_id}/always", views.always, methods=["GET"]),
         Route("/events", views.events, methods=["GET"]),
         Route("/audit", views.audit, methods=["GET"]),
         Route("/rules", views.rules, methods=["GET"]),
         Route("/rules/explain", views.explain, methods=["POST"]),
+        Route("/rules/edit", views.edit_rule, methods=["POST"]),
         Route("/pins/accept", views.accept_pins, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]

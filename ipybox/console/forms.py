@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
 from ipybox.approval.asks import Scope
+from ipybox.config.rule_edit import RuleEdit
 from ipybox.console.auth import Session
 from ipybox.rules import ToolCall
 from ipybox.rules.tool_annotations import check_annotation_names
@@ -33,6 +34,8 @@ __all__ = [
     "MAX_FORM_BYTES",
     "AnswerForm",
     "ExplainForm",
+    "RuleEditForm",
+    "choices_of",
     "read_form",
     "session_of",
 ]
@@ -41,8 +44,9 @@ CSRF_FIELD: Final = "csrf"
 CSRF_HEADER: Final = "x-csrf-token"
 MAX_FORM_BYTES: Final = 256 * 1024
 """Enough for a call's arguments pasted into the rules form; a bigger body is refused (413) unread."""
-_MAX_FIELDS: Final = 32
+_MAX_FIELDS: Final = 160  # an always answer's form carries a choice per argument
 _SCOPES: Final[dict[str, Scope]] = {scope: scope for scope in get_args(Scope)}
+_EDITS: Final[dict[str, RuleEdit]] = {edit: edit for edit in get_args(RuleEdit)}
 
 
 def session_of(request: Request) -> Session:
@@ -90,12 +94,58 @@ async def read_form(request: Request) -> dict[str, str]:
     return fields
 
 
+CHOICE_PREFIX: Final = "choice."
+"""The fields of an `always` answer that say what its rule requires of an argument: `choice.<name>` =
+`any`, `exact` or `glob:PATTERN` (as the preview page showed them)."""
+
+
+def choices_of(fields: dict[str, str]) -> dict[str, str]:
+    """What the person chose for each argument, from the preview page's fields: `choice.<name>` (the
+    encoded choice), or `arg.<name>` = any|exact|glob with the pattern in `glob.<name>` (the form that
+    narrows the preview). Checked against the call by the rule writer."""
+    choices = {
+        key.removeprefix(CHOICE_PREFIX): value
+        for key, value in fields.items()
+        if key.startswith(CHOICE_PREFIX)
+    }
+    for key, kind in fields.items():
+        if key.startswith("arg."):
+            name = key.removeprefix("arg.")
+            choices[name] = f"glob:{fields.get('glob.' + name, '')}" if kind == "glob" else kind
+    return choices
+
+
+@dataclass(frozen=True, slots=True)
+class RuleEditForm:
+    """`POST /rules/edit`: `rule` = a rule's id, `edit` = disable|enable|remove."""
+
+    rule: str
+    edit: RuleEdit
+
+    @classmethod
+    def parse(cls, fields: dict[str, str]) -> RuleEditForm:
+        """The edit the fields ask for.
+
+        Raises:
+            ValueError: `rule` is missing or `edit` is not one of its values (the message names it).
+        """
+        rule = fields.get("rule", "").strip()
+        if not rule:
+            raise ValueError("rule: give the id of the rule to change")
+        edit = _EDITS.get(fields.get("edit", ""))
+        if edit is None:
+            raise ValueError(f"edit: expected disable, enable or remove, got {fields.get('edit', '')!r}")
+        return cls(rule, edit)
+
+
 @dataclass(frozen=True, slots=True)
 class AnswerForm:
-    """`POST /asks/{id}/answer`: `accept` = allow|deny, `scope` = once|session|always."""
+    """`POST /asks/{id}/answer`: `accept` = allow|deny, `scope` = once|session|always; for `always`, the
+    rule's argument conditions as the preview page chose them (`choices_of`; none: the writer's default)."""
 
     accept: bool
     scope: Scope
+    choices: dict[str, str] | None = None
 
     @classmethod
     def parse(cls, fields: dict[str, str]) -> AnswerForm:
@@ -110,7 +160,8 @@ class AnswerForm:
         scope = _SCOPES.get(fields.get("scope", "once"))
         if scope is None:
             raise ValueError(f"scope: expected once, session or always, got {fields.get('scope')!r}")
-        return cls(accept == "allow", scope)
+        choices = choices_of(fields) if scope == "always" else {}
+        return cls(accept == "allow", scope, choices or None)
 
 
 @dataclass(frozen=True, slots=True)

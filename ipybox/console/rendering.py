@@ -99,6 +99,7 @@ class RuleRow:
         args: Its argument conditions, one line each (`path: glob "out/**"`).
         annotations: The annotations it requires, one line each (`readOnlyHint = true`).
         examples: How many `match` / `not_match` examples it has.
+        enabled: `False` for a rule switched off (`enabled = false`): it decides nothing.
     """
 
     rank: int
@@ -111,6 +112,7 @@ class RuleRow:
     args: list[str]
     annotations: list[str]
     examples: int
+    enabled: bool = True
 
 
 def _globs(value: str | Sequence[str]) -> str:
@@ -141,6 +143,7 @@ def rules_in_order(policy: ApprovalPolicy) -> list[RuleRow]:
             args=[_condition_text(key, rules[i]) for key in rules[i].args],
             annotations=[f"{name} = {json.dumps(value)}" for name, value in rules[i].annotations.items()],
             examples=len(rules[i].match) + len(rules[i].not_match),
+            enabled=rules[i].enabled,
         )
         for rank, i in enumerate(order, start=1)
     ]

@@ -2,7 +2,7 @@
 console is tested in process against a target of the test's own.
 
 Contract: every method answers at once from memory, except `answer` (which may write `ipybox.toml` for an
-`always` answer, in a thread), `status_with_kernels` (which asks the kernel gateway, for 2 s at most) and
+`always` answer, in a thread), `edit_rule` (which writes it, in a thread, and reloads the rules), `status_with_kernels` (which asks the kernel gateway, for 2 s at most) and
 `audit` reads (the console pages the log itself, in a thread).
 """
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ipybox.approval.asks import AskAnswer, AskBoard
+from ipybox.config.rule_edit import RuleEdit, RuleEdited
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
 from ipybox.running.status import WorkspaceStatus
 
@@ -63,6 +64,15 @@ class ConsoleTarget(Protocol):
 
         Raises:
             KeyError: The server has not listed its tools in this run.
+        """
+        ...
+
+    async def edit_rule(self, rule: str, edit: RuleEdit) -> RuleEdited:
+        """Disable, enable or remove a rule of `ipybox.toml` (`ipybox.config.rule_edit.edit_rule`), then
+        apply the file's rules now.
+
+        Raises:
+            RuleEditError: Nothing was written: why, and what to do.
         """
         ...
 

@@ -13,14 +13,22 @@ Routes:
 - `GET /`, `GET /fragments/overview`: what runs, each kernel's memory and CPU time included
   (`target.status_with_kernels()`).
 - `GET /asks`, `GET /asks/{id}/card`, `POST /asks/{id}/answer`: pending asks and their answers.
+- `GET /asks/{id}/always?accept=allow|deny[&arg.NAME=any|exact|glob&glob.NAME=PATTERN]`: the preview of
+  the rule an `always` answer writes (`preview_answer_rule`), each argument's condition to narrow, and the
+  form that saves it (`POST /asks/{id}/answer` with `scope=always` and a `choice.NAME` per argument: what
+  the preview showed is what is written, or refused with the reason).
 - `GET /events`: the event stream (`ipybox.console.events`).
 - `GET /audit`: the audit log, newest first, filtered, a page at a time (read in a thread).
 - `GET /rules`, `POST /rules/explain`: the rules in effect and "would this call be allowed?".
+- `POST /rules/edit` (`rule`, `edit` = disable|enable|remove): a rule switched off or on, or one an
+  `always` answer wrote removed (`ipybox.config.rule_edit`); a flash says what changed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import tomllib
+from glob import escape as glob_escape
 from dataclasses import dataclass
 from typing import Any, Final, get_args
 
@@ -33,7 +41,9 @@ from ipybox.approval.ask_events import AnswerResult, AskView
 from ipybox.approval.asks import AskAnswer
 from ipybox.console.auth import ConsoleAuth
 from ipybox.console.events import AskStreams
-from ipybox.console.forms import AnswerForm, ExplainForm, read_form, session_of
+from ipybox.config.rule_edit import RuleEditError, written_by_an_answer
+from ipybox.config.rule_writer import RuleWriteError, WrittenRule, exact_refusal, preview_answer_rule
+from ipybox.console.forms import AnswerForm, ExplainForm, RuleEditForm, choices_of, read_form, session_of
 from ipybox.console.guard import ConsoleSite
 from ipybox.console.rendering import rules_in_order
 from ipybox.console.target import ConsoleTarget
@@ -158,7 +168,9 @@ class ConsoleViews:
             return self._answered(request, AnswerResult(id=ask_id, ok=False, error=str(e)), status=400)
         ask = self.target.board.get(ask_id)
         what = AskView.of(ask).call_text if ask is not None else "the call"
-        answer = AskAnswer(form.accept, form.scope, route="console", by=f"console ({self.user})")
+        answer = AskAnswer(
+            form.accept, form.scope, route="console", by=f"console ({self.user})", choices=form.choices
+        )
         why_not = await self.target.answer(ask_id, answer)
         if why_not is None:
             result = AnswerResult(id=ask_id, ok=True)
@@ -167,6 +179,58 @@ class ConsoleViews:
             result = AnswerResult(id=ask_id, ok=False, error=why_not)
             message = f"{what}: not answered: {why_not}"
         return self._answered(request, result, message=message)
+
+    async def always(self, request: Request) -> Response:
+        """The preview of the rule an `always` answer writes, to narrow and save (no JavaScript needed)."""
+        ask = self.target.board.get(request.path_params["ask_id"])
+        if ask is None:
+            session_of(request).flash.append("That call is no longer waiting: it was answered, or went away.")
+            return RedirectResponse("/asks", 303)
+        accept = request.query_params.get("accept", "allow") != "deny"
+        chosen = choices_of(dict(request.query_params))
+        preview: WrittenRule | None = None
+        error = None
+        try:
+            preview = await asyncio.to_thread(
+                preview_answer_rule,
+                self.target.config_path,
+                ask.call,
+                accept=accept,
+                asked_by=ask.rule_id,
+                by=f"console ({self.user})",
+                redact=self.target.audit.redact,
+                choices=chosen,
+            )
+        except RuleWriteError as e:
+            error = str(e)
+        choices = dict(preview.choices) if preview is not None else chosen
+        redacted = self.target.audit.redact(ask.call.args)
+        rows = [
+            {
+                "name": name,
+                "value": redacted.get(name),
+                "choice": choices.get(name, "any").partition(":")[0],
+                "glob": choices.get(name, "").partition(":")[2]
+                if choices.get(name, "").startswith("glob:")
+                else _glob_suggestion(value),
+                "exact_refusal": exact_refusal(name, value, redacted.get(name)),
+                "is_string": isinstance(value, str),
+            }
+            for name, value in ask.call.args.items()
+        ]
+        view = AskView.of(ask)
+        return self.render(
+            request,
+            "always.html",
+            400 if error else 200,
+            ask=view,
+            accept="allow" if accept else "deny",
+            preview=preview,
+            error=error,
+            rows=rows,
+            choices=choices,
+            any_arguments=preview is not None and not _rule_table(preview.text).get("args"),
+        )
 
     def _answered(
         self, request: Request, result: AnswerResult, *, status: int = 200, message: str | None = None
@@ -218,7 +282,9 @@ class ConsoleViews:
     # -- rules
 
     async def rules(self, request: Request) -> Response:
-        return self.render(request, "rules.html", **self._rules(ExplainForm.blank()))
+        values = self._rules(ExplainForm.blank())
+        values["flash"] = session_of(request).take_flash()
+        return self.render(request, "rules.html", **values)
 
     async def explain(self, request: Request) -> Response:
         form = ExplainForm.of(await read_form(request))
@@ -243,10 +309,28 @@ class ConsoleViews:
         values["message"] = message
         return self.render(request, "rules.html", **values)
 
+    async def edit_rule(self, request: Request) -> Response:
+        """Disable, enable or remove a rule (the Rules page's buttons); back to the page with what changed."""
+        fields = await read_form(request)
+        try:
+            form = RuleEditForm.parse(fields)
+            done = await self.target.edit_rule(form.rule, form.edit)
+            message = done.describe()
+        except (ValueError, RuleEditError) as e:
+            message = f"Nothing changed: {e}"
+        session_of(request).flash.append(message)
+        return RedirectResponse("/rules", 303)
+
     def _rules(self, form: ExplainForm) -> dict[str, Any]:
         policy = self.target.policy
         status = self.target.status()
+        try:
+            text = self.target.config_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            text = ""
         return {
+            "flash": [],
+            "by_answer": {row.id for row in rules_in_order(policy) if written_by_an_answer(text, row.id)},
             "policy_status": status.policy,
             "lint": status.reconciler.lint,
             "message": None,
@@ -257,3 +341,17 @@ class ConsoleViews:
             "results": None,
             "error": None,
         }
+
+
+def _rule_table(text: str) -> dict[str, Any]:
+    """The `[[approval.rules]]` table of a rule's text as `answer_rule_text` writes it."""
+    table: dict[str, Any] = tomllib.loads(text)["approval"]["rules"][0]
+    return table
+
+
+def _glob_suggestion(value: Any) -> str:
+    """The glob the preview offers for a string: its directory's (`out/*` for `out/a.md`), else itself."""
+    if not isinstance(value, str):
+        return ""
+    head, slash, _ = value.rpartition("/")
+    return f"{glob_escape(head)}/*" if slash else glob_escape(value)

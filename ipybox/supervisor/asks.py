@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -177,7 +177,8 @@ class AsksService(Service):
                 except ValueError as e:
                     await send(AnswerResult(id="", ok=False, error=f"not an answer: {e}").to_json())
                     continue
-                why = await self.answer(message.id, AskAnswer(message.accept, message.scope, "terminal", by))
+                answer = AskAnswer(message.accept, message.scope, "terminal", by, message.choices)
+                why = await self.answer(message.id, answer)
                 await send(AnswerResult(id=message.id, ok=why is None, error=why).to_json())
 
         async def forward(subscription: Subscription) -> None:  # until it is cut off for not reading
@@ -267,9 +268,12 @@ class AsksService(Service):
         if error is not None:  # checked before writing: only a concurrent edit gets here
             logger.warning("%s does not load after %s was added to %s: %s", CONFIG_FILE, host, key, error)
 
-    async def _write_answer_rule(self, ask: PendingAsk, accept: bool, by: str) -> None:
-        """An `always` answer: the rule it makes goes into `ipybox.toml` (refused with the reason when it
-        would not load), and the workspace loads it now, as it would any edit."""
+    async def _write_answer_rule(
+        self, ask: PendingAsk, accept: bool, by: str, choices: Mapping[str, str] | None
+    ) -> None:
+        """An `always` answer: the rule it makes (narrowed by the person's `choices`) goes into
+        `ipybox.toml` (refused with the reason when it would not load), and the workspace loads it now, as
+        it would any edit."""
         written = await asyncio.to_thread(
             write_answer_rule,
             self.workspace / CONFIG_FILE,
@@ -278,6 +282,7 @@ class AsksService(Service):
             asked_by=ask.rule_id,
             by=by,
             redact=self.approver.audit.redact,
+            choices=choices,
         )
         logger.info("%s added rule %r to %s:%d", by, written.id, CONFIG_FILE, written.line)
         # The rule now; whatever else the file says is applied in the background (never waited for here).

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,9 @@ class Workspace:
         )
         self.board = self.approver.board
 
-    async def write_rule(self, ask: PendingAsk, accept: bool, by: str) -> None:
+    async def write_rule(
+        self, ask: PendingAsk, accept: bool, by: str, choices: Mapping[str, str] | None
+    ) -> None:
         if self.refuse_rule is not None:
             raise ValueError(self.refuse_rule)
         self.written.append((ask.call.tool, accept, by))

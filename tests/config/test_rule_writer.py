@@ -312,7 +312,9 @@ def refused(path: Path, call: ToolCall, asked_by: str | None, *, accept: bool = 
     return str(raised.value)
 
 
-def test_a_rule_that_would_not_decide_the_call_is_refused_before_the_file_is_read_again(example: Path) -> None:
+def test_a_rule_that_would_not_decide_the_call_is_refused_before_the_file_is_read_again(
+    example: Path,
+) -> None:
     # The ask rule's glob holds for a non-string path (caution); an allow rule's glob does not, so the
     # call itself would not match the rule written for it: refused before the loader is asked.
     before = example.read_text()

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ipybox.approval.asks import AskAnswer, AskBoard, PendingAsk
+from ipybox.config import load_config, rule_edit
+from ipybox.config.rule_edit import RuleEdit, RuleEdited
+from ipybox.config.rule_writer import write_answer_rule
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict, split_commands
 from ipybox.running.status import (
     GatewayStatus,
@@ -154,6 +157,7 @@ class WorkspaceTarget:
 
     Attributes:
         refusal: When set, `answer` refuses with it (as an `always` rule that would not load is refused).
+        write_rules: `always` answers write their rule into `config_path` (with the real writer).
         answers: Every `(ask_id, answer)` the console passed on, in order.
     """
 
@@ -164,6 +168,7 @@ class WorkspaceTarget:
     answers: list[tuple[str, AskAnswer]] = field(default_factory=list)
     workspace_status: WorkspaceStatus = field(default_factory=status_of)
     accepted: list[str | None] = field(default_factory=list)
+    write_rules: bool = False
 
     def __post_init__(self) -> None:
         self.audit = AuditLog(self.directory / ".ipybox" / "audit.jsonl")
@@ -196,10 +201,31 @@ class WorkspaceTarget:
         )
         return [server] if server is not None else []
 
+    async def edit_rule(self, rule: str, edit: RuleEdit) -> RuleEdited:
+        """As the supervisor: the real edit of `ipybox.toml`, then its rules are the ones in effect."""
+        done = rule_edit.edit_rule(self.config_path, rule, edit)
+        self.policy = load_config(self.config_path).approval
+        return done
+
     async def answer(self, ask_id: str, answer: AskAnswer) -> str | None:
         self.answers.append((ask_id, answer))
         if self.refusal is not None:
             return self.refusal
+        ask = self.board.get(ask_id)
+        if answer.scope == "always" and self.write_rules and ask is not None:
+            try:  # as the supervisor: the rule written, then in effect
+                write_answer_rule(
+                    self.config_path,
+                    ask.call,
+                    accept=answer.accept,
+                    asked_by=ask.rule_id,
+                    by=answer.by,
+                    redact=self.audit.redact,
+                    choices=answer.choices,
+                )
+            except ValueError as e:
+                return str(e)
+            self.policy = load_config(self.config_path).approval
         if self.board.answer(ask_id, answer):
             return None
         closed, first = self.board.closed_answer(ask_id)
