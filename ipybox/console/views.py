@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import tomllib
-from glob import escape as glob_escape
 from dataclasses import dataclass
+from glob import escape as glob_escape
 from typing import Any, Final, get_args
 
 import jinja2
@@ -39,10 +39,10 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 
 from ipybox.approval.ask_events import AnswerResult, AskView
 from ipybox.approval.asks import AskAnswer
-from ipybox.console.auth import ConsoleAuth
-from ipybox.console.events import AskStreams
 from ipybox.config.rule_edit import RuleEditError, written_by_an_answer
 from ipybox.config.rule_writer import RuleWriteError, WrittenRule, exact_refusal, preview_answer_rule
+from ipybox.console.auth import ConsoleAuth
+from ipybox.console.events import AskStreams
 from ipybox.console.forms import AnswerForm, ExplainForm, RuleEditForm, choices_of, read_form, session_of
 from ipybox.console.guard import ConsoleSite
 from ipybox.console.rendering import rules_in_order

@@ -70,6 +70,13 @@ tool = "rm"
 decision = "deny"
 """
 
+# As `RULES`, with `no-secrets` above the `always` rules answers write (a deny at the asking rule's priority
+# would refuse an allow rule one above it): the `ipybox.toml` of tests that write such rules.
+RULES_FILE = RULES.replace(
+    'glob = "secrets/**" } }\ndecision = "deny"\n',
+    'glob = "secrets/**" } }\ndecision = "deny"\npriority = 20\n',
+)
+
 WRITE = ToolCall(
     "filesystem", "write_file", {"path": "notes/a.md", "content": "hello"}, {"destructiveHint": True}
 )

@@ -12,14 +12,9 @@ import pytest
 
 from ipybox.config import load_config
 from tests.console.conftest import ORIGIN, csrf_of
-from tests.console.targets import RULES, WRITE, WorkspaceTarget, policy_of
+from tests.console.targets import RULES_FILE, WRITE, WorkspaceTarget, policy_of
 
-# `no-secrets` outranks the answers' rules (a deny at the asking rule's priority would refuse them).
-FILE = RULES.replace(
-    'glob = "secrets/**" } }\ndecision = "deny"\n',
-    'glob = "secrets/**" } }\ndecision = "deny"\npriority = 20\n',
-)
-assert FILE != RULES
+FILE = RULES_FILE
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from ipybox.asgi_server import EmbeddedServer
 from ipybox.console.endpoint import ConsoleEndpoint
 from ipybox.rules import ToolCall, Verdict
 from tests.console.conftest import screenshot
-from tests.console.targets import WorkspaceTarget
+from tests.console.targets import RULES_FILE, WorkspaceTarget
 
 pytestmark = pytest.mark.integration
 
@@ -149,7 +149,7 @@ async def test_a_live_ask_appears_without_a_reload_and_allow_once_answers_it(
 
 
 @pytest.mark.parametrize(
-    ("action", "accept", "scope"), [("allow-always", True, "always"), ("deny-session", False, "session")]
+    ("action", "accept", "scope"), [("deny-once", False, "once"), ("deny-session", False, "session")]
 )
 async def test_each_button_passes_its_scope(
     page: Page, target: TimedTarget, action: str, accept: bool, scope: str
@@ -181,18 +181,24 @@ async def test_an_ask_answered_elsewhere_or_timed_out_leaves_the_page_with_a_not
     assert await page.is_visible("#no-asks")
 
 
-async def test_a_refused_always_answer_is_shown_on_the_ask_which_stays(
+async def test_always_opens_the_rules_preview_and_a_refused_save_is_shown_with_the_ask_kept(
     page: Page, target: TimedTarget
 ) -> None:
+    target.config_path.write_text(RULES_FILE)
     await open_asks_page(page)
     ask = target.ask()
     target.refusal = "ipybox.toml would not load with that rule: ipybox.toml:41:1: ..."
-    card = page.locator(f'[data-ask-id="{ask.id}"]')
-    await card.locator('[data-action="allow-always"]').click()
-    error = card.locator(".ask-error")
-    await error.wait_for()
-    assert await error.text_content() == target.refusal
-    assert await card.locator('[data-action="allow-once"]').is_enabled()
+    await page.locator(f'[data-ask-id="{ask.id}"] [data-action="allow-always"]').click()
+    await page.locator("#rule-preview").wait_for()
+    await page.check('input[name="arg.content"][value="any"]')
+    await page.click("#narrow-submit")
+    assert 'args = { path = "notes/a.md" }' in await page.inner_text("#rule-preview")
+    await screenshot(page, "always-preview")
+    await page.click("#save-rule")
+    await page.locator(".flash").wait_for()
+    assert target.answers[-1][1].choices == {"path": "exact", "content": "any"}
+    assert target.refusal in await page.inner_text(".flash")
+    assert await page.locator(f'[data-ask-id="{ask.id}"] [data-action="allow-once"]').is_enabled()
 
 
 async def test_answering_works_without_javascript(

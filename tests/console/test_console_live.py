@@ -92,7 +92,14 @@ async def test_a_person_answers_a_kernels_ask_once_then_always_from_the_console(
         second = asyncio.create_task(executor.execute(write_code("out/notes.md", "notes")))
         card = await page.wait_for_selector('article.ask[data-call="filesystem.write_file"]', timeout=60_000)
         assert card is not None
+        # "Always allow" opens the preview of the rule; the asking rule's condition stays, narrowing
+        # nothing else by default; saving it answers the call.
         await page.click('article.ask [data-action="allow-always"]')
+        preview = await page.wait_for_selector("#rule-preview")
+        assert preview is not None
+        assert 'args = { path = { glob = "out/**" } }' in await preview.inner_text()
+        await screenshot(page, "live-always-preview")
+        await page.click("#save-rule")
         assert (await asyncio.wait_for(second, 60)).text == "notes"
         config = (supervisor.workspace / "ipybox.toml").read_text()
         assert "# Added by console (" in config and "always allow filesystem.write_file" in config
