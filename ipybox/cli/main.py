@@ -354,7 +354,7 @@ def _not_a_workspace(given: Path) -> str:
 
 
 def _policy_commands(commands: Any) -> None:
-    """`ipybox policy check|replay`, `ipybox lock accept`, `ipybox audit verify`."""
+    """`ipybox policy check|replay|disable|enable|remove`, `ipybox lock accept`, `ipybox audit verify`."""
     policy = commands.add_parser(
         "policy", help="check a call against the approval policy, or replay the audit log"
     )
@@ -379,6 +379,19 @@ def _policy_commands(commands: Any) -> None:
         "--config", type=Path, help="replay under this ipybox.toml instead of the workspace's"
     )
     replay.add_argument("--since", help="only calls from this ISO 8601 date or time on (UTC unless it says)")
+    edits = []
+    for verb, text in (
+        (
+            "disable",
+            "switch a rule off (adds `enabled = false` to it; any rule, a hand-written one included)",
+        ),
+        ("enable", "switch a disabled rule on again"),
+        ("remove", "remove a rule an always answer wrote (hand-written rules are only disabled)"),
+    ):
+        edit = policy_verbs.add_parser(verb, help=text)
+        add_workspace_option(edit)
+        edit.add_argument("rule", metavar="ID", help="the rule's id (or rules[N] for one without an id)")
+        edits.append(edit)
     lock = commands.add_parser("lock", help="the tools pinned in ipybox.lock")
     lock_verbs = lock.add_subparsers(dest="verb", metavar="VERB", required=True)
     accept = lock_verbs.add_parser("accept", help="pin what the servers (or SERVER) serve now in ipybox.lock")
@@ -392,7 +405,7 @@ def _policy_commands(commands: Any) -> None:
         "verify", help="check the audit log's hash chain; report the first broken link"
     )
     add_workspace_option(verify, legacy_positional=True)
-    for verb in (check, replay, accept, verify):
+    for verb in (check, replay, accept, verify, *edits):
         verb.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -417,6 +430,8 @@ def _policy_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
         if args.verb == "check":
             return policy.check(directory, args.call, annotations=args.annotations, as_json=args.json)
+        if args.verb in ("disable", "enable", "remove"):
+            return policy.edit(directory, args.rule, args.verb, as_json=args.json)
         return policy.replay(directory, other=args.config, since=args.since, as_json=args.json)
     if args.command == "lock":
         from ipybox.cli import lock

@@ -1,17 +1,22 @@
-"""`ipybox policy check` and `ipybox policy replay`: what the approval policy decides, and what a change
-of it would have decided.
+"""`ipybox policy check`, `ipybox policy replay` and `ipybox policy disable|enable|remove`: what the
+approval policy decides, what a change of it would have decided, and switching rules.
 
 - `check DIR 'server.tool {json args}'`: the decision on one call under the workspace's policy (its admin
   tiers included), the rule that decided it and its tier, and every other rule that applies. The tool's
   annotations come from its pin in `ipybox.lock` when it has one (`--annotations` overrides them).
-  `shell {"cmd": "..."}` checks a shell command line, each command it runs.
+  `shell {"cmd": "..."}` checks a shell command line, each command it runs. Disabled rules
+  (`enabled = false`) that would apply are listed as such.
 - `replay DIR [--config OTHER] [--since T]`: every call in the audit log (its rotated files included,
   oldest first) decided again under the workspace's policy, or the one in `OTHER`, and the calls whose
   decision would change, grouped by the rule that would decide them now. What was asked is compared as
   `ask` (whatever the person answered). Arguments the log redacted are decided as recorded
   (`[redacted]`), and quotas and pins (which depend on the moment) are left out.
 
-Exit status, for scripts and CI: `check` 0; `replay` 0 when no call would go from allow to deny or back
+- `disable ID`, `enable ID`, `remove ID`: a rule switched off (`enabled = false` added to it) or on, or
+  one an `always` answer wrote removed (hand-written rules are only switched), through the one config
+  editor (`ipybox.config.rule_edit`); a running workspace applies the edit as any edit of the file.
+
+Exit status, for scripts and CI: `check` 0; `disable|enable|remove` 0, 2 when the rule was not changed; `replay` 0 when no call would go from allow to deny or back
 (asks may come and go), 1 when one would; 2 when the workspace, the other file, the call or the log
 can't be read, with one line saying what to fix. Every command has `--json`.
 
@@ -136,7 +141,7 @@ def check(workspace: Path, call_text: str, *, annotations: str | None, as_json: 
             for v in config.approval.applying(part)
             if (v.rule_id, v.tier) != (verdict.rule_id, verdict.tier)
         ]
-        results.append((part, verdict, matched))
+        results.append((part, verdict, matched, _disabled_applying(config.approval, part)))
     if as_json:
         print(
             json.dumps(
@@ -149,8 +154,9 @@ def check(workspace: Path, call_text: str, *, annotations: str | None, as_json: 
                             "annotations": dict(part.annotations),
                             **_verdict_json(verdict),
                             "also_matched": [_verdict_json(v) for v in matched],
+                            "disabled_matching": disabled,
                         }
-                        for part, verdict, matched in results
+                        for part, verdict, matched, disabled in results
                     ],
                     "tiers": [{"name": t.name, "source": t.source} for t in config.approval.admin],
                 },
@@ -158,7 +164,7 @@ def check(workspace: Path, call_text: str, *, annotations: str | None, as_json: 
             )
         )
         return 0
-    for part, verdict, matched in results:
+    for part, verdict, matched, disabled in results:
         shown = json.dumps(dict(part.args), ensure_ascii=True)
         print(printable(f"{part.server}.{part.tool} {shown}: {verdict.decision.upper()} by {_tier(verdict)}"))
         print(printable(f"  {verdict.reason}"))
@@ -166,6 +172,37 @@ def check(workspace: Path, call_text: str, *, annotations: str | None, as_json: 
             print(printable(f"  reason given: {verdict.explanation}"))
         for other in matched:
             print(printable(f"  also applies: {_tier(other)} ({other.decision})"))
+        for name in disabled:
+            print(printable(f"  would apply, but is disabled (enabled = false): rule {name!r}"))
+    return 0
+
+
+def _disabled_applying(policy: Any, call: Any) -> list[str]:
+    """The workspace's disabled rules that would apply to `call` if they were enabled."""
+    from ipybox.rules.engine import rule_id
+    from ipybox.rules.matching import RuleMatcher
+
+    return [
+        rule_id(rule, index)
+        for index, rule in enumerate(policy.rules)
+        if not rule.enabled and RuleMatcher(rule, rule_id(rule, index)).applies(call)
+    ]
+
+
+def edit(workspace: Path, rule: str, verb: str, *, as_json: bool) -> int:
+    """`ipybox policy disable|enable|remove ID`: see the module."""
+    from ipybox.config.rule_edit import RuleEditError, edit_rule
+
+    if verb not in ("disable", "enable", "remove"):
+        return fail(f"unknown edit {verb!r}: disable, enable or remove", as_json)
+    try:
+        done = edit_rule(workspace, rule, verb)  # type: ignore[arg-type]
+    except RuleEditError as e:
+        return fail(str(e), as_json)
+    if as_json:
+        print(json.dumps({"rule": done.id, "edit": done.edit, "changed": done.changed}))
+    else:
+        print(printable(done.describe()))
     return 0
 
 

@@ -172,3 +172,19 @@ def test_replay_of_100000_records_streams_the_log(
     # Its time and memory are measured by `bench/policy_replay.py` (targets: under 5 s and 200 MB).
     assert len(report["groups"]) == 1 and len(report["groups"][0]["examples"]) == 5
     print(f"replay of 100,000 records: {seconds:.2f} s")
+
+
+def test_disable_switches_a_hand_written_rule_off_check_says_so_and_remove_refuses_it(
+    workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "policy", "disable", "reads", "-w", str(workspace))
+    assert (code, out) == (0, "Rule 'reads' disabled.\n")
+    assert '[[approval.rules]]\nenabled = false\nid = "reads"' in (workspace / "ipybox.toml").read_text()
+    code, out, _ = run(capsys, "policy", "check", str(workspace), 'fs.read_file {"path": "a"}')
+    assert ": ASK by " in out.splitlines()[0]  # the default, no longer the rule
+    assert "would apply, but is disabled (enabled = false): rule 'reads'" in out
+    code, _, err = run(capsys, "policy", "remove", "reads", "-w", str(workspace))
+    assert code == 2 and "written by hand" in err
+    code, out, _ = run(capsys, "policy", "enable", "reads", "-w", str(workspace), "--json")
+    assert (code, json.loads(out)) == (0, {"rule": "reads", "edit": "enable", "changed": True})
+    assert (workspace / "ipybox.toml").read_text() == WORKSPACE

@@ -184,7 +184,7 @@ def test_a_rule_an_answer_wrote_is_removed_with_its_comment_leaving_the_file_as_
 
 def test_a_hand_written_rule_is_not_removed(write_config: Callable[[str], Path]) -> None:
     path = write_config(ASKING)
-    with pytest.raises(RuleEditError, match="written by hand .* disable it instead"):
+    with pytest.raises(RuleEditError, match=r"written by hand .* disable it instead"):
         edit_rule(path, "ask-writes", "remove")
     assert path.read_text() == ASKING
 
