@@ -17,7 +17,11 @@ an answer whose ask is no longer pending. `v` shows the current ask's arguments 
 `less`; escaped, so `less -R` in `$LESS` can't interpret anything), or printed whole when no pager runs;
 the screen, which folds long values, says so when it folded something.
 
-`a` and `D` edit `ipybox.toml`, so they wait for the same key again to confirm (any other key cancels).
+`a` and `D` edit `ipybox.toml`, so they first show the rule they would add (`preview_answer_rule`, the
+same text the console previews: by default it requires the call's exact arguments unless the asking rule
+had argument conditions of its own), and wait for the same key again to save it; `*` switches the preview
+between that and "any arguments" (said aloud), any other key cancels. The answer carries the choices
+shown, so what is written is what was previewed (or refused with the reason).
 An ask answered elsewhere (the console, the application, an MCP client, another terminal) or timed out
 is taken off the screen, and a line says who answered. A refused answer (an `always` rule that would not
 load, ...) is shown and the ask stays.
@@ -56,6 +60,7 @@ import signal
 import sys
 import threading
 import time
+import tomllib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -250,6 +255,10 @@ def ask_lines(ask: AskView, now: datetime, *, max_arg_lines: int = MAX_ARG_LINES
     return lines
 
 
+Preview = Callable[[AskView, bool, "dict[str, str] | None"], tuple[str, dict[str, str]]]
+"""See `Approvals`' `preview`."""
+
+
 @dataclass(frozen=True)
 class Send:
     """Answer `ask_id` (`Approvals.key` asks the driver to)."""
@@ -257,6 +266,7 @@ class Send:
     ask_id: str
     accept: bool
     scope: Scope
+    choices: dict[str, str] | None = None
 
 
 @dataclass
@@ -281,6 +291,9 @@ class Approvals:
         who: Who answers (shown in the header).
         settle_s: Seconds an ask is shown before keys answer it (0: at once).
         clock: Monotonic seconds (tests pass their own).
+        preview: The rule an `always` answer would write: given the ask, allow or deny and the choices
+            (`None`: the defaults), its text and the choices filled in; raises `ValueError` with why it
+            cannot be written. `None`: no preview (the answer is confirmed without one).
     """
 
     def __init__(
@@ -290,7 +303,10 @@ class Approvals:
         *,
         settle_s: float = SETTLE_S,
         clock: Callable[[], float] = time.monotonic,
+        preview: Preview | None = None,
     ) -> None:
+        self.preview = preview
+        self.choices: dict[str, str] | None = None  # of the rule previewed while confirming
         self.workspace = workspace
         self.who = who
         self.settle_s = settle_s
@@ -374,6 +390,8 @@ class Approvals:
                 if self.settling() > 0:
                     return self._too_soon(ask)
                 return self._answer(ask, key)
+            if ask is not None and key == "*" and ask.id == confirming[0]:
+                return self._preview(ask, confirming[1], toggle=True)
             self.notice = ["cancelled: nothing was answered"]
             return Reaction(list(self.notice))
         if key == "q":
@@ -400,14 +418,42 @@ class Approvals:
             return Reaction(list(self.notice))
         accept, scope = ANSWERS[key]
         if scope == "always":
+            self.choices = None
+            return self._preview(ask, key, toggle=False)
+        return self._answer(ask, key)
+
+    def _preview(self, ask: AskView, key: str, *, toggle: bool) -> Reaction:
+        """Show the rule `a`/`D` would write and wait for the same key to save it (`*`: any arguments, or
+        back to the defaults)."""
+        accept = ANSWERS[key][0]
+        verb = "allow" if accept else "deny"
+        if self.preview is None:
             self.confirming = (ask.id, key)
-            verb = "allow" if accept else "deny"
             self.notice = [
                 f"always {verb} {ask.call_text}? This adds a rule to ipybox.toml. "
                 f"Press {key} again to confirm, any other key cancels."
             ]
             return Reaction(list(self.notice))
-        return self._answer(ask, key)
+        if toggle:
+            everything = self.choices is not None and all(c == "any" for c in self.choices.values())
+            self.choices = None if everything else dict.fromkeys(ask.args, "any")
+        try:
+            text, self.choices = self.preview(ask, accept, self.choices)
+        except ValueError as e:
+            self.notice = [f"always {verb} {ask.call_text}: {e}"]
+            return Reaction(list(self.notice))
+        self.confirming = (ask.id, key)
+        anything = not tomllib.loads(text)["approval"]["rules"][0].get("args")
+        scope = "calls with ANY arguments" if anything else "calls whose arguments fit its args"
+        all_any = all(choice == "any" for choice in self.choices.values())
+        self.notice = [
+            f"always {verb} {ask.call_text}? This adds to ipybox.toml a rule that matches {scope}:",
+            *(printable(f"  {line}") for line in text.splitlines()),
+            f"Press {key} again to save it; * switches to "
+            + ("the default conditions" if all_any else "any value for every argument")
+            + "; any other key cancels.",
+        ]
+        return Reaction(list(self.notice))
 
     def settling(self) -> float:
         """Seconds until keys answer the ask shown (0: they do now, or no ask is shown)."""
@@ -439,7 +485,8 @@ class Approvals:
     def _answer(self, ask: AskView, key: str) -> Reaction:
         accept, scope = ANSWERS[key]
         self.sending = ask.id
-        return Reaction([], send=Send(ask.id, accept, scope))
+        choices = self.choices if scope == "always" else None
+        return Reaction([], send=Send(ask.id, accept, scope, choices))
 
     def _describe_current(self, now: datetime) -> list[str]:
         """Line mode: the current ask's description, when it was not shown yet."""
@@ -719,6 +766,22 @@ class _Viewed:
 _Event = AskOpenedMessage | AskClosedMessage | AnswerResult | str | _Quit | _Tick | _Viewed | BaseException
 
 
+def rule_preview(workspace: Path, who: str) -> Preview:
+    """The preview of an `always` answer's rule from this terminal: `preview_answer_rule` on the
+    workspace's `ipybox.toml` (read here; the workspace checks it again when it writes)."""
+    from ipybox.config.rule_writer import preview_answer_rule
+    from ipybox.rules import ToolCall
+
+    def preview(ask: AskView, accept: bool, choices: dict[str, str] | None) -> tuple[str, dict[str, str]]:
+        call = ToolCall(ask.server, ask.tool, ask.args, ask.annotations)
+        written = preview_answer_rule(
+            workspace, call, accept=accept, asked_by=ask.rule_id, by=f"terminal ({who})", choices=choices
+        )
+        return written.text, dict(written.choices)
+
+    return preview
+
+
 async def _approve(workspace: Path, live: bool, out: Output) -> int:
     from ipybox.lifecycle import task_scope
     from ipybox.running.approvers import ApproverConnection
@@ -726,7 +789,7 @@ async def _approve(workspace: Path, live: bool, out: Output) -> int:
 
     state = read_state(workspace)
     who = who_am_i()
-    approvals = Approvals(str(workspace), who)
+    approvals = Approvals(str(workspace), who, preview=rule_preview(workspace, who))
     events: asyncio.Queue[_Event] = asyncio.Queue()
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[Any]] = set()
@@ -751,7 +814,7 @@ async def _approve(workspace: Path, live: bool, out: Output) -> int:
 
         async def answer(send: Send) -> None:
             try:
-                events.put_nowait(await connection.answer(send.ask_id, send.accept, send.scope))
+                events.put_nowait(await connection.answer(send.ask_id, send.accept, send.scope, send.choices))
             except Exception as e:
                 events.put_nowait(e)
 

@@ -142,8 +142,11 @@ class ApproverConnection:
         await self._tasks.start()
         self._reader = self._tasks.spawn(self._read(self._ws), name="ipybox-approver-reader")
 
-    async def answer(self, ask_id: str, accept: bool, scope: Scope = "once") -> AnswerResult:
-        """Answer the pending ask `ask_id`; the workspace's verdict on the answer.
+    async def answer(
+        self, ask_id: str, accept: bool, scope: Scope = "once", choices: dict[str, str] | None = None
+    ) -> AnswerResult:
+        """Answer the pending ask `ask_id`; the workspace's verdict on the answer. `choices`: for
+        `always`, what the rule requires of each argument (`AskAnswer.choices`).
 
         Raises:
             NotRunningError: The workspace stopped before it replied.
@@ -154,7 +157,8 @@ class ApproverConnection:
         reply: asyncio.Future[AnswerResult] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(ask_id, deque()).append(reply)
         try:
-            await self._ws.send_str(AnswerMessage(id=ask_id, accept=accept, scope=scope).to_json())
+            message = AnswerMessage(id=ask_id, accept=accept, scope=scope, choices=choices)
+            await self._ws.send_str(message.to_json())
             return await reply
         except (aiohttp.ClientConnectionError, ConnectionResetError):
             # The reader sees the same end and says why; this waits for it to do so.

@@ -40,6 +40,7 @@ from ipybox.cli.approve import (
     Output,
     Send,
     format_args,
+    rule_preview,
     short_id,
     time_left,
 )
@@ -113,6 +114,36 @@ def test_always_answers_wait_for_the_same_key_again() -> None:
         assert first.send is None
         assert "adds a rule to ipybox.toml" in first.log[0] and f"Press {key} again" in first.log[0]
         assert approvals.key(key, NOW).send == Send("1-secretpart1", accept, "always")
+
+
+def test_always_previews_the_rule_from_the_workspaces_file_and_star_switches_to_any_arguments(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "ipybox.toml").write_text(
+        '[[approval.rules]]\nid = "ask-slow"\nserver = "edge"\ntool = "slow"\ndecision = "ask"\n'
+    )
+    approvals = Approvals("/ws", "alice", settle_s=0, preview=rule_preview(tmp_path, "alice"))
+    opened(approvals, view(1))
+    first = "\n".join(approvals.key("a", NOW).log)
+    assert "always allow edge.slow? This adds to ipybox.toml a rule that matches calls whose" in first
+    assert "  args = { seconds = 0 }" in first and "* switches to any value for every argument" in first
+    widened = "\n".join(approvals.key("*", NOW).log)
+    assert (
+        "a rule that matches calls with ANY arguments" in widened
+        and "args = {" not in widened.split("match")[0]
+    )
+    back = "\n".join(approvals.key("*", NOW).log)
+    assert "  args = { seconds = 0 }" in back
+    assert approvals.key("a", NOW).send == Send("1-secretpart1", True, "always", {"seconds": "exact"})
+    assert (tmp_path / "ipybox.toml").read_text().count("[[approval.rules]]") == 1, "a preview writes nothing"
+
+
+def test_an_always_answer_that_cannot_be_written_says_why_before_asking_to_confirm(tmp_path: Path) -> None:
+    approvals = Approvals("/ws", "alice", settle_s=0, preview=rule_preview(tmp_path, "alice"))
+    opened(approvals, view(1))
+    reaction = approvals.key("a", NOW)
+    assert reaction.log[0].startswith("always allow edge.slow: no rule was written into ")
+    assert "there is no such file" in reaction.log[0] and approvals.confirming is None
 
 
 def test_any_other_key_cancels_an_always_answer() -> None:
@@ -709,14 +740,16 @@ async def test_always_is_confirmed_then_written_into_ipybox_toml_and_a_refusal_k
         assert "edge.weather" in text and "asked by the default decision" in text
         await answerable(pane, number)
         pane.keys("D")
-        await pane.shows("Press D again to confirm")
+        # The preview of the rule: the default asked, so it requires the call's exact arguments.
+        text = await pane.shows("Press D again to save it")
+        assert 'args = { city = "Vienna" }' in text and "always deny edge.weather?" in text
         pane.keys("D")
         text = await pane.shows("was not answered:")
         assert ask_on_screen(text) == number and "symlink" in text
         config.unlink()
         config.write_text(original)
         pane.keys("a")
-        await pane.shows("Press a again to confirm")
+        await pane.shows("Press a again to save it")
         pane.keys("a")
         assert (await call).text == "Vienna"
         await pane.shows(f"{number} edge.weather: allowed always by terminal (")
