@@ -105,10 +105,11 @@ HELP: Final = (
     "Keys answer the ask shown (the oldest waiting):",
     "  y  allow this call once",
     "  s  allow it, and every call of the same tool from the same session until the session ends",
-    "  a  always allow: adds an allow rule to ipybox.toml with this call as its example (asks to confirm)",
+    "  a  always allow: shows the allow rule it adds to ipybox.toml; a again saves it, * widens it to any",
+    "     arguments (or back), any other key cancels",
     "  n  deny this call once",
     "  d  deny it, and every call of the same tool from the same session until the session ends",
-    "  D  always deny: adds a deny rule to ipybox.toml (asks to confirm)",
+    "  D  always deny: shows the deny rule it adds to ipybox.toml; D again saves it (* as for a)",
     "  v  view the arguments in full ($PAGER, else less; q there comes back here)",
     "  ?  this help        q  quit (the asks stay for the other approvers, or time out)",
     f"Keys answer an ask only once it has been on the screen for {SETTLE_S:g} s: a key pressed sooner,",
@@ -416,8 +417,7 @@ class Approvals:
         if self.sending is not None:
             self.notice = [f"still waiting for the workspace to take the answer to {short_id(self.sending)}"]
             return Reaction(list(self.notice))
-        accept, scope = ANSWERS[key]
-        if scope == "always":
+        if ANSWERS[key][1] == "always":
             self.choices = None
             return self._preview(ask, key, toggle=False)
         return self._answer(ask, key)

@@ -191,12 +191,13 @@ def _disabled_applying(policy: Any, call: Any) -> list[str]:
 
 def edit(workspace: Path, rule: str, verb: str, *, as_json: bool) -> int:
     """`ipybox policy disable|enable|remove ID`: see the module."""
-    from ipybox.config.rule_edit import RuleEditError, edit_rule
+    from ipybox.config.rule_edit import RuleEdit, RuleEditError, edit_rule
 
-    if verb not in ("disable", "enable", "remove"):
+    edits: dict[str, RuleEdit] = {"disable": "disable", "enable": "enable", "remove": "remove"}
+    if verb not in edits:
         return fail(f"unknown edit {verb!r}: disable, enable or remove", as_json)
     try:
-        done = edit_rule(workspace, rule, verb)  # type: ignore[arg-type]
+        done = edit_rule(workspace, rule, edits[verb])
     except RuleEditError as e:
         return fail(str(e), as_json)
     if as_json:
