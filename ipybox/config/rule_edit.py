@@ -4,6 +4,9 @@ wrote (the console's Rules page, `ipybox policy disable|enable|remove ID`).
 - `disable` adds `enabled = false` on the line after the rule's `[[approval.rules]]` header (the rule
   stays, decides nothing, and is shown as disabled); `enable` takes that line out again. Any rule can be
   switched, a hand-written one included: its text is otherwise left as it was.
+- `set_rule_args` rewrites the `args` line of a rule an `always` answer wrote (its argument conditions, as
+  a TOML inline table; empty: any arguments), the rest of its text as it was; the rule's `match` example
+  must still hold, as the loader checks on every load.
 - `remove` takes out a rule an `always` answer wrote (id `always-...`, under the `# Added by ...` comment
   `write_answer_rule` put above it): the comment, the table, and the blank line before the comment. A
   rule written by hand is not removed or rewritten by ipybox (disable it, or edit the file).
@@ -18,10 +21,13 @@ not as `[[approval.rules]]` tables; a rule not written by an answer to remove).
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
+
+from pydantic import ValidationError
 
 from ipybox.config.file_edit import EditRules, edit_config_file
 from ipybox.config.loading import CONFIG_FILE
@@ -30,9 +36,18 @@ from ipybox.errors import IpyboxError
 from ipybox.rules import Rule
 from ipybox.rules.engine import rule_id
 
-__all__ = ["RuleEdit", "RuleEditError", "RuleEdited", "edit_rule", "written_by_an_answer"]
+__all__ = [
+    "RuleEdit",
+    "RuleEditError",
+    "RuleEdited",
+    "edit_rule",
+    "rule_args_text",
+    "set_rule_args",
+    "written_by_an_answer",
+]
 
 RuleEdit = Literal["disable", "enable", "remove"]
+_ARGS_LINE: Final = re.compile(r"[ \t]*args[ \t]*=[ \t]*(.*)")
 
 _HEADER: Final = re.compile(r"[ \t]*\[\[[ \t]*approval[ \t]*\.[ \t]*rules[ \t]*\]\][ \t]*(#.*)?")
 _TABLE: Final = re.compile(r"[ \t]*\[")
@@ -56,12 +71,14 @@ class RuleEdited:
     """
 
     id: str
-    edit: RuleEdit
+    edit: RuleEdit | Literal["args"]
     changed: bool = True
 
     def describe(self) -> str:
         """`Rule 'always-allow-fs-write' disabled.` (or `... was disabled already.`)."""
-        done = {"disable": "disabled", "enable": "enabled", "remove": "removed"}[self.edit]
+        if self.edit == "args":
+            return f"Rule {self.id!r}: its argument conditions changed."
+        done = _done(self.edit)
         return f"Rule {self.id!r} {done}." if self.changed else f"Rule {self.id!r} was {done} already."
 
 
@@ -189,3 +206,96 @@ def _edited(
             end += 1  # or, at the top, the blank line after the rule
         del lines[start:end]
     return "".join(lines), True
+
+
+def rule_args_text(text: str, rule: str) -> str:
+    """The `args` of the rule `rule` as the file `text` writes it (an inline table), `""` when it has none."""
+    lines = text.splitlines()
+    for header, end, line_id in _blocks(lines):
+        if line_id == rule:
+            for i in range(header + 1, end):
+                found = _ARGS_LINE.fullmatch(lines[i])
+                if found is not None:
+                    return found.group(1).strip()
+    return ""
+
+
+def set_rule_args(config_path: Path, rule: str, args: str) -> RuleEdited:
+    """Rewrite the argument conditions of the rule `rule`, which an `always` answer wrote: `args` is a TOML
+    inline table (`{ path = { glob = "out/*" } }`), or empty for any arguments.
+
+    Raises:
+        RuleEditError: Nothing was written: the rule was written by hand, `args` is not an inline table
+            of conditions, its `match` example would not hold, ... (the message says which).
+    """
+    path = Path(config_path)
+    if path.is_dir():
+        path = path / CONFIG_FILE
+
+    def refuse(why: str) -> RuleEditError:
+        return RuleEditError(f"the arguments of rule {rule!r} were not changed in {path}: {why}")
+
+    args = args.strip()
+    try:
+        parsed = tomllib.loads(f"args = {args}")["args"] if args else {}
+    except tomllib.TOMLDecodeError as e:
+        raise refuse(
+            f'{args!r} is not a TOML inline table ({e}); write e.g. {{ path = {{ glob = "out/*" }} }}'
+        ) from None
+    if not isinstance(parsed, dict) or "\n" in args:
+        raise refuse('write the conditions as one inline table, e.g. { path = { glob = "out/*" } }')
+    try:
+        wanted = Rule.model_validate({"decision": "allow", "args": parsed}).args
+    except ValidationError as e:
+        raise refuse(f"{e.errors()[0]['msg']}") from None
+    rules = EditRules(
+        refuse=refuse,
+        fix_first="fix it, then try again",
+        missing="there is no such file (was the workspace moved?)",
+        by_hand="edit the file by hand",
+        again="try again once it is saved",
+        change="these arguments",
+    )
+
+    def change(text: str, current: WorkspaceConfig) -> tuple[str, tuple[list[Rule], int]]:
+        before = current.approval.rules
+        index = next((i for i, r in enumerate(before) if rule_id(r, i) == rule), None)
+        if index is None:
+            raise refuse("no rule in effect has this id (see the console's Rules page)")
+        if not written_by_an_answer(text, rule):
+            raise refuse(
+                "it was written by hand, and ipybox rewrites only rules an always answer wrote; edit the file"
+            )
+        lines = text.splitlines(keepends=True)
+        blocks = _blocks([line.rstrip("\r\n") for line in lines])
+        header, end, _ = next(block for block in blocks if block[2] == rule)
+        newline = "\r\n" if lines[header].endswith("\r\n") else "\n"
+        at = next((i for i in range(header + 1, end) if _ARGS_LINE.fullmatch(lines[i].rstrip("\r\n"))), None)
+        new_line = [f"args = {args}{newline}"] if args else []
+        if at is not None:
+            lines[at : at + 1] = new_line
+        else:
+            decision = next(
+                (i for i in range(header + 1, end) if lines[i].lstrip().startswith("decision")), end
+            )
+            lines[decision:decision] = new_line
+        return "".join(lines), (list(before), index)
+
+    def took_effect(config: WorkspaceConfig, result: tuple[list[Rule], int]) -> str | None:
+        before, index = result
+        after = config.approval.rules
+        same = len(after) == len(before) and all(
+            a == b for i, (a, b) in enumerate(zip(after, before, strict=True)) if i != index
+        )
+        if not same or after[index].model_copy(update={"args": before[index].args}) != before[index]:
+            return "the rules would not be the same but for this change; edit the file by hand"
+        if dict(after[index].args) != dict(wanted) and not _placeholders(args):
+            return "the conditions would not be read as written; edit the file by hand"
+        return None
+
+    edit_config_file(path, change, took_effect, rules)
+    return RuleEdited(rule, "args")
+
+
+def _placeholders(text: str) -> bool:
+    return "{workspace" in text

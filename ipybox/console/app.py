@@ -80,6 +80,7 @@ def console_app(
         Route("/rules", views.rules, methods=["GET"]),
         Route("/rules/explain", views.explain, methods=["POST"]),
         Route("/rules/edit", views.edit_rule, methods=["POST"]),
+        Route("/rules/args", views.rule_args, methods=["POST"]),
         Route("/pins/accept", views.accept_pins, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]

@@ -76,6 +76,15 @@ class ConsoleTarget(Protocol):
         """
         ...
 
+    async def set_rule_args(self, rule: str, args: str) -> RuleEdited:
+        """Rewrite the argument conditions of a rule an `always` answer wrote (a TOML inline table, empty
+        for any arguments: `ipybox.config.rule_edit.set_rule_args`), then apply the file's rules now.
+
+        Raises:
+            RuleEditError: Nothing was written: why, and what to do.
+        """
+        ...
+
     async def answer(self, ask_id: str, answer: AskAnswer) -> str | None:
         """Answer a pending ask. `None` when the answer took; else why not, for the person: it was answered
         first elsewhere ("already allowed once by terminal (...)"), it is gone (timed out, the calling code

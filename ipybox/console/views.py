@@ -22,6 +22,8 @@ Routes:
 - `GET /rules`, `POST /rules/explain`: the rules in effect and "would this call be allowed?".
 - `POST /rules/edit` (`rule`, `edit` = disable|enable|remove): a rule switched off or on, or one an
   `always` answer wrote removed (`ipybox.config.rule_edit`); a flash says what changed.
+- `POST /rules/args` (`rule`, `args` = a TOML inline table, empty for any): the argument conditions of a
+  rule an `always` answer wrote, rewritten; a flash says what changed, or why not.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 
 from ipybox.approval.ask_events import AnswerResult, AskView
 from ipybox.approval.asks import AskAnswer
-from ipybox.config.rule_edit import RuleEditError, written_by_an_answer
+from ipybox.config.rule_edit import RuleEditError, rule_args_text, written_by_an_answer
 from ipybox.config.rule_writer import RuleWriteError, WrittenRule, exact_refusal, preview_answer_rule
 from ipybox.console.auth import ConsoleAuth
 from ipybox.console.events import AskStreams
@@ -309,6 +311,19 @@ class ConsoleViews:
         values["message"] = message
         return self.render(request, "rules.html", **values)
 
+    async def rule_args(self, request: Request) -> Response:
+        """Rewrite the argument conditions of a rule an always answer wrote (the Rules page's field)."""
+        fields = await read_form(request)
+        rule = fields.get("rule", "").strip()
+        try:
+            if not rule:
+                raise ValueError("rule: give the id of the rule to change")
+            message = (await self.target.set_rule_args(rule, fields.get("args", ""))).describe()
+        except (ValueError, RuleEditError) as e:
+            message = f"Nothing changed: {e}"
+        session_of(request).flash.append(message)
+        return RedirectResponse("/rules", 303)
+
     async def edit_rule(self, request: Request) -> Response:
         """Disable, enable or remove a rule (the Rules page's buttons); back to the page with what changed."""
         fields = await read_form(request)
@@ -330,7 +345,11 @@ class ConsoleViews:
             text = ""
         return {
             "flash": [],
-            "by_answer": {row.id for row in rules_in_order(policy) if written_by_an_answer(text, row.id)},
+            "by_answer": {
+                row.id: rule_args_text(text, row.id)
+                for row in rules_in_order(policy)
+                if written_by_an_answer(text, row.id)
+            },
             "policy_status": status.policy,
             "lint": status.reconciler.lint,
             "message": None,

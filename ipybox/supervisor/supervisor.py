@@ -50,7 +50,7 @@ from ipybox.asgi_server import EmbeddedServer
 from ipybox.config import CONFIG_FILE, ConfigError, ConfigProblem, WorkspaceConfig, load_config
 from ipybox.config.loading import setting_source
 from ipybox.config.policy_lint import lint_error
-from ipybox.config.rule_edit import RuleEdit, RuleEdited, edit_rule
+from ipybox.config.rule_edit import RuleEdit, RuleEdited, edit_rule, set_rule_args
 from ipybox.config.secrets import (
     ResolvedSecret,
     SecretError,
@@ -441,12 +441,22 @@ class Supervisor(Service):
         """A rule of `ipybox.toml` disabled, enabled or removed (the console's Rules page); the rules are
         applied now, as after an `always` answer (the reconciler would see the edit too)."""
         done = await asyncio.to_thread(edit_rule, self.workspace / CONFIG_FILE, rule, edit)
+        await self._rule_edited(done)
+        return done
+
+    async def set_rule_args(self, rule: str, args: str) -> RuleEdited:
+        """The argument conditions of a rule an `always` answer wrote, rewritten (the console's Rules
+        page); the rules are applied now."""
+        done = await asyncio.to_thread(set_rule_args, self.workspace / CONFIG_FILE, rule, args)
+        await self._rule_edited(done)
+        return done
+
+    async def _rule_edited(self, done: RuleEdited) -> None:
         if done.changed:
             logger.info("%s", done.describe())
             error = await self._reload_rules()
             if error is not None:  # checked before writing: only a concurrent edit gets here
                 logger.warning("%s does not load after %s: %s", CONFIG_FILE, done.describe(), error)
-        return done
 
     # -- the reconciler's hooks (`ipybox.reconcile.reconciler.ReconcileHooks`) and the wiring of the parts
 

@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from ipybox.config import load_config
-from ipybox.config.rule_edit import RuleEditError, edit_rule, written_by_an_answer
+from ipybox.config.rule_edit import (
+    RuleEditError,
+    edit_rule,
+    rule_args_text,
+    set_rule_args,
+    written_by_an_answer,
+)
 from ipybox.config.rule_writer import (
     RuleWriteError,
     default_choices,
@@ -206,3 +212,30 @@ def test_rules_without_an_id_are_switched_by_their_index(write_config: Callable[
     edit_rule(path, "rules[1]", "disable")
     rules = load_config(path).approval.rules
     assert [rule.enabled for rule in rules] == [True, False]
+
+
+def test_the_arguments_of_a_rule_an_answer_wrote_are_rewritten_in_place_and_checked(
+    write_config: Callable[[str], Path],
+) -> None:
+    path = write_config(ASKING)
+    rule = write_answer_rule(
+        path, CALL, accept=True, asked_by="ask-writes", by="console (root)", when=WHEN
+    ).id
+    assert rule_args_text(path.read_text(), rule).startswith('{ path = "out/a.md", content = "hi"')
+    before = path.read_text()
+    done = set_rule_args(path, rule, '{ path = { glob = "out/*" } }')
+    assert done.describe() == f"Rule {rule!r}: its argument conditions changed."
+    after = path.read_text()
+    old_line = next(line for line in before.splitlines() if line.startswith("args = "))
+    assert after == before.replace(old_line, 'args = { path = { glob = "out/*" } }')
+    assert load_config(path).approval.decide(CALL).rule_id == rule
+    # Conditions the rule's own `match` example (the call answered) does not meet: the loader refuses.
+    with pytest.raises(RuleEditError, match="would not load with these arguments"):
+        set_rule_args(path, rule, '{ path = { glob = "src/*" } }')
+    with pytest.raises(RuleEditError, match="not a TOML inline table"):
+        set_rule_args(path, rule, "{ path = ")
+    with pytest.raises(RuleEditError, match="written by hand"):
+        set_rule_args(path, "ask-writes", "{ path = 1 }")
+    assert path.read_text() == after
+    set_rule_args(path, rule, "")  # any arguments: the line goes
+    assert "args = " not in path.read_text().split(rule)[1].split("match = ")[0]

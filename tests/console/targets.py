@@ -214,6 +214,12 @@ class WorkspaceTarget:
         self.policy = load_config(self.config_path).approval
         return done
 
+    async def set_rule_args(self, rule: str, args: str) -> RuleEdited:
+        """As the supervisor: the real edit, then its rules are the ones in effect."""
+        done = rule_edit.set_rule_args(self.config_path, rule, args)
+        self.policy = load_config(self.config_path).approval
+        return done
+
     async def answer(self, ask_id: str, answer: AskAnswer) -> str | None:
         self.answers.append((ask_id, answer))
         if self.refusal is not None:

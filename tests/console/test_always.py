@@ -134,6 +134,23 @@ async def test_the_rules_page_disables_a_hand_written_rule_and_removes_one_an_an
     assert not any(r.enabled for r in target.policy.rules if r.id == "no-secrets")
     page = await post("no-secrets", "remove")
     assert "Nothing changed: rule 'no-secrets' was not removed" in page and "written by hand" in page
+    args = await browser.post(
+        "/rules/args",
+        data={
+            "csrf": csrf,
+            "rule": "always-allow-filesystem-write_file",
+            "args": '{ path = { glob = "notes/*" } }',
+        },
+        headers={"Origin": ORIGIN},
+    )
+    assert args.status_code == 303
+    page = html.unescape((await browser.get("/rules")).text)
+    assert "Rule 'always-allow-filesystem-write_file': its argument conditions changed." in page
+    assert 'value="{ path = { glob = "notes/*" } }"' in page
+    other = WRITE.__class__(
+        WRITE.server, WRITE.tool, {"path": "notes/b.md", "content": "x"}, WRITE.annotations
+    )
+    assert target.policy.decide(other).rule_id == "always-allow-filesystem-write_file"
     page = await post("always-allow-filesystem-write_file", "remove")
     assert "Rule 'always-allow-filesystem-write_file' removed." in page
     page = await post("no-secrets", "enable")
