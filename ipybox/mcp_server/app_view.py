@@ -89,6 +89,7 @@ RUN_META: Final = "io.github.ipybox/run"
 """The key of a result's `_meta` that names its run (for the view; never in `content`)."""
 
 RUNS_KEPT: Final = 16  # runs remembered per session, newest last
+SESSIONS_KEPT: Final = 64  # sessions whose runs are remembered, the most recent ones
 KEYS_KEPT: Final = 256  # view keys remembered in all (a host reads the resource per view, or once)
 MAX_CALLS: Final = 200  # tool calls of a run shown at most
 MAX_TEXT: Final = 20_000  # characters of a run's output shown at most
@@ -174,7 +175,7 @@ class AppViews:
     def __init__(self, audit: Path | None) -> None:
         self._audit = AuditLog(audit) if audit is not None else None
         self._keys: OrderedDict[str, tuple[str, Owner]] = OrderedDict()  # key id -> (secret, owner)
-        self._runs: dict[Owner, deque[Run]] = {}
+        self._runs: OrderedDict[Owner, deque[Run]] = OrderedDict()  # least recently run first
         self._used: set[str] = set()  # asks answered through a view (never answered twice)
         self._environment = jinja2.Environment(
             loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined
@@ -225,6 +226,9 @@ class AppViews:
         run = Run(id="run-" + secrets.token_urlsafe(12), owner=owner, code=code, started=datetime.now(UTC))
         runs = self._runs.setdefault(owner, deque(maxlen=RUNS_KEPT))
         runs.append(run)
+        self._runs.move_to_end(owner)
+        while len(self._runs) > SESSIONS_KEPT:  # sessions that ended long ago (their images are held)
+            self._runs.popitem(last=False)
         return run
 
     def _run(self, owner: Owner, run_id: str | None) -> Run | None:
