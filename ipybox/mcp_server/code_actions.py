@@ -13,8 +13,9 @@ Contracts:
   (one not named there after them, by name), then the saved actions by tool name. Its caching hints
   and `server/discover`'s are in `CACHE_HINTS`, with the reasons.
 - Capabilities, in `initialize` and `server/discover` alike: `tools` with `listChanged` (on 2026-07-28
-  delivered on `subscriptions/listen`); `prompts` and `resources` only when the server has some (mcp
-  serves their list methods regardless); no `logging` (deprecated in 2026-07-28, and ipybox sends no
+  delivered on `subscriptions/listen`); `prompts` only when the server has some (mcp serves its list
+  method regardless); `resources` (neither subscribed nor changing) for the MCP App view's `ui://`
+  resource, which hosts read and nobody lists (`ipybox.mcp_server.app_view`); no `logging` (deprecated in 2026-07-28, and ipybox sends no
   log messages, so a request's `io.modelcontextprotocol/logLevel` gets none: mcp refuses a level that
   is not one). `supportedVersions` is mcp's: the per-request revisions (2026-07-28); the handshake
   revisions are served through `initialize`, which a client on one of them sends first.
@@ -64,6 +65,8 @@ from typing import Any, TypeVar
 
 import mcp_types as types
 from mcp.server.caching import CacheableMethod, CacheHint
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -87,6 +90,7 @@ from ipybox.config import CONFIG_FILE
 from ipybox.errors import IpyboxError
 from ipybox.executor.code_executor import CodeExecutor
 from ipybox.mcp_client.stdio_transport import without_lone_surrogates
+from ipybox.mcp_server.app_view import APP_MIME_TYPE, APP_TOOLS, VIEW_URI, AppViews, supports_apps
 from ipybox.mcp_server.kernels import ACTION_CALL
 from ipybox.mcp_server.registration import load_workspace_config
 from ipybox.mcp_server.rounds import Spawn
@@ -157,6 +161,8 @@ class WorkspaceMCPServer(MCPServer[Any]):
         self.subscriptions = InMemorySubscriptionBus()
         super().__init__(*args, subscriptions=self.subscriptions, cache_hints=CACHE_HINTS, **kwargs)
         self.code_actions: CodeActions | None = None
+        # The MCP App view of runs (`ipybox.mcp_server.app_view`), for clients that declare MCP Apps.
+        self.app_views: AppViews | None = None
         # Awaited before every tool call (`ipybox mcp` starts its workspace there, on first use).
         self.before_call: Callable[[], Awaitable[None]] | None = None
         # mcp 2.x derives the capabilities of `initialize` (every transport: stdio, streamable HTTP,
@@ -177,12 +183,34 @@ class WorkspaceMCPServer(MCPServer[Any]):
                     "resources": (
                         declared.resources
                         if self._resource_manager.list_resources() or self._resource_manager.list_templates()
+                        # Only the MCP App view's `ui://` resource: read by hosts, never listed or changed.
+                        else types.ResourcesCapability()
+                        if self.app_views is not None
                         else None
                     ),
                 }
             )
 
         lowlevel.get_capabilities = capabilities  # type: ignore[method-assign]
+
+    async def _handle_list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        """The tool list; to a client that does not declare MCP Apps exactly the list before the view
+        existed: no app-only tools, no `_meta.ui`."""
+        tools = await self.list_tools()
+        if self.app_views is None or not supports_apps(Context(request_context=ctx, mcp_server=self)):
+            tools = [_without_ui(tool) for tool in tools if tool.name not in APP_TOOLS]
+        return types.ListToolsResult(tools=tools)
+
+    async def read_resource(self, uri: Any, context: Context[Any, Any] | None = None) -> Any:
+        """`VIEW_URI`: the run view, with a key for the session reading it (`AppViews.html`); others as
+        mcp serves them."""
+        if self.app_views is not None and str(uri) == VIEW_URI and context is not None:
+            html = self.app_views.html(context)
+            meta = {"ui": {"csp": {}, "prefersBorder": True}}
+            return [ReadResourceContents(content=html, mime_type=APP_MIME_TYPE, meta=meta)]
+        return await super().read_resource(uri, context)
 
     async def list_tools(self) -> list[MCPTool]:
         rank = {name: i for i, name in enumerate(TOOL_ORDER)}
@@ -220,6 +248,15 @@ class WorkspaceMCPServer(MCPServer[Any]):
                     raise ToolError(f"{name} runs in an MCP session's kernel; it was called outside one")
                 return await self.code_actions.call(name, arguments, context)
         return await super().call_tool(name, arguments, context)
+
+
+def _without_ui(tool: MCPTool) -> MCPTool:
+    """`tool` without the MCP Apps keys of its `_meta` (and no `_meta` when that was all)."""
+    meta = tool.meta
+    if not meta or "ui" not in meta:
+        return tool
+    rest = {key: value for key, value in meta.items() if key != "ui"}
+    return tool.model_copy(update={"meta": rest or None})
 
 
 @dataclass(frozen=True)

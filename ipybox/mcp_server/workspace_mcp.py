@@ -37,7 +37,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import mcp_types as types
@@ -58,6 +58,16 @@ from ipybox.executor.code_executor import CodeExecutor
 from ipybox.kernels.result import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
 from ipybox.lifecycle import Service, first_of, task_scope
 from ipybox.mcp_client.params import check_server_name
+from ipybox.mcp_server.app_view import (
+    ANSWER_TOOL,
+    RUN_META,
+    STATE_TOOL,
+    VIEW_URI,
+    AppsExtension,
+    AppViews,
+    Run,
+    supports_apps,
+)
 from ipybox.mcp_server.code_actions import (
     CodeActions,
     WorkspaceMCPServer,
@@ -195,8 +205,12 @@ def create_server(
         name="ipybox",
         version=__version__,
         instructions=render_instructions(facts),
-        extensions=[TasksExtension(operations, _render_task)],
+        extensions=[TasksExtension(operations, _render_task), AppsExtension()],
     )
+    views = AppViews(
+        StatePaths(config.resolve(config.workspace.state_dir)).audit if config is not None else None
+    )
+    server.app_views = views
     server.before_call = before_call
     if not _tracing():
         # mcp wraps every message in a span, which costs even with no exporter to send it to.
@@ -206,7 +220,8 @@ def create_server(
         executor = CodeExecutor(workspace=workspace, output_dir=outputs, images_dir=workspace / "images")
         # A client that can't elicit gets no questions: the workspace asks people (console, `ipybox
         # approve`) instead, and tells the session only so that its cell's clock stops meanwhile.
-        executor._ask_answers = "elicitation" if _can_elicit(ctx) else "none"
+        # An MCP Apps client answers in its run's view (`ipybox.mcp_server.app_view`), as elicitation does.
+        executor._ask_answers = "elicitation" if _can_elicit(ctx) or supports_apps(ctx) else "none"
         await executor.start()
         return executor
 
@@ -338,7 +353,7 @@ def create_server(
 
         return await in_rounds(ctx, register, {"tool": "register_mcp_server"})
 
-    @server.tool()
+    @server.tool(meta={"ui": {"resourceUri": VIEW_URI}})
     @_noted(cell_note(facts))
     async def execute_ipython_cell(
         code: str,
@@ -369,14 +384,22 @@ def create_server(
             else:
                 target, announce = await kernel_for(ctx, kernel)
                 cell = _Cell(
-                    target, code, timeout, max_output_chars, announce, _can_elicit(ctx), kernels.release
+                    target,
+                    code,
+                    timeout,
+                    max_output_chars,
+                    announce,
+                    _can_elicit(ctx),
+                    kernels.release,
+                    views.start(ctx, code) if supports_apps(ctx) else None,
                 )
-                operation = Operation[_Content](caller_of(ctx), {"tool": "execute_ipython_cell"})
+                operation = Operation[_CellResult](caller_of(ctx), {"tool": "execute_ipython_cell"})
                 operation.on_cancel(cell.cancel)
                 operations.start(operation, cell.run)
             async with _reporting_progress(ctx, timeout):  # a long round keeps its client informed
                 return await _drive(ctx, operation, operations, tasks=declares_tasks(ctx))
         target, announce = await kernel_for(ctx, kernel)
+        run = views.start(ctx, code) if supports_apps(ctx) else None
         denied: list[str] = []
         async with target.lock:
             _bound_output(target.executor, max_output_chars)
@@ -386,7 +409,7 @@ def create_server(
                 async with _reporting_progress(ctx, timeout):
                     async for item in target.executor.stream(code, timeout=timeout):
                         if isinstance(item, ApprovalRequest):
-                            if not await _ask(ctx, item):
+                            if not await _ask(ctx, item, run, target.executor):
                                 denied.append(str(item))
                         elif isinstance(item, CodeExecutionResult):
                             result = item
@@ -403,7 +426,39 @@ def create_server(
                 raise
             finally:
                 target.touch()
-        return await _render(result, error, denied, max_output_chars, announce, _can_elicit(ctx))
+        if run is None:
+            return await _render(result, error, denied, max_output_chars, announce, _can_elicit(ctx))
+        # mcp refuses `CallToolResult` in a union return annotation (and the annotation is what the tool's
+        # listing derives from, unchanged for every client); it passes a returned one through as it is.
+        return cast(_Content, await _render_run(run, result, error, denied, max_output_chars, announce))
+
+    @server.tool(name=STATE_TOOL, meta={"ui": {"resourceUri": VIEW_URI, "visibility": ["app"]}})
+    async def view_run(view_key: str, ctx: Context, run: str | None = None) -> dict[str, Any]:
+        """The ipybox run view's own tool (not for the model): the state of a cell's run.
+
+        Args:
+            view_key: The key of the view (only the rendered view has it).
+            run: The run's id (default: this session's newest run).
+        """
+        try:
+            return await views.state(ctx, view_key, run)
+        except PermissionError as e:
+            raise ToolError(str(e)) from None
+
+    @server.tool(name=ANSWER_TOOL, meta={"ui": {"resourceUri": VIEW_URI, "visibility": ["app"]}})
+    async def view_answer(view_key: str, run: str, ask: str, accept: bool, ctx: Context) -> dict[str, Any]:
+        """The ipybox run view's own tool (not for the model): a person's answer to a pending ask.
+
+        Args:
+            view_key: The key of the view (only the rendered view has it).
+            run: The run's id.
+            ask: The pending ask's id in that run.
+            accept: Allow the call (once), or deny it.
+        """
+        try:
+            return {"answered": await views.answer(ctx, view_key, run, ask, accept)}
+        except (PermissionError, ValueError) as e:
+            raise ToolError(str(e)) from None
 
     @server.tool()
     @_noted(package_note(facts))
@@ -471,6 +526,7 @@ def create_server(
 
 
 _Content = list[types.TextContent | types.ImageContent]
+_CellResult = _Content | types.CallToolResult  # the latter for MCP Apps clients (`_render_run`)
 
 
 class _Cell:
@@ -485,7 +541,9 @@ class _Cell:
         announce: str | None,
         can_elicit: bool,
         release: Callable[[Kernel], Awaitable[None]],
+        run: Run | None = None,
     ) -> None:
+        self.run_view = run
         self.kernel = kernel
         self.release = release
         self.code = code
@@ -498,7 +556,7 @@ class _Cell:
         # The stream ends (without a result, as 0.9.2's); the kernel keeps its state.
         self.kernel.executor.cancel()
 
-    async def run(self, operation: Operation[_Content]) -> _Content:
+    async def run(self, operation: Operation[_CellResult]) -> _CellResult:
         denied: list[str] = []
         result: CodeExecutionResult | None = None
         error: str | None = None
@@ -525,12 +583,17 @@ class _Cell:
         await self.release(self.kernel)
         if operation.cancelled:
             error = "the cell was cancelled: it was interrupted, and its kernel keeps its state"
+        if self.run_view is not None:
+            return await _render_run(
+                self.run_view, result, error, denied, self.max_output_chars, self.announce
+            )
         return await _render(result, error, denied, self.max_output_chars, self.announce, self.can_elicit)
 
-    async def _ask(self, operation: Operation[_Content], request: ApprovalRequest) -> bool:
+    async def _ask(self, operation: Operation[_CellResult], request: ApprovalRequest) -> bool:
         """Ask the client in band; a person may answer first (the console, `ipybox approve`), or the ask
-        time out: the request is then settled, and the question withdrawn."""
-        if not self.can_elicit:
+        time out: the request is then settled, and the question withdrawn. An MCP Apps client's run view
+        may answer it too (`ipybox.mcp_server.app_view`)."""
+        if not self.can_elicit and self.run_view is None:
             await request.reject()
             return False
         settled: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
@@ -541,6 +604,10 @@ class _Cell:
 
         request.add_done_callback(on_settled)
         rule = await _rule_of(self.kernel.executor, request)
+        if self.run_view is not None:
+            self.run_view.add_ask(request, rule)
+            if not self.can_elicit:  # only the view (or a person elsewhere, or the timeout) answers it
+                return await settled
         details = {
             "server": request.server_name,
             "tool": request.tool_name,
@@ -594,6 +661,8 @@ async def _render_task(operation: Operation[Any]) -> types.CallToolResult:
         logger.warning("a task failed: %r", e)
         text = f"Error executing tool {operation.meta.get('tool', '')}"
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+    if isinstance(content, types.CallToolResult):
+        return content
     return types.CallToolResult(content=list(content))
 
 
@@ -651,6 +720,27 @@ async def _render(
     if error is not None:
         raise ToolError(text)
     return content
+
+
+async def _render_run(
+    run: Run,
+    result: CodeExecutionResult | None,
+    error: str | None,
+    denied: list[str],
+    max_output_chars: int,
+    announce: str | None,
+) -> types.CallToolResult:
+    """A cell's result for an MCP Apps client: `_render`'s content, and the run's id in `_meta` (the view
+    shows the run; the model sees the content only). A cell that raised is a result with `isError`."""
+    try:
+        content = await _render(result, error, denied, max_output_chars, announce, True)
+    except ToolError as e:
+        run.finish(None, str(e))
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=str(e))], is_error=True, _meta={RUN_META: run.id}
+        )
+    run.finish(content, None)
+    return types.CallToolResult(content=list(content), _meta={RUN_META: run.id})
 
 
 def _handle_note(handle: str | None) -> str:
@@ -791,14 +881,23 @@ async def _elicit_allow(ctx: Context, message: str) -> bool:
     return bool(answer.action == "accept" and getattr(answer, "data", None) is not None and answer.data.allow)
 
 
-async def _ask(ctx: Context, request: ApprovalRequest) -> bool:
+async def _ask(
+    ctx: Context, request: ApprovalRequest, run: Run | None = None, executor: CodeExecutor | None = None
+) -> bool:
     """Ask the MCP client about a tool call (elicitation); `False` when it can't answer. A person may
-    answer first (the console, `ipybox approve`): the request is then withdrawn and the dialog dropped."""
-    if not _can_elicit(ctx):
+    answer first (the console, `ipybox approve`): the request is then withdrawn and the dialog dropped.
+    With `run` (an MCP Apps client), the run's view shows it and may answer it, whether or not the client
+    elicits (`ipybox.mcp_server.app_view`)."""
+    if not _can_elicit(ctx) and run is None:
         await request.reject()
         return False
     settled = asyncio.Event()
     request.add_done_callback(lambda accepted: settled.set())
+    if run is not None:
+        run.add_ask(request, await _rule_of(executor, request) if executor is not None else {})
+        if not _can_elicit(ctx):  # only the view (or a person elsewhere, or the timeout) answers it
+            await settled.wait()
+            return bool(request.decision)
     answers: list[Any] = []
 
     async def elicit() -> None:

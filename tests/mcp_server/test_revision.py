@@ -72,8 +72,12 @@ async def test_discover_names_ipybox_and_declares_only_the_capabilities_it_has(
     assert found.instructions == render_instructions(facts_of(load_config(workspace)))
     capabilities = found.capabilities
     assert capabilities.tools is not None and capabilities.tools.list_changed is True
-    # mcp serves prompts/list and resources/list regardless; ipybox has neither, and sends no log messages.
-    assert capabilities.prompts is None and capabilities.resources is None and capabilities.logging is None
+    # mcp serves prompts/list regardless; ipybox has none, and sends no log messages. Its one resource is the
+    # MCP App view (`ui://ipybox/run.html`), read by hosts that render it, not listed.
+    assert (
+        capabilities.prompts is None and capabilities.resources is not None and capabilities.logging is None
+    )
+    assert "io.modelcontextprotocol/ui" in (capabilities.extensions or {})
     assert (found.ttl_ms, found.cache_scope) == (3_600_000, "public")
 
 
@@ -84,7 +88,9 @@ async def test_a_handshake_era_client_gets_the_same_identity_and_capabilities(se
         assert (client.server_info.name, client.server_info.version) == ("ipybox", __version__)
         capabilities = client.server_capabilities
     assert capabilities.tools is not None and capabilities.tools.list_changed is True
-    assert capabilities.prompts is None and capabilities.resources is None and capabilities.logging is None
+    assert (
+        capabilities.prompts is None and capabilities.resources is not None and capabilities.logging is None
+    )
 
 
 async def test_tools_are_listed_built_in_ones_in_a_fixed_order_then_saved_actions_by_name(
@@ -325,6 +331,6 @@ async def test_ipybox_mcp_over_stdio_answers_discover_to_a_2026_07_28_client(tmp
     assert "Kernels are not sandboxed" in found.instructions
     assert list(tmp_path.iterdir()) == []
     assert found.capabilities.tools is not None and found.capabilities.tools.list_changed is True
-    assert found.capabilities.prompts is None and found.capabilities.resources is None
+    assert found.capabilities.prompts is None and found.capabilities.resources is not None  # the App view
     assert (found.ttl_ms, found.cache_scope) == (3_600_000, "public")
     assert listed.tools[0].name == "execute_ipython_cell"
