@@ -396,6 +396,7 @@ async def test_a_desktop_notification_and_a_tone_announce_an_ask_once_the_person
         await context.add_init_script(HOOK_NOTIFICATION)
         page = await context.new_page()
         await page.goto(console.login_url())
+        await page.wait_for_url(console.url or "")
         await page.wait_for_selector('#live[data-state="on"]')
         permission = await page.evaluate("Notification.permission")
         assert permission == "default"  # never asked for on load
@@ -487,6 +488,8 @@ async def test_every_page_fits_its_width_and_has_no_serious_accessibility_findin
         await page.goto(console.url or "")  # not logged in: the login page
         problems |= await check_at_each_width(page, "login")
         await page.goto(console.login_url())
+        await page.wait_for_url(console.url or "")  # the login page's refresh, done before the next goto
+        await page.wait_for_selector('#live[data-state="on"]')
         for name, path in (("overview", ""), ("asks", "asks"), ("audit", "audit"), ("rules", "rules")):
             await page.goto(f"{console.url}{path}")
             await page.wait_for_selector('#live[data-state="on"]')
