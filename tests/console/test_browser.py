@@ -450,6 +450,14 @@ async def serious_findings(page: Page) -> list[str]:
     ]
 
 
+FOCUS_SEEN = """(() => {
+  const element = document.activeElement;
+  if (!element || element === document.body) return null;
+  const style = getComputedStyle(element);
+  return {what: element.outerHTML.slice(0, 80), outlined: style.outlineStyle !== 'none' && parseFloat(style.outlineWidth) >= 2};
+})()"""
+
+
 async def check_at_each_width(page: Page, name: str) -> dict[str, object]:
     """The page at each of `WIDTHS` (one load: the window is resized): its screenshot saved, its serious
     accessibility findings, and its width against the window's, every folded argument opened."""
@@ -465,6 +473,12 @@ async def check_at_each_width(page: Page, name: str) -> dict[str, object]:
         page_width, window = await page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
         if page_width > window:
             problems[f"{name} at {width} px: width"] = page_width
+    # The keyboard's focus is visible on each control Tab reaches (:focus-visible's outline).
+    for _ in range(4):
+        await page.keyboard.press("Tab")
+        focused = await page.evaluate(FOCUS_SEEN)
+        if focused is not None and not focused["outlined"]:
+            problems[f"{name}: no visible focus on {focused['what']}"] = focused
     return problems
 
 
