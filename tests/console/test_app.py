@@ -434,7 +434,10 @@ async def test_the_audit_log_is_shown_newest_first_with_scope_and_who_answered(
     page = (await browser.get("/audit")).text
     assert tools_on(page) == ["t3", "t2", "t1", "t0"]
     row = page[page.index('data-tool="t3"') : page.index('data-tool="t2"')]
-    assert "<td>console</td>" in row and "<td>always</td>" in row and "<td>console (tester)</td>" in row
+    assert all(
+        f'data-label="{label}">{text}</td>' in row
+        for label, text in (("Decided by", "console"), ("Scope", "always"), ("By", "console (tester)"))
+    )
     assert 'id="audit-older"' not in page
 
 

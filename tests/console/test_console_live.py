@@ -3,8 +3,8 @@ PyPI servers), a person logs in to its console in headless chromium, and answers
 kernel's tool calls: once (the call runs), then always (the rule lands in `ipybox.toml`, with who added it
 and when, loads, and decides the next call without asking), then the audit log shows who answered.
 
-The screenshot of the pending ask is the one in `docs/console.png` (refreshed by hand from
-`.cache/screenshots/console-live-ask.png`).
+The README's screenshot (`docs/console.png`) comes from tests/console/test_browser.py's keys test
+(`.cache/screenshots/console-readme.png`, copied by hand).
 """
 
 from __future__ import annotations
