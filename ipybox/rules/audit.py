@@ -228,7 +228,7 @@ MAX_PROVENANCE_PATHS: Final = 16
 a call with thousands of matched values writes a bounded line."""
 
 
-def provenance_json(call: ToolCall) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None]:
+def _provenance_entry(call: ToolCall) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None]:
     """`call`'s provenance and session taint as an audit line holds them (bounded), `None` when empty."""
     provenance = None
     if call.provenance:
@@ -640,7 +640,7 @@ class AuditLog:
             final = "rule" if verdict.rule_id is not None else "default"
             default_reason = verdict.reason
         redact = self._redactor
-        provenance, read = provenance_json(call)
+        provenance, read = _provenance_entry(call)
         values: dict[str, Any] = {
             "time": datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
             "server": call.server,

@@ -7,7 +7,7 @@ audit log records it. Nothing else models a call.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -133,3 +133,38 @@ class Verdict:
     reason: str
     tier: str | None = None
     explanation: str | None = None
+
+
+def provenance_json(provenance: Mapping[str, tuple[Origin, ...]]) -> dict[str, list[dict[str, Any]]]:
+    """`ToolCall.provenance` as JSON (the approval wire, `AskView`)."""
+    return {path: [origin.to_json() for origin in origins] for path, origins in provenance.items()}
+
+
+def origin_text(path: str, origins: Iterable[Mapping[str, Any]]) -> str:
+    """One argument's provenance as people read it, from its JSON origins:
+    `` `to` = a value from web.fetch result 3, untrusted``."""
+    described = "; ".join(
+        f"{o.get('server')}.{o.get('tool')} result {o.get('serial')}, {o.get('label')}" for o in origins
+    )
+    return f"`{path}` = a value from {described}"
+
+
+def is_untrusted(origins: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether any of these JSON origins is labelled `untrusted` (shown highlighted)."""
+    return any(o.get("label") == "untrusted" for o in origins)
+
+
+def origins_of(data: Mapping[str, Any]) -> dict[str, tuple[Origin, ...]]:
+    """`provenance_json` read back (origins that are not well formed are left out)."""
+    out: dict[str, tuple[Origin, ...]] = {}
+    for path, origins in data.items():
+        read = tuple(
+            Origin(str(o["server"]), str(o["tool"]), int(o["serial"]), o["label"], float(o.get("time", 0)))
+            for o in origins
+            if isinstance(o, Mapping)
+            and o.get("label") in ("untrusted", "private", "trusted")
+            and {"server", "tool", "serial"} <= o.keys()
+        )
+        if read:
+            out[str(path)] = read
+    return out
