@@ -227,9 +227,13 @@ class ProvenanceTracker:
         self._sessions: dict[str, _Session] = {}
 
     def configure(self, settings: ProvenanceSettings) -> None:
-        """Label and match by `settings` from now on (recorded results keep their label; a lower
-        `max_bytes` evicts at the next record)."""
-        self.settings = settings
+        """Label and match by `settings` from now on. Recorded results keep their label; a lower
+        `max_bytes` evicts at the next record; a changed `min_length` or `min_exact` drops the recorded
+        values (they were indexed for the old ones), never the sessions' taint."""
+        old, self.settings = self.settings, settings
+        if (old.min_length, old.min_exact) != (settings.min_length, settings.min_exact):
+            for session in self._sessions:
+                self.retire(session)
 
     def record(
         self,
@@ -251,24 +255,33 @@ class ProvenanceTracker:
         label = settings.label_for(server, tool, annotations)
         origin = Origin(server, tool, state.serial, label, time.time() if now is None else now)
         state.read.setdefault(label, origin)
+        # A quarter of the cap in bytes as `size` below counts them: the text and a block per `width` chars.
+        width = settings.min_length // 2
         budget = settings.max_bytes // 4
+        per_char = 1 + ENTRY_BYTES / width
         parts: list[str] = []
         exact: dict[str, None] = {}
-        used = 0
+        used = 64.0
         for _, leaf in leaves(value):
-            if used >= budget:
+            room = int((budget - used) * 3 / 4 / per_char)  # a quarter left for its exact entries
+            if room <= 0:
                 break
-            text = normalise(leaf[: budget - used])
-            used += len(text) + 1
+            text = normalise(leaf[:room])[:room]
+            used += (len(text) + 1) * per_char
             parts.append(text)
-            if settings.min_exact <= len(text) <= _MAX_EXACT:
-                exact[text] = None
-            for word in text.split(" "):
-                token = word.strip(_PUNCTUATION)
-                if len(token) >= settings.min_exact and not _ID_CHARS.isdisjoint(token):
-                    exact[token] = None
+            candidates = [text] if settings.min_exact <= len(text) <= _MAX_EXACT else []
+            candidates += [
+                token
+                for token in (word.strip(_PUNCTUATION) for word in text.split(" "))
+                if len(token) >= settings.min_exact and not _ID_CHARS.isdisjoint(token)
+            ]
+            for key in candidates:
+                if key not in exact:
+                    if used + ENTRY_BYTES > budget:
+                        break
+                    exact[key] = None
+                    used += ENTRY_BYTES
         joined = "\x00".join(parts)
-        width = settings.min_length // 2
         blocks = [hash(joined[i : i + width]) for i in range(0, len(joined) - width + 1, width)]
         serial = state.serial
         for key in exact:
