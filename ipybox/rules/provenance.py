@@ -74,7 +74,7 @@ MAX_ORIGINS: Final = 3
 _MAX_EXACT: Final = 512
 """Whole leaves longer than this are matched by substring only."""
 
-_MAX_VERIFY: Final = 64
+_MAX_VERIFY: Final = 16
 """Block hits verified per argument value: common short runs in prose cannot make matching slow."""
 
 _ID_CHARS: Final = frozenset("@./:_-#0123456789")
@@ -393,21 +393,26 @@ class ProvenanceTracker:
 
 
 def _shares_run(text: str, i: int, width: int, source: str, minimum: int) -> bool:
-    """Whether `text`'s block at `i` occurs in `source` inside a common run of at least `minimum` chars."""
+    """Whether `text`'s block at `i` occurs in `source` inside a common run of at least `minimum` chars
+    (each side extended at most `minimum` characters: the cost stays bounded whatever the lengths)."""
     block = text[i : i + width]
     start = source.find(block)
     tries = 0
-    while start != -1 and tries < 8:
+    need = minimum - width
+    while start != -1 and tries < 4:
         left = 0
-        while left < i and left < start and text[i - 1 - left] == source[start - 1 - left]:
+        while left < need and left < i and left < start and text[i - 1 - left] == source[start - 1 - left]:
             left += 1
         right = 0
         end, source_end = i + width, start + width
-        while end + right < len(text) and source_end + right < len(source):
-            if text[end + right] != source[source_end + right]:
-                break
+        while (
+            left + right < need
+            and end + right < len(text)
+            and source_end + right < len(source)
+            and text[end + right] == source[source_end + right]
+        ):
             right += 1
-        if left + width + right >= minimum:
+        if left + right >= need:
             return True
         start = source.find(block, start + 1)
         tries += 1

@@ -232,3 +232,53 @@ def test_the_approval_wire_carries_provenance_both_ways() -> None:
     # A frame without it (an older ipybox) reads as none.
     old = CallParams.model_validate({"server_name": "a", "tool_name": "b", "tool_args": {}})
     assert old.to_call().provenance == {}
+
+
+def ask_view() -> Any:
+    from ipybox.approval.ask_events import AskView
+
+    call = ToolCall(
+        "mail",
+        "send_email",
+        {"to": "mallory@evil.example", "cc": "bob@corp.example"},
+        provenance={"to": (untrusted(3),), "cc": (Origin("crm", "lookup", 1, "private"),)},
+    )
+    return AskView(
+        id="a" * 32,
+        server=call.server,
+        tool=call.tool,
+        args=dict(call.args),
+        asked_at="2026-12-08T00:00:00Z",
+        provenance={path: [o.to_json() for o in origins] for path, origins in call.provenance.items()},
+    )
+
+
+def test_the_console_card_shows_each_origin_and_highlights_untrusted_ones() -> None:
+    from ipybox.console.rendering import environment
+
+    html = environment().get_template("_ask.html").render(ask=ask_view(), csrf="x")
+    assert 'class="arg-origin arg-origin-untrusted" data-origin="to"' in html
+    assert 'class="arg-origin" data-origin="cc"' in html
+    assert "<code>web.fetch</code> result 3" in html and "<code>crm.lookup</code> result 1" in html
+
+
+def test_ipybox_approve_adds_one_line_per_argument_with_an_origin() -> None:
+    from datetime import UTC, datetime
+
+    from ipybox.cli.approve import ask_lines
+
+    lines = ask_lines(ask_view(), datetime.now(UTC))
+    assert "    UNTRUSTED: `to` = a value from web.fetch result 3, untrusted" in lines
+    assert "    origin: `cc` = a value from crm.lookup result 1, private" in lines
+
+
+async def test_the_application_request_and_its_elicitation_text_carry_the_origins() -> None:
+    from ipybox.approval.request import ApprovalRequest
+
+    async def respond(accepted: bool) -> None:
+        pass
+
+    call = ToolCall("mail", "send_email", {"to": "x"}, provenance={"to": (untrusted(3),)})
+    request = ApprovalRequest.of(call, respond)
+    assert request.provenance == {"to": [untrusted(3).to_json()]}
+    assert str(request).endswith("\nUNTRUSTED: `to` = a value from web.fetch result 3, untrusted")
