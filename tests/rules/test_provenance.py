@@ -281,4 +281,4 @@ async def test_the_application_request_and_its_elicitation_text_carry_the_origin
     call = ToolCall("mail", "send_email", {"to": "x"}, provenance={"to": (untrusted(3),)})
     request = ApprovalRequest.of(call, respond)
     assert request.provenance == {"to": [untrusted(3).to_json()]}
-    assert str(request).endswith("\nUNTRUSTED: `to` = a value from web.fetch result 3, untrusted")
+    assert request.origin_lines() == ["UNTRUSTED: `to` = a value from web.fetch result 3, untrusted"]
