@@ -72,7 +72,14 @@ from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
 from ipybox.rules.provenance import ProvenanceSettings
 from ipybox.running import mcp_token
 from ipybox.running.state import StatePaths, SupervisorLock, forget_run_dirs
-from ipybox.running.status import KernelLeased, LeaseId, ServerOutcome, TokenRotated, WorkspaceStatus
+from ipybox.running.status import (
+    CallerId,
+    KernelLeased,
+    LeaseId,
+    ServerOutcome,
+    TokenRotated,
+    WorkspaceStatus,
+)
 from ipybox.supervisor.asks import AsksService
 from ipybox.supervisor.control_app import control_app
 from ipybox.supervisor.kernel_health import KernelHealth
@@ -151,12 +158,12 @@ class Supervisor(Service):
         self.tools = ToolsService(
             self.workspace, self.run_dir / "tools.sock", config=lambda: self.config, approver=self.asks.approver,
             prepare=self._prepare_server, on_restart=self._tools_restarted, on_failure=self._failed,
-            pins=self.pins,
+            pins=self.pins, session_of=lambda caller: self.leases.lease_of(CallerId(caller)),
         )  # fmt: skip
         self.kernels = KernelsService(
             self.workspace, self.paths.dir, self.run_dir, gateway_token=secrets.token_urlsafe(32),
             leases=self.leases, tools=self.tools, config=lambda: with_servers(self.config, self.reconciler),
-            settings=self.kernel_settings, forget_session=self.asks.forget_session,
+            settings=self.kernel_settings, forget_session=self._forget_session,
             on_new_gateway=self._write_state, on_failure=self._failed, secrets=self.resolved_secrets,
             ask_host=self.asks.approver.ask_host,
         )  # fmt: skip
@@ -525,6 +532,11 @@ class Supervisor(Service):
         if (reconciler := self.reconciler) is not None:
             await reconciler.reload_rules()
         return reconciler.error if reconciler is not None else None
+
+    def _forget_session(self, lease: LeaseId) -> None:
+        """A lease is released: its answers "for this session", quotas, and provenance end with it."""
+        self.asks.forget_session(lease)
+        self.tools.forget_session(lease)
 
     async def _tools_restarted(self, server: ToolServer) -> None:
         if self.reconciler is not None:  # it registers and generates on the servers of the running one

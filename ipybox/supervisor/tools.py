@@ -35,7 +35,7 @@ from ipybox.reconcile.pins import ToolPins
 from ipybox.rules.provenance import ProvenanceTracker
 from ipybox.tool_server.remote_calls import RemoteCalls
 from ipybox.tool_server.tls import load_certificate, workspace_certificate
-from ipybox.tool_server.tool_server import ToolServer
+from ipybox.tool_server.tool_server import ToolServer, session_record
 
 logger = logging.getLogger("ipybox.supervisor")
 
@@ -58,6 +58,8 @@ class ToolsService(Service):
         on_restart: Awaited with the new server after a restart.
         on_failure: Called when a restart fails.
         pins: The workspace's tool pins (`ipybox.lock`), told of every listing of the servers.
+        session_of: The lease a caller's kernel belongs to, if any: provenance is kept per lease
+            (`ToolServer`'s `session_of`).
     """
 
     def __init__(
@@ -71,8 +73,10 @@ class ToolsService(Service):
         on_restart: Callable[[ToolServer], Awaitable[None]],
         on_failure: Callable[[BaseException], None] | None = None,
         pins: ToolPins | None = None,
+        session_of: Callable[[str], str | None] = lambda caller: None,
     ) -> None:
         super().__init__("tool server", on_failure=on_failure)
+        self.session_of = session_of
         self.pins = pins
         self.workspace = workspace
         self.socket = socket
@@ -84,6 +88,10 @@ class ToolsService(Service):
         self.restarts = 0
         # Outlives a restarted tool server: a restart must clear no session's taint.
         self.provenance = ProvenanceTracker()  # configured by the reconciler (`provenance_changed`)
+
+    def forget_session(self, lease: str) -> None:
+        """A lease was released: what its kernels were delivered, and its taint, go with it."""
+        self.provenance.forget(session_record(lease))
 
     @property
     def calls_address(self) -> str:
@@ -140,6 +148,7 @@ class ToolsService(Service):
             module_roots=module_roots(config.resolve(config.workspace.mcptools_dir)) if remote else None,
             remote=self._remote_calls(config) if remote else None,
             provenance=self.provenance,
+            session_of=self.session_of,
         )
         if restart:  # the servers the reconciler registered on the one that died
             for name in config.enabled_servers():

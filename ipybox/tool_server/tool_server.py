@@ -100,6 +100,11 @@ from ipybox.tool_server.remote_calls import RemoteCalls
 logger = logging.getLogger(__name__)
 
 
+def session_record(session: str) -> str:
+    """The provenance record of a session (a lease): distinct from every caller's, which the host names."""
+    return f"session {session}"
+
+
 class ToolServer:
     """Executes MCP tools on behalf of kernels, each call approved first.
 
@@ -145,6 +150,11 @@ class ToolServer:
         provenance: Where the results delivered to each caller are recorded, and its calls' arguments
             matched (`ipybox.rules.provenance`; default: a tracker of its own with default settings). A
             workspace passes one that outlives a restarted tool server, so a restart clears no taint.
+        session_of: The session (an application's or MCP session's lease) a caller's kernel belongs to,
+            `None` when none holds it. Provenance is kept per session when there is one, else per caller:
+            the agent behind a lease remembers what it read when its kernel is reset or replaced, so a
+            fresh kernel under the same lease inherits the taint and the recorded values (a kernel that
+            could shed its session's taint by asking for a reset would make taint evadable).
 
     Everything is given to the constructor: nothing is set on a tool server afterwards.
 
@@ -194,6 +204,7 @@ class ToolServer:
         module_roots: Mapping[str, Path] | None = None,
         remote: RemoteCalls | None = None,
         provenance: ProvenanceTracker | None = None,
+        session_of: Callable[[str], str | None] = lambda caller: None,
     ) -> None:
         if isinstance(servers, MCPServers):
             _left_out(
@@ -253,6 +264,7 @@ class ToolServer:
         self._private_dir: Path | None = None
         self.remote = remote
         self.provenance = provenance if provenance is not None else ProvenanceTracker()
+        self.session_of = session_of
         self.module_sources = ModuleSources(module_roots or {})
         self.calls = CallChannel(
             self._caller_of,
@@ -447,8 +459,8 @@ class ToolServer:
         call = replace(
             call,
             annotations=self.servers.known_annotations(key, call.tool),
-            provenance=self.provenance.match(call.caller, call.args),
-            session_read=self.provenance.session_read(call.caller),
+            provenance=self.provenance.match(self.provenance_key(call.caller), call.args),
+            session_read=self.provenance.session_read(self.provenance_key(call.caller)),
         )
         listed = self.servers.listing(key)  # a restart before the call re-checks the tool's pin
         refused = _refusal(await self.approver.decide(call), name)
@@ -508,7 +520,13 @@ class ToolServer:
     def _record(self, call: ToolCall, key: str, value: Any) -> None:
         """Record what goes back to the caller, labelled by the annotations its server lists now."""
         annotations = self.servers.known_annotations(key, call.tool)
-        self.provenance.record(call.caller, call.server, call.tool, value, annotations)
+        self.provenance.record(self.provenance_key(call.caller), call.server, call.tool, value, annotations)
+
+    def provenance_key(self, caller: str) -> str:
+        """Whose record a caller's results go into and its arguments are matched against: its session's
+        (`session_of`), else its own."""
+        session = self.session_of(caller) if caller else None
+        return session_record(session) if session else caller
 
     async def _source(self, request: dict[str, Any]) -> dict[str, Any]:
         """A generated module's source, for a kernel's import hook; with the generation as of the read."""

@@ -275,6 +275,15 @@ async def test_after_untrusted_content_a_sink_is_asked_about_and_copied_argument
         assert "forged" in forged and "no-sink-after-untrusted" in forged, forged
         out = await live.call(executor, "weather", {"city": "Bergen"})
         assert "rule 'no-sink-after-untrusted' asks" in out, out
+        # Nor shed it with a fresh kernel: the agent behind the session still has what it read, so a
+        # kernel reset (a new kernel under the same lease) inherits the taint and the recorded values.
+        await executor.reset()
+        out = await live.call(executor, "weather", {"city": "mallory@evil.example"})
+        assert "rule 'no-sink-after-untrusted' asks" in out, out
+        assert live.audit()[-1]["provenance"]["city"][0]["tool"] == "echo"
+    # A session that ended takes its record with it: the next one starts clean.
+    async with CodeExecutor(workspace=live.workspace) as executor:
+        assert (await live.call(executor, "weather", {"city": "Bergen"})).startswith("ok")
 
 
 async def test_an_edit_of_provenance_sources_is_in_effect_after_a_reload(live: Live) -> None:
