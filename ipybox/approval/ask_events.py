@@ -39,11 +39,13 @@ the workspace runs for, but the audit log redacts them.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, TypeAdapter
 
+from ipybox.approval.ask_context import CellView, ClientView
 from ipybox.approval.asks import AskAnswer, AskClosed, AskOpened, PendingAsk, Scope
 from ipybox.approval.links import PathLink
 from ipybox.approval.message import WireMessage
@@ -60,6 +62,7 @@ __all__ = [
     "ServerMessage",
     "message_of",
     "parse_server_message",
+    "settled_text",
 ]
 
 
@@ -68,7 +71,21 @@ def _iso(moment: datetime) -> str:
 
 
 class AskView(WireMessage):
-    """A pending ask as an approver shows it (see `PendingAsk`)."""
+    """A pending ask as an approver shows it (see `PendingAsk`): the one view the console, `ipybox approve`
+    and the MCP client's elicitation (through the approval wire's `CallParams.ask`) render.
+
+    Besides the call (`server`, `tool`, `args`, `annotations`, `links`) and its routing:
+
+    Attributes:
+        rule_id: The rule that asked (`None`: the default decision); `reason` why, `tier` the admin policy
+            it belongs to (`None`: `ipybox.toml`), `explanation` the rule's own `reason` text.
+        session: The session's id, short (for a tooltip: `client` says who it is).
+        client: Who asked: the session's name and history in one line (`ClientView.history()`).
+        cell: The code of the cell that made the call, the call's line marked, and whether the host
+            verified the text ([ask_context][ipybox.approval.ask_context]).
+        provenance: Where each argument's value came from, by argument name, once the kernel reports it
+            (reserved: filled by the provenance work, issue 39; `None` until then).
+    """
 
     id: str
     server: str
@@ -84,6 +101,11 @@ class AskView(WireMessage):
     asked_at: str
     expires_at: str | None = None
     links: dict[str, PathLink] = Field(default_factory=dict)
+    tier: str | None = None
+    explanation: str | None = None
+    client: ClientView | None = None
+    cell: CellView | None = None
+    provenance: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, ask: PendingAsk) -> AskView:
@@ -103,12 +125,48 @@ class AskView(WireMessage):
             asked_at=_iso(ask.asked_at),
             expires_at=_iso(expires) if expires is not None else None,
             links=dict(ask.links),
+            tier=ask.tier,
+            explanation=ask.explanation,
+            client=ask.client,
+            cell=ask.cell,
         )
+
+    @property
+    def rule_text(self) -> str:
+        """The rule that asked, and why: `rule 'ask-writes' (system admin policy): writes go under out/`."""
+        rule = f"rule '{self.rule_id}'" if self.rule_id is not None else "the default decision"
+        if self.tier is not None:
+            rule += f" ({self.tier} admin policy)"
+        why = self.explanation or self.reason
+        if self.explanation and self.reason and self.explanation not in self.reason:
+            why = f"{self.explanation} ({self.reason})"
+        return f"{rule}: {why}" if why else rule
+
+    def text(self, max_code_lines: int = 12) -> str:
+        """The ask as plain text, for an MCP client's elicitation message: the call, who asked, the rule,
+        and the code around the call (at most `max_code_lines` lines)."""
+        args = ", ".join(f"{name}={_short_json(value)}" for name, value in self.args.items())
+        call = self.call_text if self.subject is not None else f"{self.call_text}({args})"
+        lines = [f"ipybox: allow the tool call {call}?"]
+        if self.client is not None:
+            lines.append(f"Asked by {self.client.title}: {self.client.history()}")
+        lines.append(f"Asked because of {self.rule_text}")
+        if self.cell is not None:
+            shown = self.cell.lines(all_lines=False)[:max_code_lines]
+            where = f"cell {self.cell.cell}" if self.cell.cell is not None else "the cell"
+            lines.append(f"Code ({where}, {self.cell.source}):")
+            lines.extend(f"{'>' if line.call else ' '} {line.number:>4} | {line.text}" for line in shown)
+        return "\n".join(lines)
 
     @property
     def call_text(self) -> str:
         """`server.tool` (or the shell command for one of a shell line)."""
         return self.subject if self.subject is not None else f"{self.server}.{self.tool}"
+
+
+def _short_json(value: Any, limit: int = 200) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 class AnswerView(WireMessage):
@@ -147,6 +205,11 @@ class AnswerResult(WireMessage):
     id: str
     ok: bool
     error: str | None = None
+    settled: int = 0
+    """How many asks the answer settled, this one included: 1, or for an answer `for this session` also
+    the session's other pending asks of the same tool (answered alike at once); 0 when not `ok`."""
+    accept: bool | None = None
+    """The answer given, when `ok`."""
 
 
 class AnswerMessage(WireMessage):
@@ -183,6 +246,12 @@ def parse_server_message(frame: str | bytes) -> AskOpenedMessage | AskClosedMess
         pydantic.ValidationError: Not one of the server's messages.
     """
     return _SERVER_MESSAGE.validate_json(frame)
+
+
+def settled_text(accept: bool, settled: int) -> str:
+    """What an answer "for this session" did: `Allowed for this session: settled 3 waiting calls`."""
+    verb = "Allowed" if accept else "Denied"
+    return f"{verb} for this session: settled {settled} waiting call{'' if settled == 1 else 's'}"
 
 
 def message_of(event: AskOpened | AskClosed) -> AskOpenedMessage | AskClosedMessage:

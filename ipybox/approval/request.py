@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from ipybox.approval.ask_events import AskView
 from ipybox.approval.links import PathLink
 from ipybox.rules.calls import ToolCall
 
@@ -28,6 +29,9 @@ class ApprovalRequest:
             item of a list): where each leads, resolved by the host, and whether that is a protected name
             or outside the workspace ([PathLink][ipybox.approval.links.PathLink]). Show them with the
             arguments: `tool_args` say what the code wrote, `links` where a write would land.
+        ask: The ask as the workspace's people see it, when a workspace's rule asked
+            ([AskView][ipybox.approval.ask_events.AskView]: the cell's code with the call's line, the
+            client and its session's history, the rule and why); `ask.text()` is it as plain text.
 
     Example:
         ```python
@@ -48,8 +52,11 @@ class ApprovalRequest:
         respond: Callable[[bool], Awaitable[None]],
         annotations: dict[str, Any] | None = None,
         links: Mapping[str, PathLink] | None = None,
+        *,
+        ask: AskView | None = None,
     ) -> None:
         self.links: dict[str, PathLink] = dict(links or {})
+        self.ask = ask
         self._tool_args = tool_args
         self._annotations = dict(annotations or {})
         self.call = ToolCall(server_name, tool_name, self._tool_args, self._annotations)
@@ -64,9 +71,11 @@ class ApprovalRequest:
         call: ToolCall,
         respond: Callable[[bool], Awaitable[None]],
         links: Mapping[str, PathLink] | None = None,
+        *,
+        ask: AskView | None = None,
     ) -> ApprovalRequest:
         """The request for `call`; `respond(accepted)` delivers the decision."""
-        return cls(call.server, call.tool, dict(call.args), respond, dict(call.annotations), links)
+        return cls(call.server, call.tool, dict(call.args), respond, dict(call.annotations), links, ask=ask)
 
     @property
     def server_name(self) -> str:

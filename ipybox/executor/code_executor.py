@@ -354,6 +354,12 @@ class CodeExecutor:
         if isinstance(self._backend, WorkspaceBackend):
             self._backend.answers = answers
 
+    def _name_client(self, name: str | None) -> None:
+        """Name this session for the people asked about its calls (the MCP server's sessions: their
+        client's `clientInfo`); before `start()`."""
+        if isinstance(self._backend, WorkspaceBackend):
+            self._backend.client_name = name
+
     async def __aenter__(self) -> Self:
         await self.start()
         return self

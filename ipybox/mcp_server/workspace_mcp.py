@@ -207,6 +207,7 @@ def create_server(
         # A client that can't elicit gets no questions: the workspace asks people (console, `ipybox
         # approve`) instead, and tells the session only so that its cell's clock stops meanwhile.
         executor._ask_answers = "elicitation" if _can_elicit(ctx) else "none"
+        executor._name_client(_client_name(ctx))
         await executor.start()
         return executor
 
@@ -548,7 +549,7 @@ class _Cell:
             **rule,
         }
         why = f" ({rule['reason']})" if rule.get("reason") else ""
-        allowed = await operation.ask(f"ipybox: allow the tool call {request}?{why}", details, settled)
+        allowed = await operation.ask(_ask_message(request, why), details, settled)
         if request.decision is not None:  # settled elsewhere first (or cancelled): as it was settled
             return bool(request.decision)
         await (request.accept() if allowed else request.reject())
@@ -776,6 +777,28 @@ def _can_elicit(ctx: Context) -> bool:
     return capabilities is not None and getattr(capabilities, "elicitation", None) is not None
 
 
+def _ask_message(request: ApprovalRequest, why: str = "") -> str:
+    """The elicitation's message about a call: the ask as people see it (`AskView.text()`: the call, who
+    asked, the rule, the cell's code around the call) when the workspace sent it, else the call."""
+    if request.ask is not None:
+        return request.ask.text()
+    return f"ipybox: allow the tool call {request}?{why}"
+
+
+def _client_name(ctx: Context) -> str:
+    """What people asked about a session's calls see for it: its client's `clientInfo` name and version
+    (`MCP client` when it gave none)."""
+    try:
+        params = ctx.session.client_params
+    except (AttributeError, ValueError):  # outside a request
+        params = None
+    info = getattr(params, "client_info", None)
+    name, version = getattr(info, "name", None), getattr(info, "version", None)
+    if not isinstance(name, str) or not name:
+        return "MCP client"
+    return f"{name} {version}" if isinstance(version, str) and version else name
+
+
 def _modern(ctx: Context) -> bool:
     """Whether the request of `ctx` speaks a stateless revision (2026-07-28): no session, asks in band."""
     return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
@@ -802,7 +825,7 @@ async def _ask(ctx: Context, request: ApprovalRequest) -> bool:
     answers: list[Any] = []
 
     async def elicit() -> None:
-        answers.append(await ctx.elicit(f"ipybox: allow the tool call {request}?", _Approval))
+        answers.append(await ctx.elicit(_ask_message(request), _Approval))
 
     try:
         # Whichever ends first: the client's answer, or a settlement elsewhere (its dialog is then dropped).

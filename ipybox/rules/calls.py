@@ -11,6 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ipybox.in_kernel.call_protocol import MAX_CELL_TEXT
+
+__all__ = ["MAX_CELL_TEXT", "AskRoute", "Decision", "ToolCall", "Verdict"]
+
 Decision = Literal["allow", "deny", "ask"]
 """What happens to a tool call: run it, refuse it, or ask the connected application."""
 
@@ -40,6 +44,13 @@ class ToolCall:
             claim a new cell (`max_calls.session`, counted on the host, is the bound it cannot reset).
         code: The hex SHA-256 of that cell's text, as the kernel reports it (`None` when it does not):
             the audit log records it, so a call can be traced to the code that made it.
+        line: The line of that cell the call was made on (1-based), as the kernel reports it (`None` when
+            it does not: the call ran in another thread, or outside a cell). Shown to people asked about
+            the call; never decides anything.
+        cell_text: The cell's text as the kernel reports it, at most `MAX_CELL_TEXT` characters: the whole
+            cell, or for a longer one the lines around `line` (`cell_text_from` says where they start).
+            Shown to people asked about the call, marked as the kernel's claim; never decides anything.
+        cell_text_from: The cell line `cell_text` starts at (1 when it is the whole cell).
     """
 
     server: str
@@ -49,6 +60,9 @@ class ToolCall:
     caller: str = ""
     cell: int | None = None
     code: str | None = None
+    line: int | None = None
+    cell_text: str | None = None
+    cell_text_from: int = 1
 
 
 @dataclass(frozen=True, slots=True)

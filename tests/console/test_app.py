@@ -207,7 +207,14 @@ async def test_an_answer_from_the_script_gets_json_and_passes_its_scope(
 ) -> None:
     ask = target.ask()
     response = await answer_script(browser, ask.id, accept=accept, scope=scope)
-    assert response.json() == {"type": "answered", "id": ask.id, "ok": True, "error": None}
+    assert response.json() == {
+        "type": "answered",
+        "id": ask.id,
+        "ok": True,
+        "error": None,
+        "settled": 1,
+        "accept": accept == "allow",
+    }
     assert target.answers == [(ask.id, AskAnswer(accept == "allow", scope, "console", "console (tester)"))]  # type: ignore[arg-type]
 
 
