@@ -395,9 +395,9 @@ class Approvals:
                 self._taken.add(result.id)
             self._track()
             if result.settled > 1:  # an answer for this session, which answered the session's others too
-                return Reaction(
-                    [f"{short_id(result.id)}: {settled_text(bool(result.accept), result.settled)}"]
-                )
+                line = f"{_clock_now(now)} {short_id(result.id)} {settled_text(bool(result.accept), result.settled)}"
+                self.recent.append(line)
+                return Reaction([line])
             return Reaction([])
         refused = f"{short_id(result.id)} was not answered: {result.error or 'refused'}"
         self.notice = [refused]

@@ -293,7 +293,7 @@ class ToolRunner:
         cell, code = _cell()
         if cell is not None:
             request["cell"] = cell
-            request.update(_cell_context(cell))
+            request.update(_cell_context())
         if code is not None:
             request["code"] = code
         answer = self._request(request)
@@ -387,13 +387,13 @@ def _cell() -> tuple[int | None, str | None]:
 _FRAMES_LOOKED_AT = 64  # frames walked up from a call to find its cell's (measured: ~3 us for a direct call)
 
 
-def _cell_context(count: int) -> dict[str, Any]:
+def _cell_context() -> dict[str, Any]:
     """What a call's request says of its cell's code, for the people asked about it (see
     `call_protocol`): the line the call was made on, if this thread's stack passes through the cell
     (a call run in another thread, as `arun()` does, has no line), and the cell's text, whole up to
     `MAX_CELL_TEXT` characters, else the lines around the call that fit."""
     context: dict[str, Any] = {}
-    line = _call_line(count)
+    line = _call_line()
     if line is not None:
         context["line"] = line
     text = _cell_text
@@ -433,17 +433,20 @@ def cell_window_text(text: str, line: int, limit: int) -> tuple[int, str]:
     return low + 1, "\n".join(lines[low : high + 1])[:limit]
 
 
-def _call_line(count: int) -> int | None:
-    """The line of cell `count` this thread's stack is on (the innermost frame of the cell's code), found
-    through IPython's map of cell file names to cell numbers; `None` when the stack does not pass through it."""
+def _call_line() -> int | None:
+    """The line of the running cell this thread's stack is on (the innermost frame of the cell's code);
+    `None` when the stack does not pass through it (a thread a previous cell started, asyncio's worker
+    thread of `arun()`). The running cell's file is the last IPython's compiler named (`_filename_map`, in
+    the order cells were compiled: its numbers lag `execution_count` by one in IPython 9)."""
     names = getattr(getattr(_shell, "compile", None), "_filename_map", None)
-    if not isinstance(names, dict):
+    if not isinstance(names, dict) or not names:
         return None
+    current = next(reversed(names))
     frame: FrameType | None = sys._getframe(2)
     for _ in range(_FRAMES_LOOKED_AT):
         if frame is None:
             return None
-        if names.get(frame.f_code.co_filename) == count:
+        if frame.f_code.co_filename == current:
             return frame.f_lineno
         frame = frame.f_back
     return None
