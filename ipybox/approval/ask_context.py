@@ -203,12 +203,12 @@ class ClientView(WireMessage):
         return self.name if self.name is not None else f"session {self.session}"
 
     def history(self, started: str | None = None) -> str:
-        """The session's history in one line: `started 07:00:01 UTC; 5 calls (4 allowed, 1 denied); for
-        this session: allowed github.create_issue (by ...)`. `started`: the start time as the approver
-        shows it (default: as sent)."""
+        """The session's history in one line: `started 2026-12-07 07:00:01 UTC; 5 calls so far (4 allowed,
+        1 denied); for this session: allowed github.create_issue (by ...)`. `started`: the start time as the
+        approver shows it (default: the date and time in UTC)."""
         parts = []
         if self.started_at is not None:
-            parts.append(f"started {started or self.started_at}")
+            parts.append(f"started {started or self.started_at.replace('T', ' ').replace('Z', ' UTC')}")
         total = self.allowed + self.denied
         parts.append(
             f"{total} call{'' if total == 1 else 's'} so far"

@@ -95,7 +95,7 @@ def test_a_clients_history_says_when_it_started_its_calls_and_its_session_answer
     view = ClientView.of("0123456789abcdef", "Cursor 1.0", at, (4, 1), grants)
     assert view.session == "01234567" and view.title == "Cursor 1.0"
     history = view.history()
-    assert history.startswith("started 2026-12-07T23:00:00Z; 5 calls so far (4 allowed, 1 denied); ")
+    assert history.startswith("started 2026-12-07 23:00:00 UTC; 5 calls so far (4 allowed, 1 denied); ")
     assert "for this session: allowed fs.t0 (by console (root)); denied fs.t1" in history
     assert history.endswith(", and 2 more")
     unnamed = ClientView.of("feed", None, None, (0, 0), {})
