@@ -17,8 +17,8 @@ from ipybox.approval import Approved, Rejected
 from ipybox.approval.ask_context import ClientView, cell_view
 from ipybox.approval.asks import AskAnswer
 from ipybox.approval.grants import Grant
-from ipybox.approval.rule_approver import WorkspaceApprover
 from ipybox.approval.links import PathLink
+from ipybox.approval.rule_approver import WorkspaceApprover
 from ipybox.console.app import ConsoleApp
 from ipybox.console.rendering import TEMPLATES_DIR
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
