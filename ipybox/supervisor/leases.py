@@ -133,6 +133,8 @@ class LeaseTable:
         Raises:
             UnknownLeaseError: The table holds no such lease.
         """
+        # As IPython's history keeps it (trailing newlines dropped), whose SHA-256 the kernel reports.
+        code = code.rstrip("\n")
         sha = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
         self._lease(lease).cell = (sha, code)
         return sha

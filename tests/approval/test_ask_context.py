@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 
+import pytest
+
 from ipybox.approval.ask_context import (
     MAX_CLIENT_NAME,
     MAX_GRANTS_SHOWN,
@@ -128,3 +130,31 @@ async def test_the_board_says_how_many_asks_an_answer_settled() -> None:
     assert board.settled_with(ask.id) == 0  # withdrawn, not answered
     assert settled_text(True, 3) == "Allowed for this session: settled 3 waiting calls"
     assert settled_text(False, 1) == "Denied for this session: settled 1 waiting call"
+
+
+def test_the_kernel_sends_a_cells_text_with_its_first_call_and_each_calls_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    import ipybox.in_kernel.tool_runner as runner
+
+    shell = InteractiveShell()
+    for name, value in (("_shell", shell), ("_cell_seen", None), ("_cell_text", None), ("_text_sent", None)):
+        monkeypatch.setattr(runner, name, value)
+    monkeypatch.setattr(runner, "install", lambda shell: None, raising=False)
+    code = (
+        "import ipybox.in_kernel.tool_runner as runner\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "def context():\n"
+        "    runner._cell()\n"
+        "    return runner._cell_context()\n"
+        "first, second = context(), context()\n"
+        "with ThreadPoolExecutor(1) as pool:\n"
+        "    threaded = pool.submit(lambda: context()).result()\n"
+    )
+    result = shell.run_cell(code, store_history=True)
+    assert result.error_in_exec is None
+    first, second, threaded = (shell.user_ns[name] for name in ("first", "second", "threaded"))
+    assert first == {"line": 5, "cell_text": code.rstrip("\n")}  # as IPython's history keeps it
+    assert second == {"line": 5} and threaded == {"line": 5}  # the text went with the first call

@@ -291,7 +291,7 @@ async def test_the_control_client_reads_every_answer_as_its_model(target: SmallW
                 code = "import mcptools\nmcptools.fs.write_file.run(path='a')\n"
                 sha = await control.register_cell(named, code)
                 assert target.leases.info(named)[0] == "Claude Code [2J 2.1"  # printable, one line
-                assert target.leases.cell_text(named, sha) == code
+                assert target.leases.cell_text(named, sha) == code.rstrip("\n")  # as IPython keeps it
                 assert target.leases.cell_text(lease, sha) is None  # another lease's cell is not this one's
                 await control.release(lease)
                 with pytest.raises(RuntimeError, match="unknown lease 'nope'"):
