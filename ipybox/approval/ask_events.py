@@ -39,7 +39,6 @@ the workspace runs for, but the audit log redacts them.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
@@ -145,7 +144,10 @@ class AskView(WireMessage):
     def text(self, max_code_lines: int = 12) -> str:
         """The ask as plain text, for an MCP client's elicitation message: the call, who asked, the rule,
         and the code around the call (at most `max_code_lines` lines)."""
-        args = ", ".join(f"{name}={_short_json(value)}" for name, value in self.args.items())
+        args = ", ".join(
+            f"{name}={_short(value)}" + (f" {self.links[name].describe()}" if name in self.links else "")
+            for name, value in self.args.items()
+        )
         call = self.call_text if self.subject is not None else f"{self.call_text}({args})"
         lines = [f"ipybox: allow the tool call {call}?"]
         if self.client is not None:
@@ -164,8 +166,9 @@ class AskView(WireMessage):
         return self.subject if self.subject is not None else f"{self.server}.{self.tool}"
 
 
-def _short_json(value: Any, limit: int = 200) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
+def _short(value: Any, limit: int = 200) -> str:
+    """`value` as `ApprovalRequest` shows it (its `repr`), folded past `limit` characters."""
+    text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 

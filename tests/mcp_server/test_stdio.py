@@ -122,7 +122,7 @@ async def test_register_then_use_the_generated_api(session: ClientSession, works
     assert not result.is_error and text(result) == "via mcp"
     # The client was asked with what a person sees: the call, the session's client, the rule, the code.
     message = ASKED[-1]
-    assert message.startswith('ipybox: allow the tool call edge.echo(text="via mcp")?\nAsked by mcp')
+    assert message.startswith("ipybox: allow the tool call edge.echo(text='via mcp')?\nAsked by mcp")
     assert "0 calls so far" in message and "\nAsked because of the default decision" in message
     assert re.search(
         r"\nCode \(cell \d+, verified: submitted through ipybox\):\n     1 \| from mcptools", message
