@@ -14,6 +14,14 @@ Server to approver, one text frame (or SSE `data:`) each:
 {"type": "answered", "id": "3-Yc...", "ok": false, "error": "already allowed once by terminal (...)"}
 ```
 
+An `opened` ask also carries, when known, `tier` and `explanation` (the asking rule's admin tier and
+its own `reason` text), `client` (who asked: the session's name, start, allowed/denied counts and answers
+"for this session"), `cell` (the cell's code, the call's line, verified by the host or as reported by
+the kernel) and `provenance` (reserved for per-argument provenance): see
+[ask_context][ipybox.approval.ask_context]. An `answered` result says how many asks the answer
+`settled` (more than 1 for an answer "for this session" that covered the session's other waiting asks of
+the tool) and which way (`accept`).
+
 Approver to server (websocket only; the console posts forms):
 
 ```json
