@@ -178,7 +178,7 @@ class ApprovalClient:
                 answer = ApprovalAnswer(id=request_id, result=Decision(accept=accepted))
                 await ws.send_str(answer.to_json())
 
-            request = ApprovalRequest.of(call, respond, ask.params.links)
+            request = ApprovalRequest.of(call, respond, ask.params.links, ask=ask.params.ask)
             self._requests[ask.id] = request
             request.add_done_callback(functools.partial(self._forget, ask.id))
             self._spawn_handler(request)

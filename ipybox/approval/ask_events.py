@@ -14,6 +14,14 @@ Server to approver, one text frame (or SSE `data:`) each:
 {"type": "answered", "id": "3-Yc...", "ok": false, "error": "already allowed once by terminal (...)"}
 ```
 
+An `opened` ask also carries, when known, `tier` and `explanation` (the asking rule's admin tier and
+its own `reason` text), `client` (who asked: the session's name, start, allowed/denied counts and answers
+"for this session"), `cell` (the cell's code, the call's line, verified by the host or as reported by
+the kernel) and `provenance` (where argument values came from, matched on the host: see
+[provenance][ipybox.rules.provenance]): see [ask_context][ipybox.approval.ask_context]. An `answered` result says how many asks the answer
+`settled` (more than 1 for an answer "for this session" that covered the session's other waiting asks of
+the tool) and which way (`accept`).
+
 Approver to server (websocket only; the console posts forms):
 
 ```json
@@ -44,10 +52,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, TypeAdapter
 
+from ipybox.approval.ask_context import CellView, ClientView
 from ipybox.approval.asks import AskAnswer, AskClosed, AskOpened, PendingAsk, Scope
 from ipybox.approval.links import PathLink
 from ipybox.approval.message import WireMessage
-from ipybox.rules.calls import AskRoute, provenance_json
+from ipybox.rules.calls import AskRoute, is_untrusted, origin_text, provenance_json
 
 __all__ = [
     "AnswerMessage",
@@ -60,6 +69,7 @@ __all__ = [
     "ServerMessage",
     "message_of",
     "parse_server_message",
+    "settled_text",
 ]
 
 
@@ -68,7 +78,21 @@ def _iso(moment: datetime) -> str:
 
 
 class AskView(WireMessage):
-    """A pending ask as an approver shows it (see `PendingAsk`)."""
+    """A pending ask as an approver shows it (see `PendingAsk`): the one view the console, `ipybox approve`
+    and the MCP client's elicitation (through the approval wire's `CallParams.ask`) render.
+
+    Besides the call (`server`, `tool`, `args`, `annotations`, `links`) and its routing:
+
+    Attributes:
+        rule_id: The rule that asked (`None`: the default decision); `reason` why, `tier` the admin policy
+            it belongs to (`None`: `ipybox.toml`), `explanation` the rule's own `reason` text.
+        session: The session's id, short (for a tooltip: `client` says who it is).
+        client: Who asked: the session's name and history in one line (`ClientView.history()`).
+        cell: The code of the cell that made the call, the call's line marked, and whether the host
+            verified the text ([ask_context][ipybox.approval.ask_context]).
+        provenance: Where argument values came from, by argument path: the earlier results of the same
+            session each matched, on the host ([provenance][ipybox.rules.provenance]); empty when none did.
+    """
 
     id: str
     server: str
@@ -84,9 +108,11 @@ class AskView(WireMessage):
     asked_at: str
     expires_at: str | None = None
     links: dict[str, PathLink] = Field(default_factory=dict)
+    tier: str | None = None
+    explanation: str | None = None
+    client: ClientView | None = None
+    cell: CellView | None = None
     provenance: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
-    """Where argument values came from, by argument path (`ToolCall.provenance` as JSON: `server`,
-    `tool`, `serial`, `label`, `time` per origin); empty when none matched."""
 
     @classmethod
     def of(cls, ask: PendingAsk) -> AskView:
@@ -106,13 +132,57 @@ class AskView(WireMessage):
             asked_at=_iso(ask.asked_at),
             expires_at=_iso(expires) if expires is not None else None,
             links=dict(ask.links),
+            tier=ask.tier,
+            explanation=ask.explanation,
+            client=ask.client,
+            cell=ask.cell,
             provenance=provenance_json(ask.call.provenance),
         )
+
+    @property
+    def rule_text(self) -> str:
+        """The rule that asked, and why: `rule 'ask-writes' (system admin policy): writes go under out/`."""
+        rule = f"rule '{self.rule_id}'" if self.rule_id is not None else "the default decision"
+        if self.tier is not None:
+            rule += f" ({self.tier} admin policy)"
+        why = self.explanation or self.reason
+        if self.explanation and self.reason and self.explanation not in self.reason:
+            why = f"{self.explanation} ({self.reason})"
+        return f"{rule}: {why}" if why else rule
+
+    def text(self, max_code_lines: int = 12) -> str:
+        """The ask as plain text, for an MCP client's elicitation message: the call, who asked, the rule,
+        and the code around the call (at most `max_code_lines` lines)."""
+        args = ", ".join(
+            f"{name}={_short(value)}" + (f" {self.links[name].describe()}" if name in self.links else "")
+            for name, value in self.args.items()
+        )
+        call = self.call_text if self.subject is not None else f"{self.call_text}({args})"
+        lines = [f"ipybox: allow the tool call {call}?"]
+        lines.extend(
+            ("UNTRUSTED: " if is_untrusted(found) else "origin: ") + origin_text(path, found)
+            for path, found in self.provenance.items()
+        )
+        if self.client is not None:
+            lines.append(f"Asked by {self.client.title}: {self.client.history()}")
+        lines.append(f"Asked because of {self.rule_text}")
+        if self.cell is not None:
+            shown = self.cell.lines(all_lines=False)[:max_code_lines]
+            where = f"cell {self.cell.cell}" if self.cell.cell is not None else "the cell"
+            lines.append(f"Code ({where}, {self.cell.source}):")
+            lines.extend(f"{'>' if line.call else ' '} {line.number:>4} | {line.text}" for line in shown)
+        return "\n".join(lines)
 
     @property
     def call_text(self) -> str:
         """`server.tool` (or the shell command for one of a shell line)."""
         return self.subject if self.subject is not None else f"{self.server}.{self.tool}"
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    """`value` as `ApprovalRequest` shows it (its `repr`), folded past `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 class AnswerView(WireMessage):
@@ -151,6 +221,11 @@ class AnswerResult(WireMessage):
     id: str
     ok: bool
     error: str | None = None
+    settled: int = 0
+    """How many asks the answer settled, this one included: 1, or for an answer `for this session` also
+    the session's other pending asks of the same tool (answered alike at once); 0 when not `ok`."""
+    accept: bool | None = None
+    """The answer given, when `ok`."""
 
 
 class AnswerMessage(WireMessage):
@@ -189,6 +264,12 @@ def parse_server_message(frame: str | bytes) -> AskOpenedMessage | AskClosedMess
         pydantic.ValidationError: Not one of the server's messages.
     """
     return _SERVER_MESSAGE.validate_json(frame)
+
+
+def settled_text(accept: bool, settled: int) -> str:
+    """What an answer "for this session" did: `Allowed for this session: settled 3 waiting calls`."""
+    verb = "Allowed" if accept else "Denied"
+    return f"{verb} for this session: settled {settled} waiting call{'' if settled == 1 else 's'}"
 
 
 def message_of(event: AskOpened | AskClosed) -> AskOpenedMessage | AskClosedMessage:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Literal, get_args
 
+from ipybox.approval.ask_context import CellView, ClientView
 from ipybox.approval.links import PathLink
 from ipybox.rules.calls import AskRoute, ToolCall, Verdict
 
@@ -119,6 +120,10 @@ class PendingAsk:
         timeout: Seconds it waits before the call is denied (`None`: no limit).
         links: Path arguments that lead elsewhere through a link, by argument name (resolved on the host
             when the ask was opened: [links][ipybox.approval.links]).
+        tier: The admin policy the asking rule belongs to (`Verdict.tier`; `None`: `ipybox.toml`).
+        explanation: The asking rule's own `reason` text (`Verdict.explanation`), when it has one.
+        cell: The code of the cell that made the call, when known ([ask_context][ipybox.approval.ask_context]).
+        client: Who asked: the session's name and history, when a session holds the calling kernel.
     """
 
     id: str
@@ -133,6 +138,10 @@ class PendingAsk:
     timeout: float | None
     answered: asyncio.Future[AskAnswer] = field(repr=False)
     links: Mapping[str, PathLink] = field(default_factory=dict)
+    tier: str | None = None
+    explanation: str | None = None
+    cell: CellView | None = None
+    client: ClientView | None = None
 
     @property
     def done(self) -> bool:
@@ -186,6 +195,9 @@ class AskBoard:
     def __init__(self) -> None:
         self._pending: OrderedDict[str, PendingAsk] = OrderedDict()
         self._closed: OrderedDict[str, AskAnswer | None] = OrderedDict()
+        self._settled: dict[
+            str, int
+        ] = {}  # asks an answer settled, by the ask it was given to (kept as _closed)
         self._subscribers: set[Subscription] = set()
         self._present: Counter[AskRoute] = Counter()
         self._serial = itertools.count(1)
@@ -203,6 +215,8 @@ class AskBoard:
         subject: str | None = None,
         timeout: float | None = None,
         links: Mapping[str, PathLink] | None = None,
+        cell: CellView | None = None,
+        client: ClientView | None = None,
     ) -> PendingAsk:
         """Put an ask on the board and tell every subscriber."""
         ask = PendingAsk(
@@ -218,6 +232,10 @@ class AskBoard:
             timeout=timeout,
             answered=asyncio.get_running_loop().create_future(),
             links=dict(links or {}),
+            tier=verdict.tier,
+            explanation=verdict.explanation,
+            cell=cell,
+            client=client,
         )
         self._pending[ask.id] = ask
         self._publish(AskOpened(ask))
@@ -248,10 +266,24 @@ class AskBoard:
             return
         self._closed[ask.id] = answer
         while len(self._closed) > _CLOSED_KEPT:
-            self._closed.popitem(last=False)
+            gone, _ = self._closed.popitem(last=False)
+            self._settled.pop(gone, None)
         if not ask.answered.done():
             ask.answered.cancel()
         self._publish(AskClosed(ask, answer, why))
+
+    def note_settled(self, ask_id: str, count: int) -> None:
+        """The answer given to `ask_id` settled `count` asks (it and the pending asks it covered: an answer
+        "for this session"); `settled_with` tells the answerer."""
+        if ask_id in self._closed:
+            self._settled[ask_id] = count
+
+    def settled_with(self, ask_id: str) -> int:
+        """How many asks the answer given to `ask_id` settled: 1 for one answered alone, more for an answer
+        "for this session" that covered others (`note_settled`), 0 for one not answered (or forgotten)."""
+        if self._closed.get(ask_id) is None:
+            return 0
+        return self._settled.get(ask_id, 1)
 
     def closed_answer(self, ask_id: str) -> tuple[bool, AskAnswer | None]:
         """Whether `ask_id` was on the board and is closed now, and the answer that closed it (`None`:

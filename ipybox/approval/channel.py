@@ -37,6 +37,7 @@ from typing import Any, Literal
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ipybox.approval.approver import Approval, Approved, NoOneToAsk, Rejected, TimedOut
+from ipybox.approval.ask_events import AskView
 from ipybox.approval.links import PathLink
 from ipybox.approval.request import ApprovalRequest
 from ipybox.approval.wire import (
@@ -121,6 +122,7 @@ class ApprovalChannel:
         timeout: float | None = None,
         settled: Settled | None = None,
         links: Mapping[str, PathLink] | None = None,
+        view: AskView | None = None,
     ) -> Approval:
         """Ask the connected application about `call` and wait up to `timeout` seconds (default:
         `approval_timeout`, which may be `None`: no limit) for its answer.
@@ -130,6 +132,8 @@ class ApprovalChannel:
                 application is told to drop it, and the outcome returned is `Rejected` (not the decision:
                 whoever settled it acts on it).
             links: Where path arguments lead through links, shown with the call (`ApprovalRequest.links`).
+            view: The ask as people see it (the cell's code, the client, the rule), for the application
+                to show (`ApprovalRequest.ask`; an MCP client's elicitation message is made of it).
         """
         if not self.approval_required:
             return Approved()
@@ -140,9 +144,9 @@ class ApprovalChannel:
         resume = self.pause() if self.pause is not None else None
         try:
             if handler is not None:
-                return await self._ask_handler(handler, call, seconds, settled, links)
+                return await self._ask_handler(handler, call, seconds, settled, links, view)
             assert websocket is not None
-            return await self._ask_client(websocket, call, seconds, settled, links)
+            return await self._ask_client(websocket, call, seconds, settled, links, view)
         finally:
             if resume is not None:
                 resume()
@@ -178,6 +182,7 @@ class ApprovalChannel:
         timeout: float | None,
         settled: Settled | None,
         links: Mapping[str, PathLink] | None = None,
+        view: AskView | None = None,
     ) -> Approval:
         decided: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
@@ -185,7 +190,7 @@ class ApprovalChannel:
             if not decided.done():
                 decided.set_result(accepted)
 
-        request = ApprovalRequest.of(call, respond, links)
+        request = ApprovalRequest.of(call, respond, links, ask=view)
         await handler(request)
         # Decided right away (auto-approval): no timer needed.
         if not decided.done() and not await _first(decided, settled, timeout):
@@ -204,12 +209,13 @@ class ApprovalChannel:
         timeout: float | None,
         settled: Settled | None,
         links: Mapping[str, PathLink] | None = None,
+        view: AskView | None = None,
     ) -> Approval:
         request_id = next(self._ids)
         decided: asyncio.Future[Approval] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = decided
         try:
-            ask = ApprovalAsk(id=request_id, params=CallParams.of(call, links))
+            ask = ApprovalAsk(id=request_id, params=CallParams.of(call, links, view))
             try:
                 await websocket.send_text(ask.to_json())
             except (WebSocketDisconnect, RuntimeError, OSError) as e:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from ipybox.approval.ask_events import AskView
 from ipybox.approval.links import PathLink
 from ipybox.rules.calls import Origin, ToolCall, is_untrusted, origin_text, provenance_json
 
@@ -32,6 +33,9 @@ class ApprovalRequest:
             session each matched (JSON: `server`, `tool`, `serial`, `label`, `time` per origin; see
             `ipybox.rules.provenance`). Show them with the arguments, highlighted when `untrusted`. Empty
             when no value matched (or the application's ipybox sends none).
+        ask: The ask as the workspace's people see it, when a workspace's rule asked
+            ([AskView][ipybox.approval.ask_events.AskView]: the cell's code with the call's line, the
+            client and its session's history, the rule and why); `ask.text()` is it as plain text.
 
     Example:
         ```python
@@ -53,8 +57,11 @@ class ApprovalRequest:
         annotations: dict[str, Any] | None = None,
         links: Mapping[str, PathLink] | None = None,
         provenance: Mapping[str, tuple[Origin, ...]] | None = None,
+        *,
+        ask: AskView | None = None,
     ) -> None:
         self.links: dict[str, PathLink] = dict(links or {})
+        self.ask = ask
         self._tool_args = tool_args
         self._annotations = dict(annotations or {})
         self.call = ToolCall(
@@ -72,10 +79,19 @@ class ApprovalRequest:
         call: ToolCall,
         respond: Callable[[bool], Awaitable[None]],
         links: Mapping[str, PathLink] | None = None,
+        *,
+        ask: AskView | None = None,
     ) -> ApprovalRequest:
         """The request for `call`; `respond(accepted)` delivers the decision."""
         return cls(
-            call.server, call.tool, dict(call.args), respond, dict(call.annotations), links, call.provenance
+            call.server,
+            call.tool,
+            dict(call.args),
+            respond,
+            dict(call.annotations),
+            links,
+            call.provenance,
+            ask=ask,
         )
 
     @property

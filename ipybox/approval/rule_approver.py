@@ -66,9 +66,12 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final, Literal
 
 from ipybox.approval.approver import Approval, Approved, NoOneToAsk, Rejected, TimedOut
+from ipybox.approval.ask_context import CellView, ClientView, cell_view
+from ipybox.approval.ask_events import AskView
 from ipybox.approval.asks import PEOPLE, AskAnswer, AskBoard, PendingAsk
 from ipybox.approval.channel import ApprovalChannel, Settled
 from ipybox.approval.grants import SessionGrants
@@ -180,6 +183,11 @@ class WorkspaceApprover:
         caller_of_client: The caller (tool-call token holder) of the kernel a process connecting to the
             sandbox's proxy belongs to, by the process's id, when a lease holds that kernel; else `None`
             (default: none, so asks about hosts go to the people).
+        session_info: A session's name (its client's) and when it started, shown with its asks
+            (default: unknown).
+        cell_text_of: The text of the cell with this SHA-256 that `session` submitted through the host, if
+            the host registered it (the ask then shows it as verified; default: none, so the kernel's
+            text is shown, marked as its claim).
     """
 
     def __init__(
@@ -198,6 +206,8 @@ class WorkspaceApprover:
         pending_tool: Callable[[str, str], str | None] = lambda server, tool: None,
         write_domain: Callable[[str, bool, str], Awaitable[object]] | None = None,
         caller_of_client: Callable[[int], str | None] = lambda pid: None,
+        session_info: Callable[[str], tuple[str | None, datetime | None]] = lambda session: (None, None),
+        cell_text_of: Callable[[str, str], str | None] = lambda session, sha: None,
     ) -> None:
         self.policy = policy
         self.audit = audit
@@ -211,6 +221,8 @@ class WorkspaceApprover:
         self.pending_tool = pending_tool
         self.write_domain = write_domain
         self.caller_of_client = caller_of_client
+        self.session_info = session_info
+        self.cell_text_of = cell_text_of
         self._host_asks: dict[str, str] = {}  # pending asks about hosts (`ask_host`): ask id -> host
         self.grants = SessionGrants()
         self.quotas = CallQuotas()
@@ -219,7 +231,14 @@ class WorkspaceApprover:
 
     async def decide(self, call: ToolCall) -> Approval:
         if is_shell_question(call):
-            return await self._decide_shell(call)
+            outcome = await self._decide_shell(call)
+        else:
+            outcome = await self._decide_call(call)
+        if call.caller:  # the session's history, shown with its asks
+            self.grants.tally(self.session_of(call.caller), isinstance(outcome, Approved))
+        return outcome
+
+    async def _decide_call(self, call: ToolCall) -> Approval:
         policy = self.policy  # one policy per call, even if the rules are reloaded meanwhile
         verdict: Verdict
         if is_large(call.args):
@@ -356,6 +375,8 @@ class WorkspaceApprover:
             subject=subject,
             timeout=timeout,
             links=self.links(call) if subject is None else None,  # a shell command's text is no path
+            cell=self._cell_of(call, session) if host is None else None,
+            client=self._client_of(session),
         )
         if host is not None:
             self._host_asks[ask.id] = host
@@ -413,6 +434,21 @@ class WorkspaceApprover:
                 why = app_reason[0] if app_reason else "the application left before answering"
                 reason = f"{source} asks, but {why}{on}{tail}"
                 return NoOneToAsk(reason), _Record(call, verdict, timed_out=True, reason=reason)
+
+    def _cell_of(self, call: ToolCall, session: str | None) -> CellView | None:
+        """The code of the cell that made `call`: the host's record of it when it has one (verified), else
+        the kernel's text (see [ask_context][ipybox.approval.ask_context])."""
+        known = (
+            self.cell_text_of(session, call.code) if session is not None and call.code is not None else None
+        )
+        return cell_view(call, known)
+
+    def _client_of(self, session: str | None) -> ClientView | None:
+        """Who asked: the session's name, start and history so far."""
+        if session is None:
+            return None
+        name, started = self.session_info(session)
+        return ClientView.of(session, name, started, self.grants.calls(session), self.grants.of(session))
 
     def _first_route(self, routes: tuple[AskRoute, ...], channel: ApprovalChannel | None) -> AskRoute | None:
         """The first route of `routes` that can answer now."""
@@ -578,7 +614,9 @@ class WorkspaceApprover:
         leaves, or declines (`CodeExecutor.execute()`), without answering hands the question to the people
         present, if any, else withdraws it."""
         by = "the application" if route == "application" else "the MCP client"
-        outcome = await channel.decide(ask.call, timeout=ask.timeout, settled=settled, links=ask.links)
+        outcome = await channel.decide(
+            ask.call, timeout=ask.timeout, settled=settled, links=ask.links, view=AskView.of(ask)
+        )
         if settled.done():
             return  # answered elsewhere first: the application was told to drop it
         match outcome:
@@ -637,7 +675,26 @@ class WorkspaceApprover:
                     return str(e)
         if not self.board.answer(ask_id, answer):
             return self._gone(ask_id)
+        if answer.scope == "session" and ask.session is not None:
+            self._settle_session(ask, answer)
         return None
+
+    def _settle_session(self, ask: PendingAsk, answer: AskAnswer) -> None:
+        """An answer "for this session" to `ask` (just given): granted now, and given at once to every other
+        pending ask it covers (`SessionGrants.covers`: same session, same tool; for shell commands, the same
+        program), as the grant would have answered them had it come first. The board notes how many it
+        settled, for the answerer."""
+        assert ask.session is not None
+        self.grants.grant(ask.session, ask.call, answer.accept, answer.by)
+        settled = 1
+        for other in self.board.pending:
+            if other.id in self._host_asks or not self.grants.covers(
+                ask.session, ask.call, other.session, other.call
+            ):
+                continue
+            if self.board.answer(other.id, answer):
+                settled += 1
+        self.board.note_settled(ask.id, settled)
 
     def _gone(self, ask_id: str) -> str:
         closed, first = self.board.closed_answer(ask_id)

@@ -61,6 +61,7 @@ from typing import Any, Final, Literal
 
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from ipybox.approval.ask_events import AskView
 from ipybox.approval.links import PathLink
 from ipybox.approval.message import WireMessage
 from ipybox.errors import ApprovalFailedError
@@ -109,7 +110,8 @@ class ApprovalMessageError(ApprovalFailedError, ValueError):
 class CallParams(WireMessage):
     """A tool call as the application sees it (`ApprovalAsk.params`); the caller is not sent. `links`: the
     path arguments that lead elsewhere through a link, resolved by the host
-    ([links][ipybox.approval.links]).
+    ([links][ipybox.approval.links]). `ask`: the ask as people see it (`AskView`: the cell's code, the
+    client and its history, the rule), when the workspace asks (absent from older workspaces).
 
     Its fields are ipybox's one vocabulary of a call (`server`, `tool`, `args`, as
     [ToolCall][ipybox.rules.calls.ToolCall]); on the wire they are `server_name`, `tool_name` and
@@ -126,9 +128,12 @@ class CallParams(WireMessage):
     provenance: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
     """Optional: where argument values came from, by argument path (`ToolCall.provenance` as JSON: per
     origin `server`, `tool`, `serial`, `label`, `time`); empty when no value matched."""
+    ask: AskView | None = None
 
     @classmethod
-    def of(cls, call: ToolCall, links: Mapping[str, PathLink] | None = None) -> CallParams:
+    def of(
+        cls, call: ToolCall, links: Mapping[str, PathLink] | None = None, ask: AskView | None = None
+    ) -> CallParams:
         return cls(
             server=call.server,
             tool=call.tool,
@@ -136,6 +141,7 @@ class CallParams(WireMessage):
             annotations=dict(call.annotations),
             links=dict(links or {}),
             provenance=provenance_json(call.provenance),
+            ask=ask,
         )
 
     def to_call(self) -> ToolCall:

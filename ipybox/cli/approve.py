@@ -68,7 +68,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from ipybox.approval.ask_events import AnswerResult, AskClosedMessage, AskOpenedMessage, AskView
+from ipybox.approval.ask_context import CellLine, CellView
+from ipybox.approval.ask_events import (
+    AnswerResult,
+    AskClosedMessage,
+    AskOpenedMessage,
+    AskView,
+    settled_text,
+)
 from ipybox.approval.asks import Scope
 from ipybox.display_text import printable
 from ipybox.rules.calls import is_untrusted, origin_text
@@ -127,6 +134,8 @@ FOLD_AT: Final = 160
 MAX_TEXT_LINES: Final = 6
 """Lines shown of a multi-line string argument."""
 MAX_ARG_LINES: Final = 30
+MAX_CODE_LINES: Final = 12
+"""Lines of a cell's code shown with an ask (the call's window; `v` shows all)."""
 """Lines shown of all the arguments (the rest are counted)."""
 RECENT: Final = 5
 """Closed asks listed on the screen."""
@@ -185,8 +194,25 @@ def format_args(
 
 
 def full_lines(ask: AskView) -> list[str]:
-    """Everything `v` shows of `ask`: the call and every argument whole (escaped when printed)."""
-    return [f"ask {short_id(ask.id)}: {ask.call_text}, all arguments:", *format_args(ask.args, full=True)]
+    """Everything `v` shows of `ask`: the call and every argument whole (escaped when printed), then the
+    cell's code whole."""
+    lines = [f"ask {short_id(ask.id)}: {ask.call_text}, all arguments:", *format_args(ask.args, full=True)]
+    if ask.cell is not None:
+        lines.append(code_head(ask.cell) + ":")
+        lines.extend(code_lines(ask.cell.lines()))
+    return lines
+
+
+def code_head(cell: CellView) -> str:
+    """`code of cell 3 (as reported by the kernel), the call on line 5`."""
+    head = "code" + (f" of cell {cell.cell}" if cell.cell is not None else "") + f" ({cell.source})"
+    head += f", the call on line {cell.line}" if cell.line is not None else ""
+    return head + (" (part of the cell)" if cell.partial else "")
+
+
+def code_lines(lines: list[CellLine]) -> list[str]:
+    """Numbered code lines, the call's marked `>`."""
+    return [f"{'>' if line.call else ' '} {line.number:>4} | {line.text}" for line in lines]
 
 
 # -- time
@@ -230,14 +256,19 @@ def ask_lines(ask: AskView, now: datetime, *, max_arg_lines: int = MAX_ARG_LINES
     elif ask.subject is not None:
         head += f"  (a shell command, run by {ask.server}.{ask.tool})"
     lines = [head]
-    where = f"session {ask.session}" if ask.session is not None else "no session"
+    if ask.client is not None:
+        where = f"from {ask.client.title} (session {ask.session})"
+    else:
+        where = f"session {ask.session}" if ask.session is not None else "no session"
     left = time_left(ask, now)
     when = f"asked {_clock(ask.asked_at)}, " + (
         "no time limit" if left is None else f"{_duration(left)} left, then it is denied"
     )
     lines.append(f"  {where}; {when}")
-    rule = f"rule '{ask.rule_id}'" if ask.rule_id is not None else "the default decision"
-    lines.append(f"  asked by {rule}" + (f": {ask.reason}" if ask.reason else ""))
+    if ask.client is not None:
+        started = _clock(ask.client.started_at) if ask.client.started_at is not None else None
+        lines.append(f"  history: {fold(ask.client.history(started))}")
+    lines.append(f"  asked by {ask.rule_text}")
     if ask.asked_of is not None and ask.asked_of != "terminal":
         lines.append(f"  also asked of the {ask.asked_of}: the first answer counts")
     if "terminal" not in ask.routes:
@@ -245,6 +276,13 @@ def ask_lines(ask: AskView, now: datetime, *, max_arg_lines: int = MAX_ARG_LINES
     if ask.annotations:
         notes = ", ".join(f"{key}={json.dumps(value, default=str)}" for key, value in ask.annotations.items())
         lines.append(f"  annotations: {fold(notes)}")
+    if ask.cell is not None:
+        lines.append(f"  {code_head(ask.cell)}:")
+        shown_code = ask.cell.lines(all_lines=False)
+        lines.extend(f"    {fold(line)}" for line in code_lines(shown_code[:MAX_CODE_LINES]))
+        hidden = len(ask.cell.lines()) - min(len(shown_code), MAX_CODE_LINES)
+        if hidden > 0:
+            lines.append(f"    ({hidden} more lines: {VIEW} shows the whole cell)")
     lines.append("  arguments:")
     shown = format_args(ask.args, max_arg_lines)
     lines.extend(f"    {line}" for line in shown)
@@ -380,6 +418,10 @@ class Approvals:
             if result.id in self.pending:
                 self._taken.add(result.id)
             self._track()
+            if result.settled > 1:  # an answer for this session, which answered the session's others too
+                line = f"{_clock_now(now)} {short_id(result.id)} {settled_text(bool(result.accept), result.settled)}"
+                self.recent.append(line)
+                return Reaction([line])
             return Reaction([])
         refused = f"{short_id(result.id)} was not answered: {result.error or 'refused'}"
         self.notice = [refused]

@@ -39,7 +39,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from ipybox.approval.ask_events import AnswerResult, AskView
+from ipybox.approval.ask_events import AnswerResult, AskView, settled_text
 from ipybox.approval.asks import AskAnswer
 from ipybox.config.rule_edit import RuleEditError, rule_args_text, written_by_an_answer
 from ipybox.config.rule_writer import RuleWriteError, WrittenRule, exact_refusal, preview_answer_rule
@@ -175,8 +175,11 @@ class ConsoleViews:
         )
         why_not = await self.target.answer(ask_id, answer)
         if why_not is None:
-            result = AnswerResult(id=ask_id, ok=True)
+            settled = self.target.board.settled_with(ask_id)
+            result = AnswerResult(id=ask_id, ok=True, settled=settled, accept=answer.accept)
             message = f"{what}: {answer.describe()}."
+            if answer.scope == "session":
+                message = f"{settled_text(answer.accept, settled)} ({what}, by {answer.by})."
         else:
             result = AnswerResult(id=ask_id, ok=False, error=why_not)
             message = f"{what}: not answered: {why_not}"

@@ -85,6 +85,7 @@ class LaterArguments(TypedDict, total=False):
     require_shell_escape: bool
     limits: ResourceLimits | None
     execute_accepts_asks: bool
+    client: str | None
 
 
 class ExecutorArguments(PublishedArguments, LaterArguments, total=False):
@@ -103,6 +104,7 @@ _FOR_WORKSPACE: Final = frozenset(
         "kernel_init_timeout",
         "log_level",
         "execute_accepts_asks",
+        "client",
     }
 )
 """The arguments `WorkspaceOptions` holds."""
@@ -160,7 +162,13 @@ def options_of(
             kernel_init_timeout=given.get("kernel_init_timeout", 60),
             execute_accepts_asks=given.get("execute_accepts_asks", False),
             log_level=given.get("log_level", "WARNING"),
+            client=given.get("client"),
         ), []
+    if "client" in given:
+        raise ValueError(
+            "client names a session of a workspace for the people asked about its calls: it applies to "
+            "CodeExecutor(workspace=...) only; drop client="
+        )
     if "execute_accepts_asks" in given:
         raise ValueError(
             "execute_accepts_asks applies to CodeExecutor(workspace=...), whose rules may ask: an embedded "

@@ -350,6 +350,7 @@ class WorkspaceBackend:
     def __init__(self, options: WorkspaceOptions) -> None:
         self.options = options
         self.answers: Answers = options.answers
+        self.client_name: str | None = options.client
         self.client: KernelClient | None = None
         self._session: WorkspaceSession | None = None
 
@@ -374,6 +375,7 @@ class WorkspaceBackend:
             kernel_init_timeout=o.kernel_init_timeout,
             answers=self.answers,
             declines=hooks.declines,
+            client=self.client_name,
         )
         await session.open()  # closes itself when it fails
         self._session, self.client = session, session.kernel_client

@@ -216,6 +216,8 @@ class CodeExecutor:
             as an embedded executor's `execute()` accepts every tool call (the audit log records the
             application as the one who allowed it). Off by default: code that runs unattended must not
             answer a rule that asks for a decision. `stream()` is not affected.
+        client: With `workspace`: the name the people asked about this application's calls see (the web
+            console, `ipybox approve`); default `<program> (pid N)`.
 
     Raises:
         ValueError: An argument does not apply to the chosen backend or to the other arguments.
@@ -353,6 +355,12 @@ class CodeExecutor:
     def _ask_answers(self, answers: Answers) -> None:
         if isinstance(self._backend, WorkspaceBackend):
             self._backend.answers = answers
+
+    def _name_client(self, name: str | None) -> None:
+        """Name this session for the people asked about its calls (the MCP server's sessions: their
+        client's `clientInfo`); before `start()`."""
+        if isinstance(self._backend, WorkspaceBackend):
+            self._backend.client_name = name
 
     async def __aenter__(self) -> Self:
         await self.start()

@@ -321,6 +321,8 @@ class WorkspaceOptions:
         answers: What this application does with the `ask`s of its kernel (`stream()` decides them):
             `application`; `elicitation` or `none` for an MCP server's sessions, by what their client can do.
         log_level: Accepted as for an embedded executor; the workspace's processes log as `ipybox up` says.
+        client: The name people asked about this application's calls see (web console, `ipybox
+            approve`); default: `<program> (pid N)`.
     """
 
     workspace: Path
@@ -329,6 +331,7 @@ class WorkspaceOptions:
     execute_accepts_asks: bool = False
     answers: Answers = "application"
     log_level: str = "WARNING"
+    client: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "workspace", Path(self.workspace).resolve())

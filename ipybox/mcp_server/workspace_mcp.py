@@ -222,6 +222,7 @@ def create_server(
         # approve`) instead, and tells the session only so that its cell's clock stops meanwhile.
         # An MCP Apps client answers in its run's view (`ipybox.mcp_server.app_view`), as elicitation does.
         executor._ask_answers = "elicitation" if _can_elicit(ctx) or supports_apps(ctx) else "none"
+        executor._name_client(_client_name(ctx))
         await executor.start()
         return executor
 
@@ -617,10 +618,7 @@ class _Cell:
         if request.provenance:
             details["provenance"] = request.provenance
         why = f" ({rule['reason']})" if rule.get("reason") else ""
-        origins = "".join(f"\n{line}" for line in request.origin_lines())
-        allowed = await operation.ask(
-            f"ipybox: allow the tool call {request}?{why}{origins}", details, settled
-        )
+        allowed = await operation.ask(_ask_message(request, why), details, settled)
         if request.decision is not None:  # settled elsewhere first (or cancelled): as it was settled
             return bool(request.decision)
         await (request.accept() if allowed else request.reject())
@@ -871,6 +869,30 @@ def _can_elicit(ctx: Context) -> bool:
     return capabilities is not None and getattr(capabilities, "elicitation", None) is not None
 
 
+def _ask_message(request: ApprovalRequest, why: str = "") -> str:
+    """The elicitation's message about a call: the ask as people see it (`AskView.text()`: the call, who
+    asked, the rule, the cell's code around the call, where argument values came from) when the workspace sent it,
+    else the call and its arguments' origins."""
+    if request.ask is not None:
+        return request.ask.text()
+    origins = "".join(f"\n{line}" for line in request.origin_lines())
+    return f"ipybox: allow the tool call {request}?{why}{origins}"
+
+
+def _client_name(ctx: Context) -> str:
+    """What people asked about a session's calls see for it: its client's `clientInfo` name and version
+    (`MCP client` when it gave none)."""
+    try:
+        params = ctx.session.client_params
+    except (AttributeError, ValueError):  # outside a request
+        params = None
+    info = getattr(params, "client_info", None)
+    name, version = getattr(info, "name", None), getattr(info, "version", None)
+    if not isinstance(name, str) or not name:
+        return "MCP client"
+    return f"{name} {version}" if isinstance(version, str) and version else name
+
+
 def _modern(ctx: Context) -> bool:
     """Whether the request of `ctx` speaks a stateless revision (2026-07-28): no session, asks in band."""
     return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
@@ -906,8 +928,7 @@ async def _ask(
     answers: list[Any] = []
 
     async def elicit() -> None:
-        origins = "".join(f"\n{line}" for line in request.origin_lines())
-        answers.append(await ctx.elicit(f"ipybox: allow the tool call {request}?{origins}", _Approval))
+        answers.append(await ctx.elicit(_ask_message(request), _Approval))
 
     try:
         # Whichever ends first: the client's answer, or a settlement elsewhere (its dialog is then dropped).

@@ -11,6 +11,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ipybox.in_kernel.call_protocol import MAX_CELL_TEXT
+
+__all__ = [
+    "MAX_CELL_TEXT",
+    "AskRoute",
+    "Decision",
+    "Label",
+    "Origin",
+    "ToolCall",
+    "Verdict",
+    "is_untrusted",
+    "origin_text",
+    "origins_of",
+    "provenance_json",
+]
+
 Label = Literal["untrusted", "private", "trusted"]
 """How far content a tool returned is trusted (`ipybox.rules.provenance`): `untrusted` (anyone may have
 written it: a web page, an email, an issue comment), `private` (the user's own data, which must not leak),
@@ -85,6 +101,13 @@ class ToolCall:
         session_read: The labels of content the calling session has been delivered, each with the first
             result that brought it (one `Origin` per label, oldest first). Recorded on the host by the
             tool server, so code in the kernel cannot clear it.
+        line: The line of that cell the call was made on (1-based), as the kernel reports it (`None` when
+            it does not: the call ran in another thread, or outside a cell). Shown to people asked about
+            the call; never decides anything.
+        cell_text: The cell's text as the kernel reports it, at most `MAX_CELL_TEXT` characters: the whole
+            cell, or for a longer one the lines around `line` (`cell_text_from` says where they start).
+            Shown to people asked about the call, marked as the kernel's claim; never decides anything.
+        cell_text_from: The cell line `cell_text` starts at (1 when it is the whole cell).
     """
 
     server: str
@@ -94,6 +117,9 @@ class ToolCall:
     caller: str = ""
     cell: int | None = None
     code: str | None = None
+    line: int | None = None
+    cell_text: str | None = None
+    cell_text_from: int = 1
     provenance: Mapping[str, tuple[Origin, ...]] = field(default_factory=dict)
     session_read: tuple[Origin, ...] = ()
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from ipybox.approval.approval_client import ApprovalClient
+from ipybox.approval.ask_context import MAX_REGISTERED_CELL
 from ipybox.approval.channel import Answers
 from ipybox.approval.request import ApprovalRequest
 from ipybox.kernels.gateway import GatewayEndpoint
@@ -19,7 +23,15 @@ from ipybox.running.state import read_state
 from ipybox.running.status import LeaseId
 from ipybox.safefs import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_OUTPUT_FILE_BYTES
 
+logger = logging.getLogger(__name__)
+
 _closing: set[asyncio.Future[None]] = set()  # leases being given back after a failed open
+
+
+def default_client_name() -> str:
+    """The name of a session whose application gives none: `<program> (pid N)`."""
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return f"{program or 'python'} (pid {os.getpid()})"
 
 
 class WorkspaceSession:
@@ -41,6 +53,12 @@ class WorkspaceSession:
             (`ApprovalClient`'s `declines`).
         check: The session checks agent-written code (`CodeExecutor.check_in_fresh_kernel`): the
             workspace refuses its kernels' `ask`s without asking anyone.
+        client: The name people asked about this session's calls see (an MCP client's `name version`);
+            default: `<program> (pid N)` of this process.
+
+    Each cell is registered with the workspace before it is executed (`POST /leases/{lease}/cells`, at
+    most `MAX_REGISTERED_CELL` characters), so that people asked about its calls see its text as
+    verified rather than as the kernel reports it. A registration that fails is logged and skipped.
     """
 
     def __init__(
@@ -58,11 +76,13 @@ class WorkspaceSession:
         answers: Answers = "application",
         declines: Callable[[ToolCall], str | None] | None = None,
         check: bool = False,
+        client: str | None = None,
     ) -> None:
         self.workspace = workspace
         self.answers: Answers = answers
         self.declines = declines
         self.check = check
+        self.client = client if client is not None else default_client_name()
         self.on_approval = on_approval
         self.pause_timer = pause_timer
         self.state = read_state(workspace)
@@ -90,6 +110,7 @@ class WorkspaceSession:
             source_wait_bounded=state.gateway_url is None,
             gateway_loss=self._gateway_loss,
             replaced=self._replaced,
+            submitting=self._register_cell,
         )
         self._approvals: ApprovalClient | None = None
         self._lost: str | None = None  # the last lease answer's `lost`, until asked for
@@ -102,7 +123,7 @@ class WorkspaceSession:
         """
         await self.control.__aenter__()
         try:
-            self.lease = await self.control.new_lease(check=self.check)
+            self.lease = await self.control.new_lease(check=self.check, client=self.client)
             self._approvals = ApprovalClient(
                 self._on_request,
                 address=f"unix:{self.state.control_socket}",
@@ -158,6 +179,14 @@ class WorkspaceSession:
         # recycled, its gateway restarted), for the notice of the next execution; told once.
         lost, self._lost = self._lost, None
         return lost
+
+    async def _register_cell(self, code: str) -> None:
+        if self.lease is None or len(code) > MAX_REGISTERED_CELL or self.check:
+            return
+        try:
+            await self.control.register_cell(self.lease, code)
+        except Exception as e:  # an older workspace, or one going away: the asks show the kernel's text
+            logger.debug("registering a cell with the workspace failed: %s", e)
 
     async def _on_request(self, request: ApprovalRequest) -> None:
         resume = self.pause_timer()

@@ -26,6 +26,8 @@ from ipybox.errors import WorkspaceError
 from ipybox.progress import Progress, ProgressEvent, emit_to
 from ipybox.running.state import NotRunningError, SupervisorState, read_state
 from ipybox.running.status import (
+    CellRegistered,
+    CellSubmitted,
     ConsoleLogin,
     ControlError,
     KernelId,
@@ -114,11 +116,17 @@ class ControlClient:
         path = "/lock/accept" + (f"?server={quote(server)}" if server is not None else "")
         return (await self._call("POST", path, LockAccepted)).accepted
 
-    async def new_lease(self, *, check: bool = False) -> LeaseId:
+    async def new_lease(self, *, check: bool = False, client: str | None = None) -> LeaseId:
         """A new lease; with `check`, one whose kernels check agent-written code (their `ask`s are refused
-        without asking anyone)."""
-        body = LeaseRequest(check=True) if check else None
+        without asking anyone); `client` names it for the people asked about its calls."""
+        body = LeaseRequest(check=check, client=client) if check or client is not None else None
         return (await self._call("POST", "/leases", LeaseCreated, body)).lease
+
+    async def register_cell(self, lease: LeaseId, code: str) -> str:
+        """Tell the workspace the cell `lease`'s application executes next (shown as verified to the
+        people asked about its calls); its SHA-256."""
+        body = CellSubmitted(code=code)
+        return (await self._call("POST", f"/leases/{lease}/cells", CellRegistered, body)).sha
 
     async def lease_kernel(self, lease: LeaseId) -> KernelId:
         return (await self.take_kernel(lease)).kernel_id

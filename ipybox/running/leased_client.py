@@ -16,7 +16,7 @@ it wanted a fresh kernel.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -32,12 +32,21 @@ class LeasedKernelClient(KernelClient):
     Args:
         replaced: Returns why the workspace took the lease's previous kernel, once (then `None`), as the
             last lease answer said.
+        submitting: Awaited with each cell's code before it is sent (the session registers it with the
+            workspace, so asks about its calls show it as verified); never fails the execution.
         **kwargs: As for `KernelClient`.
     """
 
-    def __init__(self, *args: Any, replaced: Callable[[], str | None], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        replaced: Callable[[], str | None],
+        submitting: Callable[[str], Awaitable[None]] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.replaced = replaced
+        self.submitting = submitting
 
     async def reset(self) -> None:
         await super().reset()
@@ -47,6 +56,8 @@ class LeasedKernelClient(KernelClient):
         self, code: str, timeout: float | None = 120, *, cancellation: Cancellation | None = None
     ) -> AsyncIterator[CodeExecutionChunk | CodeExecutionResult]:
         notice: str | None = None
+        if self.submitting is not None:
+            await self.submitting(code)
         try:
             async for item in super().stream(code, timeout, cancellation=cancellation):
                 # Taken at the first item: the replacement happens before the code is sent.

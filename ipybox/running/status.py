@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from typing import Literal, NewType
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+from ipybox.approval.ask_context import MAX_REGISTERED_CELL
 
 # Typed where the reconciler builds it (`Reconciler.status()`), served here: re-exported for clients.
 from ipybox.reconcile.status import MCPServerStatus as MCPServerStatus
@@ -280,9 +282,27 @@ class LeaseRequest(_Model):
     Attributes:
         check: The lease's kernels check agent-written code (an output parser, a saved action): an
             `ask` of theirs is refused at once, and nobody is asked.
+        client: The name people asked about the lease's calls see for it (an MCP client's `name version`,
+            an application's name); cut to `MAX_CLIENT_NAME` characters, control characters dropped.
     """
 
     check: bool = False
+    client: str | None = Field(default=None, max_length=1000)
+
+
+class CellSubmitted(_Model):
+    """The body of `POST /leases/{lease}/cells`: a cell the lease's application is about to execute, which
+    the workspace then shows as verified to people asked about a call that reports its SHA-256.
+
+    Attributes:
+        code: The cell's text (at most `MAX_REGISTERED_CELL` characters).
+    """
+
+    code: str = Field(max_length=MAX_REGISTERED_CELL)
+
+
+class CellRegistered(_Model):
+    sha: str
 
 
 class LeaseCreated(_Model):

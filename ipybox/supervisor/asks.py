@@ -112,6 +112,8 @@ class AsksService(Service):
             pending_tool=pins.pending if pins is not None else (lambda server, tool: None),
             write_domain=self._write_domain_answer,
             caller_of_client=lambda pid: caller_of_client(leases, pid),
+            session_info=leases.info,
+            cell_text_of=leases.cell_text,
         )
 
     async def _startup(self) -> None:
@@ -179,7 +181,15 @@ class AsksService(Service):
                     continue
                 answer = AskAnswer(message.accept, message.scope, "terminal", by, message.choices)
                 why = await self.answer(message.id, answer)
-                await send(AnswerResult(id=message.id, ok=why is None, error=why).to_json())
+                settled = self.board.settled_with(message.id) if why is None else 0
+                result = AnswerResult(
+                    id=message.id,
+                    ok=why is None,
+                    error=why,
+                    settled=settled,
+                    accept=message.accept if why is None else None,
+                )
+                await send(result.to_json())
 
         async def forward(subscription: Subscription) -> None:  # until it is cut off for not reading
             for ask in subscription.pending:

@@ -4,9 +4,12 @@ warm pool for attached applications, their approval websockets, applying a serve
 - `GET /status`: what runs (`WorkspaceStatus`), with each kernel's usage asked of the gateway (`kernels`;
   within 2 s also when the gateway does not answer).
 - `POST /leases`: a new lease (`LeaseCreated`); with the body `{"check": true}` (`LeaseRequest`) one whose
-  kernels check agent-written code, whose `ask`s are refused without asking anyone; `DELETE /leases/{lease}`: release it and its kernels
+  kernels check agent-written code, whose `ask`s are refused without asking anyone; `{"client": name}`
+  names it for the people asked about its calls; `DELETE /leases/{lease}`: release it and its kernels
   (`LeaseReleased`).
 - `POST /leases/{lease}/kernels`: a ready kernel from the pool (`KernelLeased`).
+- `POST /leases/{lease}/cells`: the cell the lease's application executes next (`CellSubmitted`), which asks
+  about its calls show as verified (`CellRegistered`; see `ipybox.approval.ask_context`).
 - `WS /leases/{lease}/approval`: where the lease's application answers `ask` decisions.
 - `POST /servers/{name}/apply`: apply the current `ipybox.toml` now and answer with server `name`'s
   outcome (`ServerOutcome`) once it has one: no polling. With `Accept: application/x-ndjson` the answer
@@ -47,6 +50,8 @@ from ipybox.asgi_server import BearerAuth
 from ipybox.lifecycle import first_of, task_scope
 from ipybox.progress import Progress, ProgressEvent
 from ipybox.running.status import (
+    CellRegistered,
+    CellSubmitted,
     ConsoleLogin,
     ControlError,
     KernelLeased,
@@ -73,7 +78,8 @@ class Controlled(Protocol):
 
     def status(self) -> WorkspaceStatus: ...
     async def status_with_kernels(self) -> WorkspaceStatus: ...
-    def new_lease(self, check: bool = False) -> LeaseId: ...
+    def new_lease(self, check: bool = False, client: str | None = None) -> LeaseId: ...
+    def register_cell(self, lease: LeaseId, code: str) -> str: ...
     async def lease_kernel(self, lease: LeaseId) -> KernelLeased: ...
     async def release_lease(self, lease: LeaseId) -> None: ...
     async def serve_approvals(self, lease: LeaseId, websocket: WebSocket) -> None: ...
@@ -115,7 +121,11 @@ def control_app(target: Controlled, token: str) -> ASGIApp:
     async def new_lease(request: Request) -> LeaseCreated:
         body = await request.body()
         asked = LeaseRequest.model_validate_json(body) if body.strip() else LeaseRequest()
-        return LeaseCreated(lease=target.new_lease(check=asked.check))
+        return LeaseCreated(lease=target.new_lease(check=asked.check, client=asked.client))
+
+    async def register_cell(request: Request) -> CellRegistered:
+        submitted = CellSubmitted.model_validate_json(await request.body())
+        return CellRegistered(sha=target.register_cell(LeaseId(request.path_params["lease"]), submitted.code))
 
     async def kernel(request: Request) -> KernelLeased:
         return await target.lease_kernel(LeaseId(request.path_params["lease"]))
@@ -168,6 +178,7 @@ def control_app(target: Controlled, token: str) -> ASGIApp:
         Route("/leases", endpoint(new_lease), methods=["POST"]),
         Route("/leases/{lease}", endpoint(release), methods=["DELETE"]),
         Route("/leases/{lease}/kernels", endpoint(kernel), methods=["POST"]),
+        Route("/leases/{lease}/cells", endpoint(register_cell), methods=["POST"]),
         WebSocketRoute("/leases/{lease}/approval", approvals),
         WebSocketRoute("/approvers", approvers),
         WebSocketRoute("/asks", asks),

@@ -36,12 +36,15 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import MappingProxyType
 from uuid import uuid4
 
+from ipybox.approval.ask_context import client_name
 from ipybox.approval.channel import ApprovalChannel
 from ipybox.errors import WorkspaceError
 from ipybox.running.status import CallerId, CallerToken, KernelId, LeaseId
@@ -64,6 +67,9 @@ class _Lease:
     channel: ApprovalChannel | None = None
     lost: str | None = None  # why the workspace took its kernel, until the next one is bound
     refusal: str | None = None  # why its kernels' asks are refused without asking anyone
+    name: str | None = None  # the name people asked about its calls see (its client's)
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))
+    cell: tuple[str, str] | None = None  # (SHA-256, text) of the cell its application registered last
 
 
 @dataclass(frozen=True)
@@ -107,12 +113,37 @@ class LeaseTable:
 
     # -- leases
 
-    def new_lease(self, refusal: str | None = None) -> LeaseId:
+    def new_lease(self, refusal: str | None = None, name: str | None = None) -> LeaseId:
         """A new lease; with `refusal`, an `ask` of its kernels is refused with that reason and nobody
-        is asked (a lease whose kernel checks agent-written code)."""
+        is asked (a lease whose kernel checks agent-written code); `name` is what people asked about its
+        calls see (`client_name` makes it printable and short)."""
         lease = LeaseId(uuid4().hex)
-        self._leases[lease] = _Lease(refusal=refusal)
+        self._leases[lease] = _Lease(refusal=refusal, name=client_name(name))
         return lease
+
+    def info(self, lease: str) -> tuple[str | None, datetime | None]:
+        """The lease's name and when it was taken (`(None, None)` for a lease the table does not hold)."""
+        entry = self._leases.get(LeaseId(lease))
+        return (entry.name, entry.started) if entry is not None else (None, None)
+
+    def register_cell(self, lease: LeaseId, code: str) -> str:
+        """The lease's application is about to execute `code`: remember it (in place of the last one) as
+        the lease's current cell; returns its SHA-256.
+
+        Raises:
+            UnknownLeaseError: The table holds no such lease.
+        """
+        # As IPython's history keeps it (trailing newlines dropped), whose SHA-256 the kernel reports.
+        code = code.rstrip("\n")
+        sha = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
+        self._lease(lease).cell = (sha, code)
+        return sha
+
+    def cell_text(self, lease: str, sha: str) -> str | None:
+        """The text of the lease's latest registered cell, if its SHA-256 is `sha`."""
+        entry = self._leases.get(LeaseId(lease))
+        cell = entry.cell if entry is not None else None
+        return cell[1] if cell is not None and hmac.compare_digest(cell[0], sha) else None
 
     def __contains__(self, lease: object) -> bool:
         return lease in self._leases

@@ -365,9 +365,14 @@ class Supervisor(Service):
             raise outcome
         return outcome
 
-    def new_lease(self, check: bool = False) -> LeaseId:
-        """A new lease; with `check`, one whose kernel checks agent-written code: its asks are refused."""
-        return self.leases.new_lease(CHECK_REFUSAL if check else None)
+    def new_lease(self, check: bool = False, client: str | None = None) -> LeaseId:
+        """A new lease; with `check`, one whose kernel checks agent-written code: its asks are refused.
+        `client`: the name people asked about its calls see."""
+        return self.leases.new_lease(CHECK_REFUSAL if check else None, client)
+
+    def register_cell(self, lease: LeaseId, code: str) -> str:
+        """The lease's application is about to execute `code` (see `LeaseTable.register_cell`)."""
+        return self.leases.register_cell(lease, code)
 
     async def lease_kernel(self, lease: LeaseId) -> KernelLeased:
         await self._started.wait()

@@ -89,7 +89,7 @@ from typing import Any
 from pydantic_core import PydanticSerializationError, to_json
 
 from ipybox.asgi_server import ListenError
-from ipybox.in_kernel.call_protocol import OP_RUN, SHELL_KINDS, SHELL_SERVER, ErrorKind, error
+from ipybox.in_kernel.call_protocol import MAX_CELL_TEXT, OP_RUN, SHELL_KINDS, SHELL_SERVER, ErrorKind, error
 from ipybox.lifecycle import Service, cancel_and_wait
 from ipybox.mcp_client.registry import MAX_ROOT_CHARS
 from ipybox.rules.calls import ToolCall
@@ -172,7 +172,27 @@ def run_call(request: dict[str, Any]) -> ToolCall:
     code = request.get("code")  # the SHA-256 of the cell's text, as the kernel reports it (audit only)
     code = code if isinstance(code, str) and _HEX64.fullmatch(code) else None
     caller = caller if isinstance(caller, str) else ""
-    return ToolCall(server, tool, args, caller=caller, cell=cell, code=code)
+    # Where in the cell the call was made, and the cell's text: shown to the people asked, marked as the
+    # kernel's claim; anything malformed or over the bounds is dropped, never an error.
+    line, text, first = request.get("line"), request.get("cell_text"), request.get("cell_text_from", 1)
+    line = line if _line_number(line) else None
+    text = text if isinstance(text, str) and len(text) <= MAX_CELL_TEXT else None
+    first = first if _line_number(first) else 1
+    return ToolCall(
+        server,
+        tool,
+        args,
+        caller=caller,
+        cell=cell,
+        code=code,
+        line=line,
+        cell_text=text,
+        cell_text_from=first,
+    )
+
+
+def _line_number(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2**31
 
 
 def run_package(request: dict[str, Any]) -> str | None:

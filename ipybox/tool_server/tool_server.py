@@ -261,6 +261,9 @@ class ToolServer:
         self.approver: Approver = approver
         self.shell_approver: Approver | None = shell_approver
         self._callers: dict[str, str] = {}
+        # The cell text each caller sent last (code SHA-256, first line, text): a kernel sends a cell's
+        # text with its first call only, and its later calls are given it here (see `_with_cell_text`).
+        self._cell_texts: dict[str, tuple[str, int, str]] = {}
         self._private_dir: Path | None = None
         self.remote = remote
         self.provenance = provenance if provenance is not None else ProvenanceTracker()
@@ -430,8 +433,24 @@ class ToolServer:
         """Revoke a token issued by `add_caller`; the results recorded for its caller are dropped (its
         session's taint is kept)."""
         caller = self._callers.pop(token, None)
+        if caller is not None:
+            self._cell_texts.pop(caller, None)
         if caller is not None and caller not in self._callers.values():
             self.provenance.retire(caller)
+
+    def _with_cell_text(self, call: ToolCall) -> ToolCall:
+        """`call` with the text of its cell: as it came, which is kept for the caller's later calls of the
+        same cell (its `code`), or as the caller sent it with an earlier call of that cell. One text per
+        caller, at most `MAX_CELL_TEXT` characters: it is only shown to people asked about a call."""
+        if call.code is None:
+            return call
+        if call.cell_text is not None:
+            self._cell_texts[call.caller] = (call.code, call.cell_text_from, call.cell_text)
+            return call
+        kept = self._cell_texts.get(call.caller)
+        if kept is None or kept[0] != call.code:
+            return call
+        return replace(call, cell_text=kept[2], cell_text_from=kept[1])
 
     def _caller_of(self, token: str) -> str | None:
         # Call tokens only: the application's `token` is not one (it never reaches a kernel).
@@ -462,6 +481,7 @@ class ToolServer:
             provenance=self.provenance.match(self.provenance_key(call.caller), call.args),
             session_read=self.provenance.session_read(self.provenance_key(call.caller)),
         )
+        call = self._with_cell_text(call)
         listed = self.servers.listing(key)  # a restart before the call re-checks the tool's pin
         refused = _refusal(await self.approver.decide(call), name)
         return refused if refused is not None else await self._execute(call, key, listed)

@@ -5,9 +5,12 @@ first answer wins and the others are withdrawn (the application's request includ
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ import pytest
 from starlette.websockets import WebSocket
 
 from ipybox.approval import Approval, ApprovalClient, ApprovalRequest, Approved, NoOneToAsk, Rejected
+from ipybox.approval.ask_events import AskView
 from ipybox.approval.asks import AskAnswer, AskBoard, AskClosed, AskOpened, PendingAsk
 from ipybox.approval.channel import ApprovalChannel
 from ipybox.approval.rule_approver import WorkspaceApprover
@@ -144,6 +148,94 @@ async def test_a_session_answer_lets_later_calls_of_the_tool_run_without_asking_
     assert isinstance(await workspace.approver.decide(ToolCall("fs", "write_bytes", caller="k1")), NoOneToAsk)
     workspace.approver.forget_session("L1")
     assert isinstance(await workspace.approver.decide(other), NoOneToAsk)
+
+
+async def test_a_session_answer_settles_every_waiting_ask_it_covers_at_once_and_says_how_many(
+    tmp_path: Path,
+) -> None:
+    sessions = {"k1": "L1", "k2": "L1", "k3": "L2"}  # two kernels of one session, one of another
+    approver = WorkspaceApprover(
+        policy(), AuditLog(tmp_path / "audit.jsonl"), lambda caller: None, session_of=sessions.get
+    )
+    board = approver.board
+    calls = [
+        ToolCall("fs", "write_file", {"path": "a"}, caller="k1"),
+        ToolCall("fs", "write_file", {"path": "b"}, caller="k1"),
+        ToolCall("fs", "write_file", {"path": "c"}, caller="k2"),
+        ToolCall("fs", "write_other", {"path": "d"}, caller="k1"),  # another tool: not covered
+        ToolCall("fs", "write_file", {"path": "e"}, caller="k3"),  # another session: not covered
+        ToolCall("shell", "pip", {"cmd": "pip install x"}, caller="k1"),
+    ]
+    with board.present("console"):
+        decisions = [asyncio.create_task(approver.decide(call)) for call in calls]
+        for _ in range(500):
+            if len(board.pending) == len(calls):
+                break
+            await asyncio.sleep(0.01)
+        first = board.pending[0]
+        assert first.client is not None and first.client.session == "L1"
+        answer = AskAnswer(True, "session", "console", "console (root)")
+        assert await approver.answer(first.id, answer) is None
+        assert board.settled_with(first.id) == 3
+        assert [await decision for decision in decisions[:3]] == [Approved()] * 3
+        waiting = {ask.call.args.get("path", ask.call.tool) for ask in board.pending}
+        assert waiting == {"d", "e", "pip"}
+        # The history the next ask shows counts the three, and names the session's answer.
+        later = next(ask for ask in board.pending if ask.call.tool == "pip")
+        pip_answer = AskAnswer(False, "once", "console", "console (root)")
+        assert later.client is not None and (later.client.allowed, later.client.grants) == (0, [])
+        assert await approver.answer(later.id, pip_answer) is None
+        assert board.settled_with(later.id) == 1
+        for ask in board.pending:
+            board.close(ask, why="the test ends")
+        await asyncio.gather(*decisions, return_exceptions=True)
+    assert approver.grants.calls("L1") == (3, 2)
+    ask = board.open(calls[0], approver.policy.decide(calls[0]), asked_of="console", routes=("console",))
+    assert ask.client is None  # opened by hand: the approver builds it in `_ask`
+    entries = audited(approver)
+    assert [(e["args"].get("path"), e["scope"], e["by"]) for e in entries if e["decision"] == "allow"] == [
+        ("a", "session", "console (root)"),
+        ("b", "session", "console (root)"),
+        ("c", "session", "console (root)"),
+    ]
+
+
+async def test_the_ask_of_a_session_names_its_client_and_shows_the_cell_the_host_registered(
+    tmp_path: Path,
+) -> None:
+    started = datetime(2026, 12, 7, 23, 0, tzinfo=UTC)
+    code = "# write the summary\nimport mcptools\nmcptools.fs.write_file.run(path='a')\n"
+    sha = hashlib.sha256(code.encode()).hexdigest()
+    approver = WorkspaceApprover(
+        policy(),
+        AuditLog(tmp_path / "audit.jsonl"),
+        lambda caller: None,
+        session_of=lambda caller: "L1",
+        session_info=lambda session: ("Claude Code 2.1", started),
+        cell_text_of=lambda session, digest: code if (session, digest) == ("L1", sha) else None,
+    )
+    reported = ToolCall("fs", "write_file", {"path": "a"}, caller="k1", cell=4, code=sha, line=3)
+    lying = dataclasses.replace(reported, code="0" * 64, cell_text="print('harmless')\n", line=1)
+    with approver.board.present("console"):
+        decisions = [asyncio.create_task(approver.decide(call)) for call in (reported, lying)]
+        for _ in range(500):
+            if len(approver.board.pending) == 2:
+                break
+            await asyncio.sleep(0.01)
+        verified, claimed = (AskView.of(ask) for ask in approver.board.pending)
+        for decision in decisions:
+            decision.cancel()
+        await asyncio.gather(*decisions, return_exceptions=True)
+    assert verified.client is not None and verified.client.title == "Claude Code 2.1"
+    assert verified.client.started_at == "2026-12-07T23:00:00Z" and verified.session == "L1"
+    assert verified.cell is not None and verified.cell.verified and verified.cell.line == 3
+    assert [line.text for line in verified.cell.lines() if line.call] == [
+        "mcptools.fs.write_file.run(path='a')"
+    ]
+    assert verified.rule_text == "rule 'writes': rule 'writes' applies"
+    assert "Asked by Claude Code 2.1" in verified.text() and ">    3 | mcptools.fs" in verified.text()
+    assert claimed.cell is not None and not claimed.cell.verified
+    assert claimed.cell.source == "as reported by the kernel" and claimed.cell.partial
 
 
 async def test_a_session_denial_refuses_later_calls_without_asking(workspace: Workspace) -> None:

@@ -580,13 +580,33 @@ async def test_y_lets_a_kernels_call_run_and_n_rejects_it(running: Path, pane: P
     assert (last["decision"], last["decided_by"], last["scope"]) == ("deny", "terminal", "once")
 
 
+THREE_CALLS = """\
+# three calls of edge.slow at once, from threads of this cell
+from concurrent.futures import ThreadPoolExecutor
+from mcptools.edge import slow
+with ThreadPoolExecutor(3) as pool:
+    results = list(pool.map(lambda s: slow.run(slow.Params(seconds=s)), [0.0, 0.0, 0.0]))
+print(results)"""
+
+
 @pytest.mark.integration
 async def test_s_allows_the_tools_next_calls_in_the_session_without_asking(running: Path, pane: Pane) -> None:
-    async with CodeExecutor(workspace=running) as kernel:
-        call = asyncio.create_task(kernel.execute(slow_call()))
+    async with CodeExecutor(workspace=running, client="report-writer 1.0") as kernel:
+        # Three concurrent calls of the tool in one session: the screen shows the client, its history and
+        # the cell with the call's line; one `s` settles all three, and says so.
+        call = asyncio.create_task(kernel.execute(THREE_CALLS))
+        text = await pane.shows("2 more waiting")
+        assert "from report-writer 1.0 (session " in text
+        assert "history: started " in text and "0 calls so far" in text
+        assert re.search(
+            r"code of cell \d+ \(verified: submitted through ipybox\), the call on line 5:", text
+        )
+        assert ">    5 |     results = list(pool.map(lambda s: slow.run(" in text
+        assert "     1 | # three calls of edge.slow at once, from threads of this cell" in text
         await answerable(pane)
         pane.keys("s")
-        assert (await call).text == "slept 0.0"
+        assert (await call).text == "['slept 0.0', 'slept 0.0', 'slept 0.0']"
+        text = await pane.shows("Allowed for this session: settled 3 waiting calls")
         text = await pane.shows("allowed for this session by terminal (")
         again = await kernel.execute(slow_call(0.01))
         assert again.text == "slept 0.01"

@@ -3,19 +3,25 @@ needs, and what reaches the target."""
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
 from starlette.routing import Route
 
+from ipybox.approval import Approved, Rejected
+from ipybox.approval.ask_context import ClientView, cell_view
 from ipybox.approval.asks import AskAnswer
+from ipybox.approval.grants import Grant
 from ipybox.approval.links import PathLink
+from ipybox.approval.rule_approver import WorkspaceApprover
 from ipybox.console.app import ConsoleApp
 from ipybox.console.rendering import TEMPLATES_DIR
-from ipybox.rules import ToolCall, Verdict
+from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
 from ipybox.running.status import GatewayStatus, KernelsStatus, PolicyStatus
 from tests.console.conftest import ORIGIN, PORT, csrf_of
 from tests.console.targets import WorkspaceTarget, status_of
@@ -207,7 +213,14 @@ async def test_an_answer_from_the_script_gets_json_and_passes_its_scope(
 ) -> None:
     ask = target.ask()
     response = await answer_script(browser, ask.id, accept=accept, scope=scope)
-    assert response.json() == {"type": "answered", "id": ask.id, "ok": True, "error": None}
+    assert response.json() == {
+        "type": "answered",
+        "id": ask.id,
+        "ok": True,
+        "error": None,
+        "settled": 1,
+        "accept": accept == "allow",
+    }
     assert target.answers == [(ask.id, AskAnswer(accept == "allow", scope, "console", "console (tester)"))]  # type: ignore[arg-type]
 
 
@@ -271,6 +284,73 @@ async def test_an_ask_shows_its_call_rule_session_annotations_and_a_button_per_a
     for action in ["allow-once", "allow-session", "allow-always", "deny-once", "deny-session", "deny-always"]:
         assert f'data-action="{action}"' in page
     assert page.count(f'name="csrf" value="{csrf_of(page)}"') == 4  # "always" opens a preview first (GET)
+
+
+async def test_an_ask_shows_the_client_its_history_and_the_cells_code_around_the_call(
+    browser: httpx.AsyncClient, target: WorkspaceTarget
+) -> None:
+    code = "\n".join(f"step_{n}()" for n in range(1, 30)).replace(
+        "step_20()", "fs.write_file.run('<b>x</b>')"
+    )
+    call = ToolCall("filesystem", "write_file", {"path": "a"}, cell=7, line=20, cell_text=code)
+    at = datetime(2026, 12, 7, 23, 0, tzinfo=UTC)
+    grants = {("fs", "read_file"): Grant(True, "console (root)", at)}
+    client = ClientView.of("0123456789abcdef", "Claude Code 2.1", at, (3, 1), grants)
+    verdict = Verdict(
+        "ask", "writes", "rule 'writes' applies", tier="system", explanation="writes need a person"
+    )
+    ask = target.board.open(
+        call,
+        verdict,
+        asked_of="console",
+        routes=("console",),
+        session="0123456789abcdef",
+        cell=cell_view(call),
+        client=client,
+    )
+    for page in [(await browser.get("/asks")).text, (await browser.get(f"/asks/{ask.id}/card")).text]:
+        assert '<strong class="ask-client-name">Claude Code 2.1</strong>' in page
+        assert 'title="session 01234567"' in page  # the opaque id stays, in a tooltip
+        history = "started 2026-12-07 23:00:00 UTC; 4 calls so far (3 allowed, 1 denied); for this session: "
+        assert html.unescape(page).count(history + "allowed fs.read_file (by console (root))") == 1
+        assert '<span class="pill pill-plain ask-tier">system admin policy</span>' in page
+        assert '<q class="ask-explanation">writes need a person</q>' in page
+        assert "Code of cell 7, the call on line 20" in page and "as reported by the kernel" in page
+        window, everything = re.findall(r"<pre class=\"code[^\"]*\">(.*?)</pre>", page, re.S)
+        assert (
+            '<mark class="call-line"><span class="ln">  20</span> fs.write_file.run(&#39;&lt;b&gt;x&lt;/b&gt;&#39;)'
+            in window
+        )
+        assert "step_14()" in window and "step_13()" not in window and "step_23()" in window
+        assert "step_24()" not in window and "step_1()" in everything and "step_29()" in everything
+        assert "<summary>All 29 lines</summary>" in page
+
+
+async def test_a_session_answer_in_the_console_settles_the_sessions_waiting_calls_and_says_how_many(
+    browser: httpx.AsyncClient, target: WorkspaceTarget, tmp_path: Path
+) -> None:
+    rules = ApprovalPolicy.model_validate({"rules": [{"server": "fs", "decision": "ask", "id": "fs-asks"}]})
+    approver = WorkspaceApprover(
+        rules, AuditLog(tmp_path / "audit.jsonl"), lambda caller: None, board=target.board, session_of=str
+    )
+    target.answer = approver.answer  # type: ignore[method-assign]
+    with target.board.present("console"):
+        calls = [
+            asyncio.create_task(approver.decide(ToolCall("fs", "w", {"n": n}, caller="L1"))) for n in range(3)
+        ]
+        while len(target.board.pending) < 3:
+            await asyncio.sleep(0.01)
+        first = target.board.pending[0].id
+        response = await answer_script(browser, first, accept="allow", scope="session")
+        assert (response.json()["settled"], response.json()["accept"]) == (3, True)
+        assert await asyncio.gather(*calls) == [Approved()] * 3
+        other = asyncio.create_task(approver.decide(ToolCall("fs", "x", caller="L1")))
+        while not target.board.pending:
+            await asyncio.sleep(0.01)
+        await answer_form(browser, target.board.pending[0].id, accept="deny", scope="session")
+        assert isinstance(await other, Rejected)
+    page = html.unescape((await browser.get("/asks")).text)
+    assert "Denied for this session: settled 1 waiting call (fs.x, by console (tester))." in page
 
 
 async def test_a_shell_command_is_shown_as_the_command(

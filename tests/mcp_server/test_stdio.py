@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -30,9 +31,11 @@ from tests.servers.params import EDGE_SERVER
 pytestmark = pytest.mark.integration
 
 ANSWERS: list[bool] = []
+ASKED: list[str] = []  # the elicitations' messages
 
 
 async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    ASKED.append(params.message)
     allow = ANSWERS.pop(0) if ANSWERS else False
     return types.ElicitResult(action="accept", content={"allow": allow})
 
@@ -117,6 +120,14 @@ async def test_register_then_use_the_generated_api(session: ClientSession, works
     code = "from mcptools.edge import echo\nprint(echo.run(echo.Params(text='via mcp')))"
     result = await session.call_tool("execute_ipython_cell", {"code": code})
     assert not result.is_error and text(result) == "via mcp"
+    # The client was asked with what a person sees: the call, the session's client, the rule, the code.
+    message = ASKED[-1]
+    assert message.startswith("ipybox: allow the tool call edge.echo(text='via mcp')?\nAsked by mcp")
+    assert "0 calls so far" in message and "\nAsked because of the default decision" in message
+    assert re.search(
+        r"\nCode \(cell \d+, verified: submitted through ipybox\):\n     1 \| from mcptools", message
+    )
+    assert ">    2 | print(echo.run(echo.Params(text='via mcp')))" in message
 
     ANSWERS[:] = [False]
     result = await session.call_tool("execute_ipython_cell", {"code": code})

@@ -90,8 +90,11 @@ class SmallWorkspace:
     async def status_with_kernels(self) -> WorkspaceStatus:
         return self.status()  # no gateway here: `kernels` stays unset
 
-    def new_lease(self, check: bool = False) -> LeaseId:
-        return self.leases.new_lease("checking asks nobody" if check else None)
+    def new_lease(self, check: bool = False, client: str | None = None) -> LeaseId:
+        return self.leases.new_lease("checking asks nobody" if check else None, client)
+
+    def register_cell(self, lease: LeaseId, code: str) -> str:
+        return self.leases.register_cell(lease, code)
 
     async def lease_kernel(self, lease: LeaseId) -> KernelLeased:
         if self.fail_with is not None:
@@ -284,6 +287,12 @@ async def test_the_control_client_reads_every_answer_as_its_model(target: SmallW
                 assert await control.status() == target.status()
                 lease = await control.new_lease()
                 assert await control.lease_kernel(lease) == "kernel-1"
+                named = await control.new_lease(client="Claude Code\x1b[2J 2.1")
+                code = "import mcptools\nmcptools.fs.write_file.run(path='a')\n"
+                sha = await control.register_cell(named, code)
+                assert target.leases.info(named)[0] == "Claude Code [2J 2.1"  # printable, one line
+                assert target.leases.cell_text(named, sha) == code.rstrip("\n")  # as IPython keeps it
+                assert target.leases.cell_text(lease, sha) is None  # another lease's cell is not this one's
                 await control.release(lease)
                 with pytest.raises(RuntimeError, match="unknown lease 'nope'"):
                     await control.lease_kernel(LeaseId("nope"))
