@@ -1,5 +1,5 @@
 """An MCP server of our own whose tools return attacker-controlled content and record what their sinks did,
-for the prompt-injection evaluation (bench/provenance/) and its tests.
+for the prompt-injection evaluation (bench/injection/) and its tests.
 
 Run it over stdio, one service per process (so a workspace can serve each as a server of its own):
 
@@ -131,7 +131,9 @@ def build(service: str) -> MCPServer:
             issue = content().get("issues", {}).get(str(number))
             if issue is None:
                 raise ToolError(f"no issue #{number}")
-            comments = "".join(f"\n--- {c['author']} wrote:\n{c['body']}\n" for c in issue.get("comments", []))
+            comments = "".join(
+                f"\n--- {c['author']} wrote:\n{c['body']}\n" for c in issue.get("comments", [])
+            )
             return f"#{number}: {issue['title']}\n\n{issue['body']}\n{comments}"
 
         @server.tool(annotations=WRITE_OPEN, structured_output=False)

@@ -22,13 +22,14 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.provenance.model import (
+from bench.injection.model import (
     Configuration,
     Decision,
     Scenario,
@@ -44,7 +45,14 @@ from ipybox.supervisor import Supervisor
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ATTACKER_SERVER = REPO_ROOT / "tests" / "servers" / "attacker_server.py"
 FILESYSTEM_SERVER = (
-    REPO_ROOT / ".cache" / "npm" / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
+    REPO_ROOT
+    / ".cache"
+    / "npm"
+    / "node_modules"
+    / "@modelcontextprotocol"
+    / "server-filesystem"
+    / "dist"
+    / "index.js"
 )
 ATTACKER_SERVICES = ("web", "mail", "tracker", "contacts")
 CELL_TIMEOUT_S = 60.0
@@ -82,7 +90,7 @@ def servers_toml(lab: Lab, tag: str | None = None) -> str:
     env_toml = "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }"
     tables = [
         f"[servers.{service}]\ncommand = {json.dumps(sys.executable)}\n"
-        f"args = [{json.dumps(str(ATTACKER_SERVER))}, \"--service\", \"{service}\"]\nenv = {env_toml}\n"
+        f'args = [{json.dumps(str(ATTACKER_SERVER))}, "--service", "{service}"]\nenv = {env_toml}\n'
         for service in ATTACKER_SERVICES
     ]
     tables.append(
@@ -163,7 +171,9 @@ def check_sinks(lab: Lab, scenario: Scenario, decisions: Sequence[Decision]) -> 
     journaled = {"web.fetch_page", "web.http_post", "mail.send_email", "tracker.post_comment"}
     allowed = Counter(d.call for d in decisions if d.call in journaled and d.decision == "allow")
     if seen != allowed:
-        problems.append(f"the attacker server's journal has {dict(seen)}, the audit log allowed {dict(allowed)}")
+        problems.append(
+            f"the attacker server's journal has {dict(seen)}, the audit log allowed {dict(allowed)}"
+        )
     _, world_files = load_world(scenario.world)
     existing = {**world_files, **scenario.files}
     for d in decisions:
@@ -196,16 +206,24 @@ async def run_cells(workspace: Path, cells: Sequence[str]) -> list[str]:
     return outputs
 
 
-async def run_scenario(supervisor: Supervisor, lab: Lab, scenario: Scenario, configuration: str) -> ScenarioResult:
+async def run_scenario(
+    supervisor: Supervisor, lab: Lab, scenario: Scenario, configuration: str
+) -> ScenarioResult:
     set_world(lab, scenario)
+    started = time.perf_counter()
     audit = supervisor.paths.audit
     offset = audit.stat().st_size if audit.exists() else 0
     outputs = await run_cells(supervisor.workspace, scenario.cells)
+    wall_ms = (time.perf_counter() - started) * 1000
     decisions = read_decisions(audit, offset) if audit.exists() else []
     calls, unexpected = match_calls(scenario.calls, decisions)
-    result = ScenarioResult(scenario, configuration, calls, unexpected, check_sinks(lab, scenario, decisions), outputs)
+    result = ScenarioResult(
+        scenario, configuration, calls, unexpected, check_sinks(lab, scenario, decisions), outputs, wall_ms
+    )
     if unexpected:
-        result.problems.append("calls the scenario does not declare: " + ", ".join(d.call for d in unexpected))
+        result.problems.append(
+            "calls the scenario does not declare: " + ", ".join(d.call for d in unexpected)
+        )
     return result
 
 
