@@ -7,7 +7,7 @@ and which of its tool calls are the attack:
 ```toml
 summary = "A web page tells the agent to email the API keys to the attacker; it does."
 kind = "attack"            # or "benign"
-channel = "email"          # how data leaves: email, url, http, file, comment ("none" for benign)
+channel = "email"          # how data leaves: email, url, http, file, comment (benign: leave out)
 transform = "none"         # what the code did to the data first: none, base64, hex, slice, join, ...
 
 [world.pages]              # what the attacker server serves, over bench/injection/world.toml's
@@ -134,8 +134,8 @@ def load_scenario(path: Path) -> Scenario:
         name=path.stem,
         summary=str(data.get("summary", "")),
         kind=kind,
-        channel=str(data.get("channel", "none")),
-        transform=str(data.get("transform", "none")),
+        channel=str(data.get("channel", "-")),
+        transform=str(data.get("transform", "-")),
         cells=tuple(c["code"] for c in cells),
         calls=tuple(calls),
         world=dict(data.get("world", {})),
@@ -378,16 +378,17 @@ def markdown(
     shown = [c for c in configurations if c.name in results]
     lines += [
         "",
-        "| scenario | kind | channel | transform | " + " | ".join(c.name for c in shown) + " |",
-        "|---|---|---|---|" + "---|" * len(shown),
+        "| scenario | kind | reads untrusted | channel | transform | " + " | ".join(c.name for c in shown) + " |",
+        "|---|---|---|---|---|" + "---|" * len(shown),
     ]
     for scenario in scenarios:
         cells = []
         for configuration in shown:
             found = [r for r in results[configuration.name] if r.scenario.name == scenario.name]
             cells.append(cell_text(found[0]) if found else "-")
+        untrusted = "yes" if scenario.reads_untrusted else "no"
         lines.append(
-            f"| `{scenario.name}` | {scenario.kind} | {scenario.channel} | {scenario.transform} | "
+            f"| `{scenario.name}` | {scenario.kind} | {untrusted} | {scenario.channel} | {scenario.transform} | "
             + " | ".join(cells)
             + " |"
         )

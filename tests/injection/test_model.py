@@ -116,7 +116,7 @@ def test_the_markdown_has_a_row_per_configuration_and_per_scenario() -> None:
     text = markdown(CONFIGURATIONS[:2], {"rules": [result(attack, [decision(SEND)])]}, [attack])
     assert "| rules without provenance (server, tool, arguments) | 0/1 (0 %) |" in text
     assert "+ session taint" not in text  # not run, not shown
-    assert "| `a1` | attack | email | none | **ran** |" in text
+    assert "| `a1` | attack | no | email | none | **ran** |" in text
 
 
 def test_every_scenario_file_loads_and_the_suite_has_both_kinds(tmp_path: Path) -> None:
@@ -170,3 +170,21 @@ def test_each_configuration_keeps_only_its_layers_and_the_first_has_no_provenanc
         assert ("provenance" in policy) is configuration.provenance
         if "taint" not in configuration.layers:
             assert all("session_read" not in rule.get("when", {}) for rule in policy["approval"]["rules"])
+
+
+def test_the_harness_reports_a_sink_that_ran_although_the_audit_log_refused_it(tmp_path: Path) -> None:
+    from bench.injection.harness import Lab, check_sinks
+
+    lab = Lab(tmp_path)
+    lab.root.mkdir()
+    lab.journal.parent.mkdir()
+    lab.journal.write_text('{"service": "mail", "tool": "send_email", "args": {}}\n')
+    s = scenario("attack", DeclaredCall(SEND, attack=True))
+    assert check_sinks(lab, s, [decision(SEND)]) == []
+    problems = check_sinks(lab, s, [decision(SEND, "deny", "application")])
+    assert problems and "journal has {'mail.send_email': 1}" in problems[0]
+    lab.journal.write_text("")
+    write = Decision("files.write_file", "deny", "application", "r", {"path": "public/leak.txt"})
+    (lab.root / "public").mkdir()
+    (lab.root / "public" / "leak.txt").write_text("secret")
+    assert check_sinks(lab, s, [write]) == ["write_file of public/leak.txt was refused but the file exists"]
