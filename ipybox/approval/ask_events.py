@@ -47,7 +47,7 @@ from pydantic import Field, StrictBool, TypeAdapter
 from ipybox.approval.asks import AskAnswer, AskClosed, AskOpened, PendingAsk, Scope
 from ipybox.approval.links import PathLink
 from ipybox.approval.message import WireMessage
-from ipybox.rules.calls import AskRoute
+from ipybox.rules.calls import AskRoute, provenance_json
 
 __all__ = [
     "AnswerMessage",
@@ -84,6 +84,9 @@ class AskView(WireMessage):
     asked_at: str
     expires_at: str | None = None
     links: dict[str, PathLink] = Field(default_factory=dict)
+    provenance: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
+    """Where argument values came from, by argument path (`ToolCall.provenance` as JSON: `server`,
+    `tool`, `serial`, `label`, `time` per origin); empty when none matched."""
 
     @classmethod
     def of(cls, ask: PendingAsk) -> AskView:
@@ -103,6 +106,7 @@ class AskView(WireMessage):
             asked_at=_iso(ask.asked_at),
             expires_at=_iso(expires) if expires is not None else None,
             links=dict(ask.links),
+            provenance=provenance_json(ask.call.provenance),
         )
 
     @property

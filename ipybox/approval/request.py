@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ipybox.approval.links import PathLink
-from ipybox.rules.calls import ToolCall
+from ipybox.rules.calls import Origin, ToolCall, is_untrusted, origin_text, provenance_json
 
 
 class ApprovalRequest:
@@ -28,6 +28,10 @@ class ApprovalRequest:
             item of a list): where each leads, resolved by the host, and whether that is a protected name
             or outside the workspace ([PathLink][ipybox.approval.links.PathLink]). Show them with the
             arguments: `tool_args` say what the code wrote, `links` where a write would land.
+        provenance: Where argument values came from, by argument path: the earlier results of the same
+            session each matched (JSON: `server`, `tool`, `serial`, `label`, `time` per origin; see
+            `ipybox.rules.provenance`). Show them with the arguments, highlighted when `untrusted`. Empty
+            when no value matched (or the application's ipybox sends none).
 
     Example:
         ```python
@@ -48,11 +52,15 @@ class ApprovalRequest:
         respond: Callable[[bool], Awaitable[None]],
         annotations: dict[str, Any] | None = None,
         links: Mapping[str, PathLink] | None = None,
+        provenance: Mapping[str, tuple[Origin, ...]] | None = None,
     ) -> None:
         self.links: dict[str, PathLink] = dict(links or {})
         self._tool_args = tool_args
         self._annotations = dict(annotations or {})
-        self.call = ToolCall(server_name, tool_name, self._tool_args, self._annotations)
+        self.call = ToolCall(
+            server_name, tool_name, self._tool_args, self._annotations, provenance=dict(provenance or {})
+        )
+        self.provenance: dict[str, list[dict[str, Any]]] = provenance_json(self.call.provenance)
         self._respond = respond
         self._decided: bool | None = None
         self._withdrawn_by: str | None = None
@@ -66,7 +74,9 @@ class ApprovalRequest:
         links: Mapping[str, PathLink] | None = None,
     ) -> ApprovalRequest:
         """The request for `call`; `respond(accepted)` delivers the decision."""
-        return cls(call.server, call.tool, dict(call.args), respond, dict(call.annotations), links)
+        return cls(
+            call.server, call.tool, dict(call.args), respond, dict(call.annotations), links, call.provenance
+        )
 
     @property
     def server_name(self) -> str:
@@ -139,7 +149,13 @@ class ApprovalRequest:
             f"{key}={value!r}" + (f" {self.links[key].describe()}" if key in self.links else "")
             for key, value in self.tool_args.items()
         )
-        return f"{self.server_name}.{self.tool_name}({args})"
+        text = f"{self.server_name}.{self.tool_name}({args})"
+        # Where argument values came from, for the MCP elicitation and logs that show this text.
+        origins = [
+            ("UNTRUSTED: " if is_untrusted(found) else "") + origin_text(path, found)
+            for path, found in self.provenance.items()
+        ]
+        return text + "".join(f"\n{line}" for line in origins)
 
     def __repr__(self) -> str:
         return f"ApprovalRequest({self})"

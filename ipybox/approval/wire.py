@@ -64,7 +64,7 @@ from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, Valida
 from ipybox.approval.links import PathLink
 from ipybox.approval.message import WireMessage
 from ipybox.errors import ApprovalFailedError
-from ipybox.rules.calls import ToolCall
+from ipybox.rules.calls import ToolCall, origins_of, provenance_json
 
 __all__ = [
     "INVALID_PARAMS",
@@ -123,6 +123,9 @@ class CallParams(WireMessage):
     args: dict[str, Any] = Field(validation_alias="tool_args", serialization_alias="tool_args")
     annotations: dict[str, Any] = Field(default_factory=dict)
     links: dict[str, PathLink] = Field(default_factory=dict)
+    provenance: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
+    """Optional: where argument values came from, by argument path (`ToolCall.provenance` as JSON: per
+    origin `server`, `tool`, `serial`, `label`, `time`); empty when no value matched."""
 
     @classmethod
     def of(cls, call: ToolCall, links: Mapping[str, PathLink] | None = None) -> CallParams:
@@ -132,10 +135,13 @@ class CallParams(WireMessage):
             args=dict(call.args),
             annotations=dict(call.annotations),
             links=dict(links or {}),
+            provenance=provenance_json(call.provenance),
         )
 
     def to_call(self) -> ToolCall:
-        return ToolCall(self.server, self.tool, self.args, self.annotations)
+        return ToolCall(
+            self.server, self.tool, self.args, self.annotations, provenance=origins_of(self.provenance)
+        )
 
 
 class ApprovalAsk(WireMessage):

@@ -66,6 +66,7 @@ from typing import Any, Final, TextIO
 from ipybox.approval.ask_events import AnswerResult, AskClosedMessage, AskOpenedMessage, AskView
 from ipybox.approval.asks import Scope
 from ipybox.display_text import printable
+from ipybox.rules.calls import is_untrusted, origin_text
 
 EXIT_ERROR = 1
 
@@ -243,6 +244,12 @@ def ask_lines(ask: AskView, now: datetime, *, max_arg_lines: int = MAX_ARG_LINES
     lines.extend(f"    {line}" for line in shown)
     if shown != format_args(ask.args, full=True):
         lines.append(f"    (folded: {VIEW} shows the arguments in full)")
+    if ask.provenance:
+        # Where argument values came from, matched on the host (`ipybox.rules.provenance`).
+        lines.extend(
+            f"    {'UNTRUSTED: ' if is_untrusted(origins) else 'origin: '}{fold(origin_text(path, origins))}"
+            for path, origins in ask.provenance.items()
+        )
     if ask.links:
         # Where a path argument leads when a link is on its way (resolved by the host, not the kernel).
         lines.append("  links (where these paths lead):")

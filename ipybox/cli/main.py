@@ -367,6 +367,24 @@ def _policy_commands(commands: Any) -> None:
     check.add_argument(
         "--annotations", help="the tool's MCP annotations as JSON (default: its pin in ipybox.lock)"
     )
+    check.add_argument(
+        "--session-read",
+        action="append",
+        default=[],
+        choices=["untrusted", "private", "trusted"],
+        metavar="LABEL",
+        help="decide as if the calling session had read content with this label (untrusted, private, "
+        "trusted; repeatable): `when = { session_read = ... }`",
+    )
+    check.add_argument(
+        "--from",
+        dest="origins",
+        action="append",
+        default=[],
+        metavar="ARG=LABEL",
+        help="decide as if argument ARG's value came from content with this label (repeatable), e.g. "
+        "--from to=untrusted: `when = { argument_from = ... }`, `args = { to = { from = ... } }`",
+    )
     replay = policy_verbs.add_parser(
         "replay",
         help="decide every call in the audit log again and show those that change (exit 1 if an allow "
@@ -416,7 +434,14 @@ def _policy_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         from ipybox.cli import policy
 
         if args.verb == "check":
-            return policy.check(directory, args.call, annotations=args.annotations, as_json=args.json)
+            return policy.check(
+                directory,
+                args.call,
+                annotations=args.annotations,
+                as_json=args.json,
+                session_read=args.session_read,
+                origins=args.origins,
+            )
         return policy.replay(directory, other=args.config, since=args.since, as_json=args.json)
     if args.command == "lock":
         from ipybox.cli import lock

@@ -25,6 +25,7 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,7 +108,37 @@ def _tier(verdict: Any) -> str:
     return f"rule {verdict.rule_id!r} of {where}"
 
 
-def check(workspace: Path, call_text: str, *, annotations: str | None, as_json: bool) -> int:
+_LABELS = ("untrusted", "private", "trusted")
+
+
+def provenance_context(session_read: Sequence[str], origins: Sequence[str]) -> dict[str, Any]:
+    """`--session-read` and `--from ARG=LABEL` as the `ToolCall` fields they stand for (origins of a
+    `policy-check` tool, result 0).
+
+    Raises:
+        ValueError: A `--from` that is not `ARG=LABEL` with a known label.
+    """
+    from ipybox.rules.calls import Origin
+
+    read = tuple(Origin("policy-check", "given", 0, label) for label in dict.fromkeys(session_read))  # type: ignore[arg-type]
+    provenance: dict[str, tuple[Origin, ...]] = {}
+    for given in origins:
+        path, _, label = given.partition("=")
+        if not path or label not in _LABELS:
+            raise ValueError(f"--from {given!r}: write ARG=LABEL, LABEL one of {', '.join(_LABELS)}")
+        provenance[path] = (*provenance.get(path, ()), Origin("policy-check", "given", 0, label))  # type: ignore[arg-type]
+    return {"provenance": provenance, "session_read": read}
+
+
+def check(
+    workspace: Path,
+    call_text: str,
+    *,
+    annotations: str | None,
+    as_json: bool,
+    session_read: Sequence[str] = (),
+    origins: Sequence[str] = (),
+) -> int:
     """`ipybox policy check`: see the module."""
     from ipybox.approval.rule_approver import explain_call
     from ipybox.config import ConfigError
@@ -122,11 +153,12 @@ def check(workspace: Path, call_text: str, *, annotations: str | None, as_json: 
         given = json.loads(annotations) if annotations is not None else None
         if given is not None and not isinstance(given, dict):
             raise ValueError("--annotations is a JSON object, e.g. '{\"readOnlyHint\": true}'")
+        context = provenance_context(session_read, origins)
     except (ValueError, json.JSONDecodeError) as e:
         return fail(str(e), as_json)
     known = given if given is not None else (_pinned_annotations(workspace, server, tool) if tool else {})
     try:
-        parts = explain_call(config.approval, ToolCall(server, tool, args, known))
+        parts = explain_call(config.approval, ToolCall(server, tool, args, known, **context))
     except ValueError as e:  # a shell line that can't be read
         return fail(f"the command cannot be read: {e}", as_json)
     results = []

@@ -44,6 +44,7 @@ from ipybox.config.secrets import SecretName, SecretSection
 from ipybox.config.sections import EndpointsSection, KernelSection, SandboxSection, WorkspaceSection
 from ipybox.config.servers import ServerName, ServerSection, TaggedServerSection
 from ipybox.rules import ApprovalPolicy
+from ipybox.rules.provenance import ProvenanceSettings
 from ipybox.sandbox.policy import SandboxPolicy
 
 ENV_PREFIX = "IPYBOX_"
@@ -65,6 +66,8 @@ class WorkspaceConfig(BaseSettings):
             that only the sandbox's proxy replaces, in requests to the secret's hosts
             (`ipybox.config.secrets`).
         approval: `[approval]`: rules deciding whether a tool call runs, is refused, or is asked about.
+        provenance: `[provenance]`: how tool results are labelled (`[[provenance.sources]]`) and matched
+            against later calls' arguments, which approval rules condition on.
         endpoints: `[endpoints]`: where `ipybox up` serves the workspace to agents.
     """
 
@@ -85,6 +88,7 @@ class WorkspaceConfig(BaseSettings):
         default_factory=dict, json_schema_extra={"additionalProperties": False}
     )
     approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
+    provenance: ProvenanceSettings = Field(default_factory=ProvenanceSettings)
     endpoints: EndpointsSection = Field(default_factory=EndpointsSection)
 
     _path: Path | None = PrivateAttr(default=None)

@@ -91,6 +91,7 @@ if TYPE_CHECKING:
 
     from ipybox.mcp_client.pool import MCPServers
     from ipybox.rules import ApprovalPolicy
+    from ipybox.rules.provenance import ProvenanceSettings
 
 logger = logging.getLogger("ipybox.reconcile.reconciler")
 
@@ -106,6 +107,10 @@ class ReconcileHooks(Protocol):
 
     async def rules_changed(self, policy: ApprovalPolicy) -> None:
         """`[approval]` changed (or is applied for the first time): decide tool calls by `policy` now."""
+
+    async def provenance_changed(self, settings: ProvenanceSettings) -> None:
+        """`[provenance]` changed (or is applied for the first time): label and match tool results by
+        `settings` now (applied with the rules, under their lock)."""
 
     async def kernels_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
         """The kernels' environment, sandbox or warm pool changed: replace running kernels with ones
@@ -181,6 +186,7 @@ class Reconciler(Service):
         self._reload_lock = asyncio.Lock()  # loads and rule changes take turns (never held for servers)
         self._rules_lock = asyncio.Lock()
         self._rules: ApprovalPolicy | None = None  # the policy last handed to `hooks.rules_changed`
+        self._provenance: ProvenanceSettings | None = None  # last handed to `hooks.provenance_changed`
         # Each server's running parser check (a task of the service's group).
         self._checks: dict[str, asyncio.Task[None]] = {}
         # Parsers whose check timed out, by (server, module): the sha256 of the file that did.
@@ -256,7 +262,7 @@ class Reconciler(Service):
                     logger.error("%s\n(the last good configuration keeps running)", self.error)
                     return None
             if config is not None:
-                await self._apply_rules(config.approval)
+                await self._apply_rules(config)
             return config
 
     def lint(self, config: WorkspaceConfig | None = None) -> list[LintFinding]:
@@ -271,8 +277,13 @@ class Reconciler(Service):
             config.approval.rules, known, unknown=[name for name in enabled if name not in known]
         )
 
-    async def _apply_rules(self, policy: ApprovalPolicy) -> None:
+    async def _apply_rules(self, config: WorkspaceConfig) -> None:
+        """Put the `[approval]` and `[provenance]` of `config` in effect (each only when it changed)."""
         async with self._rules_lock:
+            policy, provenance = config.approval, config.provenance
+            if self._provenance is None or self._provenance != provenance:
+                self._provenance = provenance
+                await self._run_hook("provenance_changed", self.hooks.provenance_changed(provenance))
             if self._rules is not None and self._rules == policy:
                 return
             self._rules = policy
@@ -296,7 +307,7 @@ class Reconciler(Service):
             RuntimeError: The reconciler is not running (see the module's "Lifecycle").
         """
         self._require_running()
-        await self._apply_rules(config.approval)
+        await self._apply_rules(config)
         return await self._apply_servers(config)
 
     async def _apply_servers(self, config: WorkspaceConfig) -> ConfigChanges:

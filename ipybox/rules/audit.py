@@ -221,7 +221,25 @@ def code_hash(code: str) -> str:
 
 # Left out of a line when `None`: lines of decisions without them keep the keys they always had. `prev`
 # last: `AuditLog` puts it in at the end of the line made without it (see the module docstring).
-_OPTIONAL_KEYS: Final = ("tier", "scope", "by", "code", "quota", "prev")
+_OPTIONAL_KEYS: Final = ("tier", "scope", "by", "code", "quota", "provenance", "session_read", "prev")
+
+MAX_PROVENANCE_PATHS: Final = 16
+"""Argument paths whose provenance a line records (each with at most `provenance.MAX_ORIGINS` origins):
+a call with thousands of matched values writes a bounded line."""
+
+
+def _provenance_entry(call: ToolCall) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None]:
+    """`call`'s provenance and session taint as an audit line holds them (bounded), `None` when empty."""
+    provenance = None
+    if call.provenance:
+        provenance = {
+            path: [origin.to_json() for origin in origins]
+            for path, origins in list(call.provenance.items())[:MAX_PROVENANCE_PATHS]
+        }
+        if len(call.provenance) > MAX_PROVENANCE_PATHS:
+            provenance["..."] = [{"more": len(call.provenance) - MAX_PROVENANCE_PATHS}]
+    read = [origin.to_json() for origin in call.session_read] or None
+    return provenance, read
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +262,11 @@ class AuditEntry:
         by: For an answered `ask`: who answered (`console (root)`, `terminal (alice on /dev/pts/3)`).
         code: The hex SHA-256 of the code action that made the call (`code_hash`), when known.
         quota: When a rule's call quota tripped: which, and how far (`session 100/100`).
+        provenance: Where argument values came from (`ToolCall.provenance`): by argument path, the
+            origins (`server`, `tool`, `serial`, `label`, `time`) each matched; at most
+            `MAX_PROVENANCE_PATHS` paths. `None` when no value matched.
+        session_read: The labels the calling session had read, each with the first result that brought
+            it (`ToolCall.session_read`). `None` when it had read nothing.
         prev: The hex SHA-256 of the line before this one in the log (`GENESIS` for the first); `None` in
             an entry not written yet, and in lines written before ipybox chained them.
     """
@@ -261,6 +284,8 @@ class AuditEntry:
     by: str | None = None
     code: str | None = None
     quota: str | None = None
+    provenance: dict[str, Any] | None = None
+    session_read: list[dict[str, Any]] | None = None
     prev: str | None = None  # the last field: see _OPTIONAL_KEYS
 
     def to_json(self) -> str:
@@ -615,6 +640,7 @@ class AuditLog:
             final = "rule" if verdict.rule_id is not None else "default"
             default_reason = verdict.reason
         redact = self._redactor
+        provenance, read = _provenance_entry(call)
         values: dict[str, Any] = {
             "time": datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
             "server": call.server,
@@ -629,6 +655,8 @@ class AuditLog:
             "by": by,
             "code": code,
             "quota": None if quota is None else redact.text(quota),
+            "provenance": provenance,
+            "session_read": read,
         }
         prev = self._append(AuditEntry(**values).to_json().encode("utf-8"))
         # Made again rather than `dataclasses.replace`d: a third of the cost.

@@ -235,8 +235,11 @@ class RuleMatcher:
     __slots__ = (
         "_annotations",
         "_args",
+        "_argument_from",
+        "_from",
         "_server",
         "_server_text",
+        "_session_read",
         "_tool",
         "_tool_text",
         "decision",
@@ -258,6 +261,19 @@ class RuleMatcher:
             for key, condition in rule.args.items()
             for check in _arg_checks(key, condition, on_non_string=on_non_string)
         )
+        # Provenance (`ipybox.rules.provenance`): read through getattr, so rules of other shapes need none.
+        when = getattr(rule, "when", None)
+        self._session_read: frozenset[str] = (
+            frozenset(when.read_labels()) if when is not None else frozenset()
+        )
+        self._argument_from: frozenset[str] = (
+            frozenset(when.from_labels()) if when is not None else frozenset()
+        )
+        self._from: tuple[tuple[str, frozenset[str]], ...] = tuple(
+            (key, frozenset(_label_list(getattr(condition, "from_", None))))
+            for key, condition in rule.args.items()
+            if getattr(condition, "from_", None) is not None
+        )
 
     def applies(self, call: ToolCall) -> bool:
         """Whether every condition of the rule holds for `call`."""
@@ -275,7 +291,11 @@ class RuleMatcher:
             value = args.get(path[0], ABSENT) if len(path) == 1 else lookup(args, path)
             if not check.holds(value):
                 return False
-        return True
+        if self._session_read and self._session_read.isdisjoint(call.read_labels()):
+            return False
+        if self._argument_from and self._argument_from.isdisjoint(call.argument_labels()):
+            return False
+        return all(not labels.isdisjoint(call.argument_labels(key)) for key, labels in self._from)
 
     def mismatch(self, call: ToolCall) -> str | None:
         """Why the rule does not apply to `call` (its first condition that fails), or `None` if it applies."""
@@ -302,6 +322,22 @@ class RuleMatcher:
                     f"never holds for {kind} in an allow rule"
                 )
             return f"argument {check.key!r} = {show(value)} does not satisfy {check.text}"
+        if self._session_read and self._session_read.isdisjoint(call.read_labels()):
+            return (
+                f"the rule requires the session to have read {_labels_text(self._session_read)} content and "
+                f"it has read {_labels_text(call.read_labels()) or 'none'}"
+            )
+        if self._argument_from and self._argument_from.isdisjoint(call.argument_labels()):
+            return (
+                f"the rule requires an argument from {_labels_text(self._argument_from)} content and "
+                f"the arguments matched {_labels_text(call.argument_labels()) or 'no recorded result'}"
+            )
+        for key, labels in self._from:
+            if labels.isdisjoint(call.argument_labels(key)):
+                return (
+                    f"argument {key!r} is not from {_labels_text(labels)} content "
+                    f"(it matched {_labels_text(call.argument_labels(key)) or 'no recorded result'})"
+                )
         return None
 
     def why_it_applies(self, call: ToolCall) -> str:
@@ -324,9 +360,31 @@ class RuleMatcher:
                 )
             else:
                 reasons.append(f"argument {check.key!r} = {show(value)} satisfies {check.text}")
+        if self._session_read:
+            reasons.append(
+                f"the session has read {_labels_text(self._session_read & call.read_labels())} content"
+            )
+        if self._argument_from:
+            reasons.append(
+                f"an argument is from {_labels_text(self._argument_from & call.argument_labels())} content"
+            )
+        for key, labels in self._from:
+            reasons.append(
+                f"argument {key!r} is from {_labels_text(labels & call.argument_labels(key))} content"
+            )
         if not reasons:
             return "the rule has no conditions, so it applies to every call"
         return "; ".join(reasons)
+
+
+def _label_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _labels_text(labels: frozenset[str]) -> str:
+    return " or ".join(sorted(labels))
 
 
 def _annotation_text(call: ToolCall, name: str, value: bool) -> str:

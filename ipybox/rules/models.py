@@ -46,15 +46,29 @@ from pydantic import (
     model_validator,
 )
 
-from ipybox.rules.calls import AskRoute, Decision, ToolCall, Verdict
+from ipybox.rules.calls import AskRoute, Decision, Origin, ToolCall, Verdict
 from ipybox.rules.engine import SEVERITY, RuleEngine
 from ipybox.rules.linear_regex import LinearRegex
 from ipybox.rules.matching import show
 from ipybox.rules.tool_annotations import ANNOTATION_DEFAULTS, check_annotation_names
 
-__all__ = ["AdminTier", "ApprovalPolicy", "ArgCondition", "CallQuota", "Decision", "ExampleCall", "Rule"]
+__all__ = [
+    "AdminTier",
+    "ApprovalPolicy",
+    "ArgCondition",
+    "CallQuota",
+    "Decision",
+    "ExampleCall",
+    "Rule",
+    "When",
+]
 
-_CONDITION_KEYS = frozenset({"equals", "in", "one_of", "not_in", "glob", "not_glob", "regex", "exists"})
+_CONDITION_KEYS = frozenset(
+    {"equals", "in", "one_of", "not_in", "glob", "not_glob", "regex", "exists", "from", "from_"}
+)
+
+ReadLabel = Literal["untrusted", "private"]
+"""The labels a provenance condition names (`ipybox.rules.provenance`): what a session must not pass on."""
 
 
 # Lets editors flag a misspelt annotation as the loader does.
@@ -88,6 +102,9 @@ class ArgCondition(_Strict):
             a linear-time engine (RE2), so no argument can make matching slow; look-around,
             backreferences and `\\b`, which that engine cannot do, are refused when the file loads.
         exists: `true`: the argument is present (with any value, even null); `false`: it is absent.
+        from: The argument's value (or a value nested in it) matched a result of the same session with
+            this label, `untrusted` or `private`, or any of a list (Python attribute: `from_`; see
+            `ipybox.rules.provenance`: a signal, not a proof).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_by_name=True, validate_by_alias=True)
@@ -99,6 +116,9 @@ class ArgCondition(_Strict):
     not_glob: str | None = None
     regex: str | None = None
     exists: bool | None = None
+    from_: ReadLabel | list[ReadLabel] | None = Field(
+        default=None, validation_alias="from", serialization_alias="from"
+    )
 
     @field_validator("regex")
     @classmethod
@@ -119,7 +139,8 @@ class ArgCondition(_Strict):
         given = self.conditions()
         if not given:
             raise ValueError(
-                "an argument condition needs at least one of: equals, in, not_in, glob, not_glob, regex, exists"
+                "an argument condition needs at least one of: equals, in, not_in, glob, not_glob, regex, exists, "
+                "from"
             )
         if self.exists is False and given != ["exists"]:
             others = ", ".join(name for name in given if name != "exists")
@@ -139,6 +160,7 @@ class ArgCondition(_Strict):
             ("not_glob", self.not_glob),
             ("regex", self.regex),
             ("exists", self.exists),
+            ("from", self.from_),
         ):
             if value is not None:
                 names.append(name)
@@ -155,6 +177,51 @@ class ArgCondition(_Strict):
         }
 
 
+def _labels(value: ReadLabel | list[ReadLabel] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+class When(_Strict):
+    """`when` of a rule: conditions on where the call's data came from (`ipybox.rules.provenance`); every
+    one given must hold. Each names a label, `untrusted` or `private`, or a list of them (any may match).
+
+    Attributes:
+        session_read: The calling session has been delivered a result with this label (session taint,
+            recorded on the host: code in the kernel cannot clear it).
+        argument_from: Some argument's value matched a result of the session with this label (value
+            provenance: a signal, not a proof; code can transform a value until it no longer matches).
+    """
+
+    session_read: ReadLabel | list[ReadLabel] | None = None
+    argument_from: ReadLabel | list[ReadLabel] | None = None
+
+    @model_validator(mode="after")
+    def _names_a_condition(self) -> When:
+        if self.session_read is None and self.argument_from is None:
+            raise ValueError(
+                'when needs session_read, argument_from or both, e.g. { session_read = "untrusted" }'
+            )
+        for name in ("session_read", "argument_from"):
+            if getattr(self, name) == []:
+                raise ValueError(f"when.{name}: an empty list can never hold; name a label")
+        return self
+
+    def read_labels(self) -> tuple[str, ...]:
+        """The labels `session_read` names (any may match; none: no condition)."""
+        return _labels(self.session_read)
+
+    def from_labels(self) -> tuple[str, ...]:
+        """The labels `argument_from` names (any may match; none: no condition)."""
+        return _labels(self.argument_from)
+
+    @model_serializer(mode="wrap")
+    def _only_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if v is not None}
+
+
 class ExampleCall(_Strict):
     """A tool call a rule must (`match`) or must not (`not_match`) apply to, checked when the file loads.
 
@@ -163,12 +230,20 @@ class ExampleCall(_Strict):
         tool: The tool name.
         args: The call's arguments.
         annotations: The MCP annotations the tool declares; undeclared ones take the MCP defaults.
+        session_read: The labels the calling session has read (provenance, see `When`).
+        from: The label each argument's value came from, by argument path (Python attribute: `from_`).
     """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_by_name=True, validate_by_alias=True)
 
     server: str
     tool: str
     args: dict[str, Any] = Field(default_factory=dict)
     annotations: dict[str, bool] = Field(default_factory=dict, json_schema_extra=_ANNOTATION_NAMES_SCHEMA)
+    session_read: ReadLabel | list[ReadLabel] | None = None
+    from_: dict[str, ReadLabel] | None = Field(
+        default=None, validation_alias="from", serialization_alias="from"
+    )
 
     @field_validator("annotations")
     @classmethod
@@ -177,8 +252,14 @@ class ExampleCall(_Strict):
         return value
 
     def to_call(self) -> ToolCall:
-        """The example as a `ToolCall`."""
-        return ToolCall(self.server, self.tool, self.args, self.annotations)
+        """The example as a `ToolCall` (its provenance as results of an `example` tool)."""
+        read = tuple(Origin("example", "example", 0, label) for label in _labels(self.session_read))  # type: ignore[arg-type]
+        provenance = {
+            path: (Origin("example", "example", 0, label),) for path, label in (self.from_ or {}).items()
+        }
+        return ToolCall(
+            self.server, self.tool, self.args, self.annotations, provenance=provenance, session_read=read
+        )
 
     def __str__(self) -> str:
         """The example as error messages show it: `{server='fs', tool='read_file', args={...}}`."""
@@ -189,6 +270,10 @@ class ExampleCall(_Strict):
             parts.append(
                 "annotations={" + ", ".join(f"{k}={show(v)}" for k, v in self.annotations.items()) + "}"
             )
+        if self.session_read is not None:
+            parts.append(f"session_read={show(self.session_read)}")
+        if self.from_:
+            parts.append(f"from={show(self.from_)}")
         return "{" + ", ".join(parts) + "}"
 
 
@@ -251,6 +336,8 @@ class Rule(_Strict):
             its decision becomes `over_quota`. Not for `deny` rules, which let none run.
         over_quota: What the rule decides past `max_calls`: `ask` or `deny` (default: `ask` for an
             `allow` rule, `deny` for an `ask` rule).
+        when: Conditions on where the call's data came from (`When`): the labels the calling session has
+            read (`session_read`), the labels argument values matched (`argument_from`).
     """
 
     id: str | None = None
@@ -265,6 +352,7 @@ class Rule(_Strict):
     reason: str | None = Field(default=None, max_length=1000)
     max_calls: CallQuota | None = None
     over_quota: Literal["ask", "deny"] | None = None
+    when: When | None = None
 
     @model_validator(mode="after")
     def _quota_fits_the_decision(self) -> Rule:
@@ -319,7 +407,7 @@ class Rule(_Strict):
                 inner = next(iter(condition))
                 raise ValueError(
                     f"args.{key}: {{ {inner} = ... }} is not a condition (conditions are equals, in, not_in, "
-                    f'glob, not_glob, regex, exists); to match a nested argument use a dotted key ("{key}.{inner}" '
+                    f'glob, not_glob, regex, exists, from); to match a nested argument use a dotted key ("{key}.{inner}" '
                     "= ...), to match a whole object use { equals = { ... } }"
                 )
             is_condition = isinstance(condition, Mapping | ArgCondition)

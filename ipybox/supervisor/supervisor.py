@@ -68,6 +68,7 @@ from ipybox.progress import Progress, ProgressHub
 from ipybox.reconcile.pins import ToolPins
 from ipybox.reconcile.reconciler import Reconciler
 from ipybox.rules import ApprovalPolicy, AuditLog, ToolCall, Verdict
+from ipybox.rules.provenance import ProvenanceSettings
 from ipybox.running import mcp_token
 from ipybox.running.state import StatePaths, SupervisorLock, forget_run_dirs
 from ipybox.running.status import KernelLeased, LeaseId, ServerOutcome, TokenRotated, WorkspaceStatus
@@ -442,6 +443,11 @@ class Supervisor(Service):
         self.config = self.config.model_copy(update={"approval": policy})
         self.asks.set_policy(policy)
         logger.info("approval rules reloaded (%d rules, default %s)", len(policy.rules), policy.default)
+
+    async def provenance_changed(self, settings: ProvenanceSettings) -> None:
+        self.config = self.config.model_copy(update={"provenance": settings})
+        self.tools.provenance.configure(settings)
+        logger.info("provenance settings reloaded (%d sources)", len(settings.sources))
 
     async def kernels_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
         if self.require_sandbox:

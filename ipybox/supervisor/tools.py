@@ -32,6 +32,7 @@ from ipybox.lifecycle import Service
 from ipybox.mcp_client.params import ServerParams
 from ipybox.mcp_client.pool import MCPServers
 from ipybox.reconcile.pins import ToolPins
+from ipybox.rules.provenance import ProvenanceTracker
 from ipybox.tool_server.remote_calls import RemoteCalls
 from ipybox.tool_server.tls import load_certificate, workspace_certificate
 from ipybox.tool_server.tool_server import ToolServer
@@ -81,6 +82,8 @@ class ToolsService(Service):
         self.on_restart = on_restart
         self.server: ToolServer | None = None
         self.restarts = 0
+        # Outlives a restarted tool server: a restart must clear no session's taint.
+        self.provenance = ProvenanceTracker()  # configured by the reconciler (`provenance_changed`)
 
     @property
     def calls_address(self) -> str:
@@ -136,6 +139,7 @@ class ToolsService(Service):
             # Kernels of a remote gateway share no files: they call over TLS and import from here.
             module_roots=module_roots(config.resolve(config.workspace.mcptools_dir)) if remote else None,
             remote=self._remote_calls(config) if remote else None,
+            provenance=self.provenance,
         )
         if restart:  # the servers the reconciler registered on the one that died
             for name in config.enabled_servers():

@@ -91,6 +91,7 @@ from ipybox.mcp_client import (
 from ipybox.mcp_client.params import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_RESULT_SIZE
 from ipybox.mcp_client.pool import AnnotationsLookup, MCPServers, UnknownServerError
 from ipybox.rules.calls import ToolCall
+from ipybox.rules.provenance import ProvenanceTracker
 from ipybox.safefs import DEFAULT_MAX_IMAGE_BYTES
 from ipybox.tool_server.call_channel import CallChannel, ChannelLimits, run_call, run_package, shell_call
 from ipybox.tool_server.module_sources import ModuleRefusedError, ModuleSource, ModuleSources
@@ -141,6 +142,9 @@ class ToolServer:
             package name (`{"mcptools": ws / "mcptools", "gentools": ..., "mcpparse": ...}`); default none.
         remote: Also listen for remote kernels' calls on TCP with TLS, where and with the certificate it
             says (default: no such listener).
+        provenance: Where the results delivered to each caller are recorded, and its calls' arguments
+            matched (`ipybox.rules.provenance`; default: a tracker of its own with default settings). A
+            workspace passes one that outlives a restarted tool server, so a restart clears no taint.
 
     Everything is given to the constructor: nothing is set on a tool server afterwards.
 
@@ -189,6 +193,7 @@ class ToolServer:
         shell_approver: Approver | None = None,
         module_roots: Mapping[str, Path] | None = None,
         remote: RemoteCalls | None = None,
+        provenance: ProvenanceTracker | None = None,
     ) -> None:
         if isinstance(servers, MCPServers):
             _left_out(
@@ -247,6 +252,7 @@ class ToolServer:
         self._callers: dict[str, str] = {}
         self._private_dir: Path | None = None
         self.remote = remote
+        self.provenance = provenance if provenance is not None else ProvenanceTracker()
         self.module_sources = ModuleSources(module_roots or {})
         self.calls = CallChannel(
             self._caller_of,
@@ -409,8 +415,11 @@ class ToolServer:
         return token
 
     def remove_caller(self, token: str) -> None:
-        """Revoke a token issued by `add_caller`."""
-        self._callers.pop(token, None)
+        """Revoke a token issued by `add_caller`; the results recorded for its caller are dropped (its
+        session's taint is kept)."""
+        caller = self._callers.pop(token, None)
+        if caller is not None and caller not in self._callers.values():
+            self.provenance.retire(caller)
 
     def _caller_of(self, token: str) -> str | None:
         # Call tokens only: the application's `token` is not one (it never reaches a kernel).
@@ -433,7 +442,14 @@ class ToolServer:
             key = self.servers.resolve_key(call.server, package)
         except UnknownServerError as e:
             return error(ErrorKind.UNKNOWN_SERVER, str(e))
-        call = replace(call, annotations=self.servers.known_annotations(key, call.tool))
+        # Provenance is the host's record (`ipybox.rules.provenance`): whatever the request said, it is
+        # replaced here, after the caller was authenticated, before anyone decides.
+        call = replace(
+            call,
+            annotations=self.servers.known_annotations(key, call.tool),
+            provenance=self.provenance.match(call.caller, call.args),
+            session_read=self.provenance.session_read(call.caller),
+        )
         listed = self.servers.listing(key)  # a restart before the call re-checks the tool's pin
         refused = _refusal(await self.approver.decide(call), name)
         return refused if refused is not None else await self._execute(call, key, listed)
@@ -473,7 +489,8 @@ class ToolServer:
                 media_dir=self.media_dir,
                 max_file_bytes=self.max_image_bytes,
             )
-        except ToolCallError as e:
+        except ToolCallError as e:  # its message is the tool's text, delivered as a result is
+            self._record(call, key, str(e))
             return error(ErrorKind.TOOL_ERROR, str(e))
         except CallTimeoutError as e:  # cancelled on the server, which keeps serving other calls
             return error(ErrorKind.CALL_TIMEOUT, str(e))
@@ -485,7 +502,13 @@ class ToolServer:
             return error(ErrorKind.SERVER_ERROR, str(e))
         except UnknownServerError as e:  # unregistered while the call waited for its decision
             return error(ErrorKind.UNKNOWN_SERVER, str(e))
+        self._record(call, key, value)
         return {"result": value}
+
+    def _record(self, call: ToolCall, key: str, value: Any) -> None:
+        """Record what goes back to the caller, labelled by the annotations its server lists now."""
+        annotations = self.servers.known_annotations(key, call.tool)
+        self.provenance.record(call.caller, call.server, call.tool, value, annotations)
 
     async def _source(self, request: dict[str, Any]) -> dict[str, Any]:
         """A generated module's source, for a kernel's import hook; with the generation as of the read."""

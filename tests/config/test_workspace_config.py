@@ -223,7 +223,7 @@ def _error(path: Path) -> ConfigError:
             1,
             1,
             "unknown key 'name' at the top level (expected one of: workspace, kernel, sandbox, servers, "
-            "secrets, approval, endpoints)",
+            "secrets, approval, provenance, endpoints)",
             id="unknown-top-level-key-without-close-match",
         ),
         pytest.param(
@@ -368,7 +368,7 @@ def _error(path: Path) -> ConfigError:
             1,
             1,
             "unknown key '_env_file' at the top level (expected one of: workspace, kernel, sandbox, servers, "
-            "secrets, approval, endpoints)",
+            "secrets, approval, provenance, endpoints)",
             id="settings-option-is-no-key",
         ),
     ],

@@ -22,6 +22,9 @@ class NoHooks:
     async def rules_changed(self, policy: ApprovalPolicy) -> None:
         pass
 
+    async def provenance_changed(self, settings: object) -> None:
+        pass
+
     async def kernels_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
         pass
 

@@ -35,10 +35,14 @@ class RecordingHooks:
     def __init__(self) -> None:
         self.policies: list[ApprovalPolicy] = []
         self.kernel_changes: list[tuple[WorkspaceConfig, list[str]]] = []
+        self.provenance: list[object] = []
         self.network_changes: list[tuple[WorkspaceConfig, list[str]]] = []
 
     async def rules_changed(self, policy: ApprovalPolicy) -> None:
         self.policies.append(policy)
+
+    async def provenance_changed(self, settings: object) -> None:
+        self.provenance.append(settings)
 
     async def kernels_changed(self, config: WorkspaceConfig, reasons: list[str]) -> None:
         self.kernel_changes.append((config, reasons))

@@ -26,6 +26,9 @@ class NoHooks:
     async def rules_changed(self, policy: object) -> None:
         raise AssertionError("loading must not apply anything")
 
+    async def provenance_changed(self, settings: object) -> None:
+        raise AssertionError("loading must not apply anything")
+
     async def kernels_changed(self, config: object, reasons: list[str]) -> None:
         raise AssertionError("loading must not apply anything")
 

@@ -140,7 +140,7 @@ def test_ipybox_validate_checks_a_catastrophic_regex_s_examples_at_once(
 
 def test_condition_needs_a_condition() -> None:
     assert error({"rules": [{"decision": "deny", "args": {"p": {}}}]}) == (
-        "Value error, an argument condition needs at least one of: equals, in, not_in, glob, not_glob, regex, exists"
+        "Value error, an argument condition needs at least one of: equals, in, not_in, glob, not_glob, regex, exists, from"
     )
 
 
