@@ -19,6 +19,7 @@ scenario (`ScenarioResult.problems`), never counted as stopped.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import sys
@@ -102,12 +103,13 @@ def servers_toml(lab: Lab, tag: str | None = None) -> str:
 
 
 def workspace_toml(lab: Lab, policy: str, *, sandbox: bool, tag: str | None = None) -> str:
-    """A whole `ipybox.toml`: one warm kernel (sandboxed or not, limits this machine can't enforce lifted
-    as `ipybox init` lifts them), the servers, and `policy` (`[approval]`, `[provenance]`)."""
+    """A whole `ipybox.toml`: two warm kernels (the next scenario's is ready while the last one detaches),
+    sandboxed or not, with the limits this machine can't enforce lifted as `ipybox init` lifts them; the
+    servers; and `policy` (`[approval]`, `[provenance]`)."""
     lifted = unenforceable_defaults(sandboxed=sandbox)
     limits = "[kernel.limits]\n" + "".join(f'{n} = "unlimited"\n' for n in lifted) + "\n" if lifted else ""
     return (
-        "[kernel]\nwarm_pool = 1\n\n"
+        "[kernel]\nwarm_pool = 2\n\n"
         + limits
         + f"[sandbox]\nenabled = {str(sandbox).lower()}\n\n"
         + servers_toml(lab, tag)
@@ -187,10 +189,14 @@ def check_sinks(lab: Lab, scenario: Scenario, decisions: Sequence[Decision]) -> 
     return problems
 
 
-async def run_cells(workspace: Path, cells: Sequence[str]) -> list[str]:
-    """Each cell in one fresh session, every ask rejected; each cell's text or error."""
+async def run_cells(workspace: Path, cells: Sequence[str]) -> tuple[list[str], CodeExecutor]:
+    """Each cell in one fresh session, every ask rejected; each cell's text or error, and the executor,
+    still attached (`CodeExecutor.stop()` it: a detach takes a second that the next scenario need not
+    wait for, since every decision of this one is in the audit log when its last cell returns)."""
     outputs = []
-    async with CodeExecutor(workspace=workspace) as executor:
+    executor = CodeExecutor(workspace=workspace)
+    await executor.start()
+    try:
         for code in cells:
             text = ""
             try:
@@ -203,18 +209,31 @@ async def run_cells(workspace: Path, cells: Sequence[str]) -> list[str]:
             except CodeExecutionError as e:
                 text = f"{e.ename}: {e.evalue}"
             outputs.append(text)
-    return outputs
+    except BaseException:
+        await executor.stop()
+        raise
+    return outputs, executor
 
 
 async def run_scenario(
-    supervisor: Supervisor, lab: Lab, scenario: Scenario, configuration: str
+    supervisor: Supervisor,
+    lab: Lab,
+    scenario: Scenario,
+    configuration: str,
+    detaching: list[asyncio.Task[None]] | None = None,
 ) -> ScenarioResult:
+    """Run `scenario` in a fresh session of `supervisor`'s workspace. Its session is detached before this
+    returns, or, with `detaching`, in a task appended there (await them before stopping the workspace)."""
     set_world(lab, scenario)
     started = time.perf_counter()
     audit = supervisor.paths.audit
     offset = audit.stat().st_size if audit.exists() else 0
-    outputs = await run_cells(supervisor.workspace, scenario.cells)
+    outputs, executor = await run_cells(supervisor.workspace, scenario.cells)
     wall_ms = (time.perf_counter() - started) * 1000
+    if detaching is None:
+        await executor.stop()
+    else:
+        detaching.append(asyncio.create_task(executor.stop()))
     decisions = read_decisions(audit, offset) if audit.exists() else []
     calls, unexpected = match_calls(scenario.calls, decisions)
     result = ScenarioResult(
@@ -234,7 +253,9 @@ async def run_configuration(
     lab = prepare(directory, configuration, sandbox=sandbox)
     supervisor = Supervisor(directory, serve_mcp=False)
     await supervisor.start()
+    detaching: list[asyncio.Task[None]] = []
     try:
-        return [await run_scenario(supervisor, lab, s, configuration.name) for s in scenarios]
+        return [await run_scenario(supervisor, lab, s, configuration.name, detaching) for s in scenarios]
     finally:
+        await asyncio.gather(*detaching, return_exceptions=True)
         await supervisor.stop()

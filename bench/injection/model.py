@@ -378,7 +378,9 @@ def markdown(
     shown = [c for c in configurations if c.name in results]
     lines += [
         "",
-        "| scenario | kind | reads untrusted | channel | transform | " + " | ".join(c.name for c in shown) + " |",
+        "| scenario | kind | reads untrusted | channel | transform | "
+        + " | ".join(c.name for c in shown)
+        + " |",
         "|---|---|---|---|---|" + "---|" * len(shown),
     ]
     for scenario in scenarios:

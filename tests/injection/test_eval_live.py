@@ -7,6 +7,7 @@ untrusted content, and a benign task that reads nothing untrusted. The whole sui
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -40,9 +41,12 @@ async def test_the_provided_policy_stops_the_attacks_and_lets_the_benign_tasks_r
     workspace: tuple[Supervisor, Lab],
 ) -> None:
     supervisor, lab = workspace
+    detaching: list[asyncio.Task[None]] = []
     results = {
-        s.name: await run_scenario(supervisor, lab, s, PROVIDED.name) for s in load_scenarios(only=SCENARIOS)
+        s.name: await run_scenario(supervisor, lab, s, PROVIDED.name, detaching)
+        for s in load_scenarios(only=SCENARIOS)
     }
+    await asyncio.gather(*detaching)
     for name, result in results.items():
         assert result.problems == [], (name, result.problems, result.outputs)
     # The base64-encoded keys match nothing the session read: the taint asked, the harness said no, and
