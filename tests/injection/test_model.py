@@ -11,6 +11,7 @@ import pytest
 
 from bench.injection.model import (
     CONFIGURATIONS,
+    Configuration,
     Decision,
     DeclaredCall,
     Scenario,
@@ -188,3 +189,16 @@ def test_the_harness_reports_a_sink_that_ran_although_the_audit_log_refused_it(t
     (lab.root / "public").mkdir()
     (lab.root / "public" / "leak.txt").write_text("secret")
     assert check_sinks(lab, s, [write]) == ["write_file of public/leak.txt was refused but the file exists"]
+
+
+@pytest.mark.parametrize("configuration", CONFIGURATIONS, ids=lambda c: c.name)
+def test_each_configuration_of_the_provided_policy_loads_as_a_workspace_does(
+    tmp_path: Path, configuration: Configuration
+) -> None:
+    from ipybox.workspace import load_config
+
+    (tmp_path / "ipybox.toml").write_text(policy_for(configuration))
+    config = load_config(tmp_path)
+    ids = [rule.id for rule in config.approval.rules]
+    assert ids and all(str(i).split("-", 1)[0] in configuration.layers for i in ids)
+    assert bool(config.provenance.sources) is configuration.provenance
