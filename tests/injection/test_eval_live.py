@@ -16,7 +16,7 @@ from bench.injection.harness import Lab, prepare, run_scenario
 from bench.injection.model import CONFIGURATIONS, load_scenarios, tally
 from ipybox.supervisor import Supervisor
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PROVIDED = next(c for c in CONFIGURATIONS if c.name == "provided")
 SCENARIOS = (
