@@ -149,13 +149,15 @@ class ApprovalRequest:
             f"{key}={value!r}" + (f" {self.links[key].describe()}" if key in self.links else "")
             for key, value in self.tool_args.items()
         )
-        text = f"{self.server_name}.{self.tool_name}({args})"
-        # Where argument values came from, for the MCP elicitation and logs that show this text.
-        origins = [
-            ("UNTRUSTED: " if is_untrusted(found) else "") + origin_text(path, found)
+        return f"{self.server_name}.{self.tool_name}({args})"
+
+    def origin_lines(self) -> list[str]:
+        """One line per argument with an origin, as a person reads it (the MCP elicitation shows them):
+        ``UNTRUSTED: `to` = a value from web.fetch result 3, untrusted``."""
+        return [
+            ("UNTRUSTED: " if is_untrusted(found) else "origin: ") + origin_text(path, found)
             for path, found in self.provenance.items()
         ]
-        return text + "".join(f"\n{line}" for line in origins)
 
     def __repr__(self) -> str:
         return f"ApprovalRequest({self})"

@@ -216,6 +216,7 @@ def replay(workspace: Path, *, other: Path | None, since: str | None, as_json: b
     from ipybox.approval.rule_approver import for_shell
     from ipybox.config import ConfigError
     from ipybox.rules import SHELL_SERVER, AuditFilter, AuditLog, ToolCall
+    from ipybox.rules.calls import origins_of
     from ipybox.running.state import StatePaths
 
     try:
@@ -240,8 +241,15 @@ def replay(workspace: Path, *, other: Path | None, since: str | None, as_json: b
                 continue
             records += 1
             before = "ask" if entry.decided_by not in ("rule", "default") else entry.decision
+            # Provenance as recorded with the decision, so `when` and `from` conditions replay too.
+            read = origins_of({"": entry.session_read or []}).get("", ())
             call = ToolCall(
-                entry.server, entry.tool, entry.args, annotations.get((entry.server, entry.tool), {})
+                entry.server,
+                entry.tool,
+                entry.args,
+                annotations.get((entry.server, entry.tool), {}),
+                provenance=origins_of(entry.provenance or {}),
+                session_read=read,
             )
             verdict = (shell_policy if entry.server == SHELL_SERVER else policy).decide(call)
             if verdict.decision == before:

@@ -547,8 +547,13 @@ class _Cell:
             "arguments": request.tool_args,
             **rule,
         }
+        if request.provenance:
+            details["provenance"] = request.provenance
         why = f" ({rule['reason']})" if rule.get("reason") else ""
-        allowed = await operation.ask(f"ipybox: allow the tool call {request}?{why}", details, settled)
+        origins = "".join(f"\n{line}" for line in request.origin_lines())
+        allowed = await operation.ask(
+            f"ipybox: allow the tool call {request}?{why}{origins}", details, settled
+        )
         if request.decision is not None:  # settled elsewhere first (or cancelled): as it was settled
             return bool(request.decision)
         await (request.accept() if allowed else request.reject())
@@ -802,7 +807,8 @@ async def _ask(ctx: Context, request: ApprovalRequest) -> bool:
     answers: list[Any] = []
 
     async def elicit() -> None:
-        answers.append(await ctx.elicit(f"ipybox: allow the tool call {request}?", _Approval))
+        origins = "".join(f"\n{line}" for line in request.origin_lines())
+        answers.append(await ctx.elicit(f"ipybox: allow the tool call {request}?{origins}", _Approval))
 
     try:
         # Whichever ends first: the client's answer, or a settlement elsewhere (its dialog is then dropped).

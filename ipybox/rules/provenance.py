@@ -74,7 +74,7 @@ MAX_ORIGINS: Final = 3
 _MAX_EXACT: Final = 512
 """Whole leaves longer than this are matched by substring only."""
 
-_MAX_VERIFY: Final = 64
+_MAX_VERIFY: Final = 16
 """Block hits verified per argument value: common short runs in prose cannot make matching slow."""
 
 _ID_CHARS: Final = frozenset("@./:_-#0123456789")
@@ -227,9 +227,13 @@ class ProvenanceTracker:
         self._sessions: dict[str, _Session] = {}
 
     def configure(self, settings: ProvenanceSettings) -> None:
-        """Label and match by `settings` from now on (recorded results keep their label; a lower
-        `max_bytes` evicts at the next record)."""
-        self.settings = settings
+        """Label and match by `settings` from now on. Recorded results keep their label; a lower
+        `max_bytes` evicts at the next record; a changed `min_length` or `min_exact` drops the recorded
+        values (they were indexed for the old ones), never the sessions' taint."""
+        old, self.settings = self.settings, settings
+        if (old.min_length, old.min_exact) != (settings.min_length, settings.min_exact):
+            for session in self._sessions:
+                self.retire(session)
 
     def record(
         self,
@@ -251,24 +255,33 @@ class ProvenanceTracker:
         label = settings.label_for(server, tool, annotations)
         origin = Origin(server, tool, state.serial, label, time.time() if now is None else now)
         state.read.setdefault(label, origin)
+        # A quarter of the cap in bytes as `size` below counts them: the text and a block per `width` chars.
+        width = settings.min_length // 2
         budget = settings.max_bytes // 4
+        per_char = 1 + ENTRY_BYTES / width
         parts: list[str] = []
         exact: dict[str, None] = {}
-        used = 0
+        used = 64.0
         for _, leaf in leaves(value):
-            if used >= budget:
+            room = int((budget - used) * 3 / 4 / per_char)  # a quarter left for its exact entries
+            if room <= 0:
                 break
-            text = normalise(leaf[: budget - used])
-            used += len(text) + 1
+            text = normalise(leaf[:room])[:room]
+            used += (len(text) + 1) * per_char
             parts.append(text)
-            if settings.min_exact <= len(text) <= _MAX_EXACT:
-                exact[text] = None
-            for word in text.split(" "):
-                token = word.strip(_PUNCTUATION)
-                if len(token) >= settings.min_exact and not _ID_CHARS.isdisjoint(token):
-                    exact[token] = None
+            candidates = [text] if settings.min_exact <= len(text) <= _MAX_EXACT else []
+            candidates += [
+                token
+                for token in (word.strip(_PUNCTUATION) for word in text.split(" "))
+                if len(token) >= settings.min_exact and not _ID_CHARS.isdisjoint(token)
+            ]
+            for key in candidates:
+                if key not in exact:
+                    if used + ENTRY_BYTES > budget:
+                        break
+                    exact[key] = None
+                    used += ENTRY_BYTES
         joined = "\x00".join(parts)
-        width = settings.min_length // 2
         blocks = [hash(joined[i : i + width]) for i in range(0, len(joined) - width + 1, width)]
         serial = state.serial
         for key in exact:
@@ -380,21 +393,26 @@ class ProvenanceTracker:
 
 
 def _shares_run(text: str, i: int, width: int, source: str, minimum: int) -> bool:
-    """Whether `text`'s block at `i` occurs in `source` inside a common run of at least `minimum` chars."""
+    """Whether `text`'s block at `i` occurs in `source` inside a common run of at least `minimum` chars
+    (each side extended at most `minimum` characters: the cost stays bounded whatever the lengths)."""
     block = text[i : i + width]
     start = source.find(block)
     tries = 0
-    while start != -1 and tries < 8:
+    need = minimum - width
+    while start != -1 and tries < 4:
         left = 0
-        while left < i and left < start and text[i - 1 - left] == source[start - 1 - left]:
+        while left < need and left < i and left < start and text[i - 1 - left] == source[start - 1 - left]:
             left += 1
         right = 0
         end, source_end = i + width, start + width
-        while end + right < len(text) and source_end + right < len(source):
-            if text[end + right] != source[source_end + right]:
-                break
+        while (
+            left + right < need
+            and end + right < len(text)
+            and source_end + right < len(source)
+            and text[end + right] == source[source_end + right]
+        ):
             right += 1
-        if left + width + right >= minimum:
+        if left + right >= need:
             return True
         start = source.find(block, start + 1)
         tries += 1

@@ -697,3 +697,19 @@ def test_a_bad_max_idle_or_recycle_rss_is_a_config_error_at_its_line(
     with pytest.raises(ConfigError) as caught:
         load_config(write_config(toml))
     assert place in str(caught.value) and reason in str(caught.value)
+
+
+def test_provenance_sources_load_and_a_bad_label_is_refused_at_its_line(write_config: WriteConfig) -> None:
+    good = write_config('[[provenance.sources]]\nserver = "mail"\ntool = ["read_*"]\nlabel = "private"\n')
+    config = load_config(good)
+    assert config.provenance.label_for("mail", "read_inbox", {"openWorldHint": True}) == "private"
+    assert config.provenance.label_for("web", "fetch", {}) == "untrusted"
+    path = write_config(
+        '[provenance]\nmin_length = 24\n\n[[provenance.sources]]\nserver = "web"\nlabel = "evil"\n'
+    )
+    error = _error(path)
+    assert (error.line, error.column) == (6, 1)
+    assert (
+        "provenance.sources[0].label" in error.reason
+        and "'untrusted', 'private' or 'trusted'" in error.reason
+    )

@@ -275,3 +275,17 @@ async def test_after_untrusted_content_a_sink_is_asked_about_and_copied_argument
         assert "forged" in forged and "no-sink-after-untrusted" in forged, forged
         out = await live.call(executor, "weather", {"city": "Bergen"})
         assert "rule 'no-sink-after-untrusted' asks" in out, out
+
+
+async def test_an_edit_of_provenance_sources_is_in_effect_after_a_reload(live: Live) -> None:
+    path = live.workspace / "ipybox.toml"
+    good = path.read_text()
+    path.write_text(good.replace('tool = "echo"\nlabel = "untrusted"', 'tool = "echo"\nlabel = "private"'))
+    try:
+        assert await live.supervisor.reconciler.reload()  # type: ignore[union-attr]
+        tracker = live.supervisor.tools.provenance
+        assert tracker.settings.label_for("edge", "echo", {}) == "private"
+    finally:
+        path.write_text(good)
+        await live.supervisor.reconciler.reload()  # type: ignore[union-attr]
+    assert live.supervisor.tools.provenance.settings.label_for("edge", "echo", {}) == "untrusted"
