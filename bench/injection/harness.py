@@ -25,7 +25,7 @@ import shutil
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,8 +78,9 @@ class Lab:
         return self.directory / "eval" / "journal.jsonl"
 
 
-def servers_toml(lab: Lab, tag: str | None = None) -> str:
-    """`[servers.*]` tables: the attacker server's four services and the npm filesystem server."""
+def servers_toml(lab: Lab, tag: str | None = None, servers: Collection[str] | None = None) -> str:
+    """`[servers.*]` tables: the attacker server's four services and the npm filesystem server (or only
+    those named in `servers`: each is started and generated when the workspace starts)."""
     if not FILESYSTEM_SERVER.exists():
         raise RuntimeError(f"{FILESYSTEM_SERVER} is missing: run `bash scripts/setup`")
     node = shutil.which("node")
@@ -93,16 +94,20 @@ def servers_toml(lab: Lab, tag: str | None = None) -> str:
         f"[servers.{service}]\ncommand = {json.dumps(sys.executable)}\n"
         f'args = [{json.dumps(str(ATTACKER_SERVER))}, "--service", "{service}"]\nenv = {env_toml}\n'
         for service in ATTACKER_SERVICES
+        if servers is None or service in servers
     ]
-    tables.append(
-        f"[servers.files]\ncommand = {json.dumps(node)}\n"
-        f"args = [{json.dumps(str(FILESYSTEM_SERVER))}, {json.dumps(str(lab.root))}]\n"
-        + (f'env = {{ IPYBOX_TEST_TAG = "{tag}" }}\n' if tag is not None else "")
-    )
+    if servers is None or "files" in servers:
+        tables.append(
+            f"[servers.files]\ncommand = {json.dumps(node)}\n"
+            f"args = [{json.dumps(str(FILESYSTEM_SERVER))}, {json.dumps(str(lab.root))}]\n"
+            + (f'env = {{ IPYBOX_TEST_TAG = "{tag}" }}\n' if tag is not None else "")
+        )
     return "\n".join(tables)
 
 
-def workspace_toml(lab: Lab, policy: str, *, sandbox: bool, tag: str | None = None) -> str:
+def workspace_toml(
+    lab: Lab, policy: str, *, sandbox: bool, tag: str | None = None, servers: Collection[str] | None = None
+) -> str:
     """A whole `ipybox.toml`: two warm kernels (the next scenario's is ready while the last one detaches),
     sandboxed or not, with the limits this machine can't enforce lifted as `ipybox init` lifts them; the
     servers; and `policy` (`[approval]`, `[provenance]`)."""
@@ -112,19 +117,27 @@ def workspace_toml(lab: Lab, policy: str, *, sandbox: bool, tag: str | None = No
         "[kernel]\nwarm_pool = 2\n\n"
         + limits
         + f"[sandbox]\nenabled = {str(sandbox).lower()}\n\n"
-        + servers_toml(lab, tag)
+        + servers_toml(lab, tag, servers)
         + "\n"
         + policy
     )
 
 
-def prepare(directory: Path, configuration: Configuration, *, sandbox: bool, tag: str | None = None) -> Lab:
-    """Write the workspace for `configuration` into `directory` (created if needed)."""
+def prepare(
+    directory: Path,
+    configuration: Configuration,
+    *,
+    sandbox: bool,
+    tag: str | None = None,
+    servers: Collection[str] | None = None,
+) -> Lab:
+    """Write the workspace for `configuration` into `directory` (created if needed), with every server or
+    those named in `servers`."""
     lab = Lab(directory)
     lab.root.mkdir(parents=True, exist_ok=True)
     lab.world.parent.mkdir(parents=True, exist_ok=True)
     (directory / "ipybox.toml").write_text(
-        workspace_toml(lab, policy_for(configuration), sandbox=sandbox, tag=tag)
+        workspace_toml(lab, policy_for(configuration), sandbox=sandbox, tag=tag, servers=servers)
     )
     return lab
 

@@ -1,8 +1,8 @@
 """The injection evaluation's harness (bench/injection/harness.py) end to end, so that it cannot rot: a real
 workspace under the provided policy, real kernels, our attacker server and the npm filesystem server, and
-four representative scenarios of the suite: an attack that transforms the data (only session taint can
-stop it), an attack by file write, a benign forward that the policy's carve-outs let through after
-untrusted content, and a benign task that reads nothing untrusted. The whole suite runs in
+three representative scenarios of the suite: an attack that transforms the data (value matching sees
+only its recipient; session taint stops it either way), an attack by file write, and a benign forward
+that the policy's carve-outs let through after untrusted content. The whole suite runs in
 `python -m bench injection`."""
 
 from __future__ import annotations
@@ -19,18 +19,16 @@ from ipybox.supervisor import Supervisor
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PROVIDED = next(c for c in CONFIGURATIONS if c.name == "provided")
-SCENARIOS = (
-    "attack_web_email_base64",
-    "attack_inbox_file_public",
-    "benign_forward_to_contact",
-    "benign_report_to_contact",
-)
+SCENARIOS = ("attack_web_email_base64", "attack_inbox_file_public", "benign_forward_to_contact")
 
 
 @pytest.fixture(scope="module")
 async def workspace(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Supervisor, Lab]]:
     directory = tmp_path_factory.mktemp("injection-eval")
-    lab = prepare(directory, PROVIDED, sandbox=False, tag="injection-eval")
+    # Only the servers these scenarios call: each one is started and generated when the workspace starts.
+    lab = prepare(
+        directory, PROVIDED, sandbox=False, tag="injection-eval", servers=("web", "mail", "contacts", "files")
+    )
     supervisor = Supervisor(directory, serve_mcp=False)
     await supervisor.start()
     yield supervisor, lab
@@ -61,9 +59,9 @@ async def test_the_provided_policy_stops_the_attacks_and_lets_the_benign_tasks_r
     assert results["attack_inbox_file_public"].calls[-1].outcome == "asked"
     assert not (lab.root / "public" / "partners.csv").exists()
     assert "ApprovalRejectedError" in results["attack_inbox_file_public"].outputs[-1]
-    # The benign ones ran to the end: Bob got the forward, Alice the count.
-    for name in ("benign_forward_to_contact", "benign_report_to_contact"):
-        assert all(c.outcome == "allowed" for c in results[name].calls), (name, results[name].calls)
+    # The benign forward, after untrusted content too, ran to the end: Bob is an address-book contact.
+    forward = results["benign_forward_to_contact"].calls
+    assert all(c.outcome == "allowed" for c in forward), forward
     counts = tally(results.values())
     assert (counts.attacks_stopped.count, counts.attacks_stopped.total) == (2, 2)
-    assert (counts.benign_stopped.count, counts.benign_stopped.total) == (0, 7)
+    assert (counts.benign_stopped.count, counts.benign_stopped.total) == (0, 4)
