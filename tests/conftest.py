@@ -34,10 +34,39 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# A module's expected time, to hand out the longest first (`_longest_modules_first`): a `slow` test's
+# `seconds=` (its typical time in a CI run, when it is far from the marker's "half a minute or more"), a
+# test that starts processes a few seconds, a pure one next to nothing. Rough on purpose: the order only
+# has to put the few long modules ahead of the many short ones.
+SLOW_SECONDS = 30.0
+INTEGRATION_SECONDS = 3.0
+PURE_SECONDS = 0.02
+
+
+def _expected_seconds(item: pytest.Item) -> float:
+    slow = item.get_closest_marker("slow")
+    if slow is not None:
+        return float(slow.kwargs.get("seconds", SLOW_SECONDS))
+    return INTEGRATION_SECONDS if item.get_closest_marker("integration") is not None else PURE_SECONDS
+
+
+def _longest_modules_first(items: list[pytest.Item]) -> None:
+    """Modules in order of their expected time, longest first; a module's tests keep their own order.
+
+    The parallel run (scripts/test) gives each worker a whole module at a time, in this order (with
+    `--no-loadscope-reorder`: pytest-xdist otherwise reorders modules by their number of tests, which put
+    the few-test, several-minute modules, the unprivileged rerun and the recovery tests, last, and the run
+    ended with one worker busy on them and two idle). Longest first leaves the short modules to fill in.
+    """
+    totals: dict[str, float] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        totals[module] = totals.get(module, 0.0) + _expected_seconds(item)
+    items.sort(key=lambda item: -totals[item.nodeid.split("::", 1)[0]])  # stable: modules stay whole
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Slow tests first (a stable sort: the rest keep their order): in a parallel run (scripts/test) a worker
-    # that picks one up last keeps the whole run waiting on it.
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    _longest_modules_first(items)
     # The container image is built by hand (scripts/test-docker, which runs these with --docker): without
     # it they are deselected, neither run nor counted as skipped.
     if config.getoption("--docker"):

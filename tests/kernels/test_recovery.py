@@ -1,5 +1,7 @@
 """Recovery from the death of a kernel, of the spare kernel and of the gateway, with the SDK
-(`CodeExecutor`), 20 times in a row each.
+(`CodeExecutor`), `ROUNDS` times in a row each
+(4, or IPYBOX_TEST_RECOVERY_ROUNDS: tests/kernels/kernel_processes.py says why 4 cover every path, and
+when to run more).
 
 What is asserted is that no call waited for a kernel's ready timeout (they are counted where it fires),
 not how long calls took: the bench (`python -m bench kernel --only recovery`) prints the times.
@@ -22,11 +24,18 @@ from ipybox.kernels.kernel_client import KernelClient
 from ipybox.kernels.kernel_connection import GatewayUnreachableError, KernelConnection, KernelStartError
 from ipybox.kernels.kernelspec import KernelSpec
 from ipybox.kernels.result import KernelDiedError
-from tests.kernels.kernel_processes import kernel_processes, kill_kernel, kill_next_kernel, ready_timeouts
+from tests.kernels.kernel_processes import (
+    kernel_processes,
+    kill_kernel,
+    kill_next_kernel,
+    ready_timeouts,
+    recovery_rounds,
+)
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# About 2.6 s a round in CI, and a few seconds of set-up (the suite's schedule: tests/conftest.py).
+pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=12)]
 
-ROUNDS = 20
+ROUNDS = recovery_rounds()
 # Short, so that a regression fails fast; a kernel that starts takes about a second here.
 READY_TIMEOUT = 15.0
 ROUND_LIMIT = 60  # seconds: a hang fails the round instead of the whole session

@@ -1,5 +1,7 @@
 """Recovery in a running workspace (`ipybox up`, here an in-process Supervisor) from the death of an
-attached kernel, of the warm pool's idle kernel and of the gateway, 20 times in a row each.
+attached kernel, of the warm pool's idle kernel and of the gateway, `ROUNDS` times in a row each
+(4, or IPYBOX_TEST_RECOVERY_ROUNDS: tests/kernels/kernel_processes.py says why 4 cover every path, and
+when to run more).
 
 What is asserted is that no call waited for a kernel's ready timeout (they are counted where it fires),
 not how long calls took: the bench (`python -m bench kernel --only recovery`) prints the times.
@@ -18,11 +20,18 @@ from ipybox import CodeExecutionChunk, CodeExecutor
 from ipybox.kernels import pool
 from ipybox.kernels.result import KernelDiedError
 from ipybox.supervisor import Supervisor
-from tests.kernels.kernel_processes import kernel_processes, kill_kernel, kill_next_kernel, ready_timeouts
+from tests.kernels.kernel_processes import (
+    kernel_processes,
+    kill_kernel,
+    kill_next_kernel,
+    ready_timeouts,
+    recovery_rounds,
+)
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# About 2.6 s a round in CI, and a few seconds of set-up (the suite's schedule: tests/conftest.py).
+pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=12)]
 
-ROUNDS = 20
+ROUNDS = recovery_rounds()
 # Short, so that a regression fails fast; a kernel that starts takes about a second here.
 READY_TIMEOUT = 15.0
 ROUND_LIMIT = 60  # seconds: a hang fails the round instead of the whole session
@@ -31,7 +40,7 @@ ROUND_LIMIT = 60  # seconds: a hang fails the round instead of the whole session
 @pytest.fixture(scope="module")
 def short_ready_timeout() -> Iterator[None]:
     # And no refill delay: every round claims twice and then waits for the refill, which the delay (it
-    # keeps a kernel start away from the attach that claimed) would only slow, by 20 x 3 x 0.6 s here.
+    # keeps a kernel start away from the attach that claimed) would only slow, by ROUNDS x 3 x 0.6 s here.
     saved = pool.READY_TIMEOUT, pool.REFILL_DELAY
     pool.READY_TIMEOUT, pool.REFILL_DELAY = READY_TIMEOUT, 0.0
     yield
