@@ -16,6 +16,7 @@ it wanted a fresh kernel.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -32,7 +33,7 @@ class LeasedKernelClient(KernelClient):
     Args:
         replaced: Returns why the workspace took the lease's previous kernel, once (then `None`), as the
             last lease answer said.
-        submitting: Awaited with each cell's code before it is sent (the session registers it with the
+        submitting: Run with each cell's code while it is sent (the session registers it with the
             workspace, so asks about its calls show it as verified); never fails the execution.
         **kwargs: As for `KernelClient`.
     """
@@ -56,8 +57,11 @@ class LeasedKernelClient(KernelClient):
         self, code: str, timeout: float | None = 120, *, cancellation: Cancellation | None = None
     ) -> AsyncIterator[CodeExecutionChunk | CodeExecutionResult]:
         notice: str | None = None
-        if self.submitting is not None:
-            await self.submitting(code)
+        # Registered while the code goes out, not before: a round trip to the workspace per execution
+        # would add to every cell's latency, and the kernel's first tool call takes longer than that
+        # request to reach the host (an ask opened first shows the kernel's text, marked as such). The
+        # task is this execution's: awaited before it ends, cancelled when it is abandoned.
+        registering = asyncio.ensure_future(self.submitting(code)) if self.submitting is not None else None
         try:
             async for item in super().stream(code, timeout, cancellation=cancellation):
                 # Taken at the first item: the replacement happens before the code is sent.
@@ -75,6 +79,12 @@ class LeasedKernelClient(KernelClient):
                 e.args = (f"{notice}\n{e.args[0] if e.args else ''}", *e.args[1:])
                 e.result = _noted(e.result, notice) if e.result is not None else None
             raise
+        else:
+            if registering is not None:
+                await registering
+        finally:
+            if registering is not None and not registering.done():
+                registering.cancel()  # the execution failed or was abandoned first
 
     def _notice(self) -> str | None:
         why = self.replaced()

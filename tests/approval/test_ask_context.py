@@ -123,7 +123,7 @@ async def test_the_board_says_how_many_asks_an_answer_settled() -> None:
     verdict = Verdict("ask", "r", "rule 'r' applies", tier="system", explanation="writes need a person")
     ask = board.open(ToolCall("fs", "w"), verdict, asked_of="console", routes=("console",))
     view = AskView.of(ask)
-    assert (view.tier, view.explanation, view.provenance) == ("system", "writes need a person", None)
+    assert (view.tier, view.explanation, view.provenance) == ("system", "writes need a person", {})
     assert view.rule_text == "rule 'r' (system admin policy): writes need a person (rule 'r' applies)"
     assert board.settled_with(ask.id) == 0
     board.close(ask, why="gone")
