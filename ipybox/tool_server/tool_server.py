@@ -538,9 +538,26 @@ class ToolServer:
         return {"result": value}
 
     def _record(self, call: ToolCall, key: str, value: Any) -> None:
-        """Record what goes back to the caller, labelled by the annotations its server lists now."""
+        """Record what goes back to the caller, labelled by the annotations its server lists now.
+
+        Recorded just after the answer is written, not before: indexing a result (about 0.2 ms for a few
+        hundred characters) would add to every call's latency. It still comes before anything the caller
+        can do with the result: the callback is queued before the answer goes out, and the loop runs it
+        before it reads the caller's next request. Should indexing fail, the session is still tainted
+        with the result's label (recorded without its values): taint fails closed."""
         annotations = self.servers.known_annotations(key, call.tool)
-        self.provenance.record(self.provenance_key(call.caller), call.server, call.tool, value, annotations)
+        session = self.provenance_key(call.caller)
+
+        def record() -> None:
+            try:
+                self.provenance.record(session, call.server, call.tool, value, annotations)
+            except Exception:
+                logger.exception(
+                    "indexing a result of %s.%s failed: recorded without its values", call.server, call.tool
+                )
+                self.provenance.record(session, call.server, call.tool, None, annotations)
+
+        asyncio.get_running_loop().call_soon(record)
 
     def provenance_key(self, caller: str) -> str:
         """Whose record a caller's results go into and its arguments are matched against: its session's
