@@ -9,6 +9,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ipybox.approval.ask_context import CellView, ClientView
 from ipybox.approval.asks import AskAnswer, AskBoard, PendingAsk
 from ipybox.config import load_config, rule_edit
 from ipybox.config.rule_edit import RuleEdit, RuleEdited
@@ -247,7 +248,13 @@ class WorkspaceTarget:
         return "this ask is not pending any more"
 
     def ask(
-        self, call: ToolCall = WRITE, *, timeout: float | None = 90, subject: str | None = None
+        self,
+        call: ToolCall = WRITE,
+        *,
+        timeout: float | None = 90,
+        subject: str | None = None,
+        cell: CellView | None = None,
+        client: ClientView | None = None,
     ) -> PendingAsk:
         """Open an ask as the workspace's approver does (call from the board's event loop)."""
         return self.board.open(
@@ -258,4 +265,6 @@ class WorkspaceTarget:
             session="0123456789abcdef",
             subject=subject,
             timeout=timeout,
+            cell=cell,
+            client=client,
         )

@@ -322,6 +322,7 @@ async def test_an_ask_shows_the_client_its_history_and_the_cells_code_around_the
             in window
         )
         assert "step_14()" in window and "step_13()" not in window and "step_23()" in window
+        assert len(window.strip("\n").split("\n")) == 10  # one line each (`trim_blocks` eats none)
         assert "step_24()" not in window and "step_1()" in everything and "step_29()" in everything
         assert "<summary>All 29 lines</summary>" in page
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,12 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
+from ipybox.approval.ask_context import ClientView, cell_view
 from ipybox.approval.asks import AskAnswer
 from ipybox.asgi_server import EmbeddedServer
 from ipybox.console.endpoint import ConsoleEndpoint
 from ipybox.rules import ToolCall, Verdict
+from ipybox.rules.calls import Origin
 from tests.console.conftest import SCREENSHOTS, screenshot
 from tests.console.targets import RULES_FILE, WorkspaceTarget
 
@@ -317,6 +320,18 @@ REPORT = ToolCall(
         "content": "# Weekly report\n\n- 14 issues closed\n- 3 releases\n\nSee notes/details.csv.\n",
     },
     {"destructiveHint": True, "idempotentHint": True, "openWorldHint": False, "readOnlyHint": False},
+    cell=4,
+    line=5,
+    code="0" * 64,
+    provenance={"content": (Origin("github", "list_issues", 2, "untrusted"),)},
+)
+REPORT_CELL = """from mcptools.github import list_issues
+from mcptools.filesystem import write_file
+
+issues = list_issues.run(list_issues.Params(owner="acme", repo="app", state="closed"))
+write_file.run(write_file.Params(path="notes/report.md", content=weekly_report(issues)))"""
+REPORT_CLIENT = ClientView.of(
+    "0123456789abcdef", "Claude Code 2.1", datetime(2026, 12, 7, 9, 12, tzinfo=UTC), (6, 0), {}
 )
 
 
@@ -324,7 +339,7 @@ async def test_the_keys_answer_the_focused_ask_and_never_while_typing(
     page: Page, target: TimedTarget
 ) -> None:
     await open_asks_page(page)
-    first = target.ask(REPORT, timeout=60)
+    first = target.ask(REPORT, timeout=60, cell=cell_view(REPORT, REPORT_CELL), client=REPORT_CLIENT)
     await page.locator(f'[data-ask-id="{first.id}"]').wait_for()
     await page.set_viewport_size({"width": 1280, "height": 860})
     await page.locator(f'[data-ask-id="{first.id}"] details').evaluate("d => (d.open = true)")
