@@ -13,6 +13,7 @@ column is the builtin base each keeps, so `except ValueError` / `except RuntimeE
     ├── SecretError                      ipybox.config.secrets               ValueError
     ├── ListenError                      ipybox.asgi_server                  OSError
     ├── RuleWriteError                   ipybox.config.rule_writer           ValueError
+    ├── RuleEditError                    ipybox.config.rule_edit             ValueError
     ├── ServerWriteError                 ipybox.config.server_writer         ValueError
     ├── ServerImportError                ipybox.config.server_import         ValueError
     ├── DomainWriteError                 ipybox.config.domain_writer         ValueError

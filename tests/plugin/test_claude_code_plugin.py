@@ -144,9 +144,14 @@ def test_each_plugin_has_the_codeact_skill_as_a_file_of_its_own() -> None:
 
 
 async def test_the_skill_names_every_tool_of_the_ipybox_mcp_server(tmp_path: Path) -> None:
-    # The server's built-in tools, as a client lists them (no saved actions in an empty workspace).
+    # The server's built-in tools, as a client lists them (no saved actions in an empty workspace), but
+    # the MCP App view's own (`_meta.ui.visibility: ["app"]`), which the model never sees.
     server = create_server(tmp_path).server
-    tools = {tool.name for tool in await MCPServer.list_tools(server)}
+    tools = {
+        tool.name
+        for tool in await MCPServer.list_tools(server)
+        if ((tool.meta or {}).get("ui") or {}).get("visibility") != ["app"]
+    }
     assert set(CODEACT_TOOLS) <= tools
     text = (PLUGINS / "codeact-default" / SKILL).read_text()
     assert [tool for tool in sorted(tools) if f"`{tool}(" not in text] == []
