@@ -107,14 +107,7 @@ def edit_rule(config_path: Path, rule: str, edit: RuleEdit) -> RuleEdited:
     def refuse(why: str) -> RuleEditError:
         return RuleEditError(f"rule {rule!r} was not {_done(edit)} in {path}: {why}")
 
-    rules = EditRules(
-        refuse=refuse,
-        fix_first="fix it, then try again",
-        missing="there is no such file (was the workspace moved?)",
-        by_hand="edit the file by hand",
-        again="try again once it is saved",
-        change="this change",
-    )
+    rules = _edit_rules(refuse, "this change")
     outcome: list[RuleEdited] = []
 
     def change(text: str, current: WorkspaceConfig) -> tuple[str, tuple[list[Rule], int]]:
@@ -248,14 +241,7 @@ def set_rule_args(config_path: Path, rule: str, args: str) -> RuleEdited:
         wanted = Rule.model_validate({"decision": "allow", "args": parsed}).args
     except ValidationError as e:
         raise refuse(f"{e.errors()[0]['msg']}") from None
-    rules = EditRules(
-        refuse=refuse,
-        fix_first="fix it, then try again",
-        missing="there is no such file (was the workspace moved?)",
-        by_hand="edit the file by hand",
-        again="try again once it is saved",
-        change="these arguments",
-    )
+    rules = _edit_rules(refuse, "these arguments")
 
     def change(text: str, current: WorkspaceConfig) -> tuple[str, tuple[list[Rule], int]]:
         before = current.approval.rules
@@ -299,3 +285,15 @@ def set_rule_args(config_path: Path, rule: str, args: str) -> RuleEdited:
 
 def _placeholders(text: str) -> bool:
     return "{workspace" in text
+
+
+def _edit_rules(refuse: Callable[[str], RuleEditError], change: str) -> EditRules:
+    """How the config editor words a refused edit of a rule (`change`: what was to be changed)."""
+    return EditRules(
+        refuse=refuse,
+        fix_first="fix it, then try again",
+        missing="there is no such file (was the workspace moved?)",
+        by_hand="edit the file by hand",
+        again="try again once it is saved",
+        change=change,
+    )
