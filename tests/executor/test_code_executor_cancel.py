@@ -138,9 +138,13 @@ async def test_cancel_of_execute_from_another_task_returns_a_cancelled_result(
     executor: CodeExecutor, tmp_path: Path
 ) -> None:
     marker = tmp_path / "running"
-    execution = asyncio.create_task(executor.execute(f"open({str(marker)!r}, 'w').close()\n" + LOOP))
+    # The marker is made inside the loop: made before it, the interrupt could land while IPython compiles
+    # the loop's statement, where IPython fails to format the KeyboardInterrupt's traceback (its frame in
+    # `codeop` has no line number) and prints that failure instead.
+    looping = LOOP.replace("while True:\n", f"while True:\n    open({str(marker)!r}, 'w').close()\n")
+    execution = asyncio.create_task(executor.execute(looping))
     async with asyncio.timeout(30):
-        while not marker.exists():  # the code runs: cancel() has something to stop
+        while not marker.exists():  # the loop runs: cancel() has something to stop
             await asyncio.sleep(0.01)
     executor.cancel()
     async with asyncio.timeout(30):
